@@ -31,6 +31,8 @@ def _root(
 
 # Subcommands are registered below; each part owns its own `cli` module and keeps heavy imports lazy.
 # -- registrations --
+from bench.cli import bench  # noqa: E402
+app.command("bench")(bench)
 
 
 def main() -> None:

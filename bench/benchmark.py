@@ -1,0 +1,74 @@
+"""One measured run: warm-up, then the scheduled load with optional `/metrics` sampling alongside."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.backends import Backend, RequestOptions, request_body
+from bench.client import Client, auth_headers
+from bench.outcome import RequestOutcome
+from bench.runner import Progress, Runner, RunResult
+from bench.scrape import MetricsScraper
+from bench.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    base_url: str
+    backend: Backend = "sglang"
+    api_key: str | None = None
+    model: str | None = None
+    ignore_eos: bool = True
+    extra_body: dict | None = None
+
+    @property
+    def options(self) -> RequestOptions:
+        return RequestOptions(self.backend, self.model, self.ignore_eos, dict(self.extra_body or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    request_timeout: float | None = None
+    max_concurrency: int | None = None
+    warmup_requests: int = 1
+    scrape_metrics: bool = False
+    scrape_interval: float = 1.0
+    keep_text: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    run: RunResult
+    warmup_failures: int
+    scraped: list[dict]
+    scrape_error: str | None
+
+
+async def _warm_up(client: Client, bodies: list[bytes]) -> int:
+    """Sends the bodies at once and waits for them; returns how many failed."""
+    outcomes = [RequestOutcome(i, 0.0, 0) for i in range(len(bodies))]
+    await asyncio.gather(*(client.send(b, o) for b, o in zip(bodies, outcomes)))
+    return sum(not o.ok for o in outcomes)
+
+
+async def measure(target: Target, settings: RunSettings, workload: Workload, tokenizer=None,
+                  on_tick: Callable[[Progress], None] | None = None) -> Measurement:
+    options = target.options
+    bodies = [request_body(p, options) for p in workload.prompts]
+    client = Client(target.base_url, target.backend, api_key=target.api_key,
+                    request_timeout=settings.request_timeout, tokenizer=tokenizer, keep_text=settings.keep_text)
+    scraper = MetricsScraper(target.base_url, auth_headers(target.api_key), settings.scrape_interval)
+    async with client:
+        warmup_failures = await _warm_up(client, bodies[: settings.warmup_requests])
+        scraping = asyncio.ensure_future(scraper.run()) if settings.scrape_metrics else None
+        try:
+            runner = Runner(client, max_concurrency=settings.max_concurrency, on_tick=on_tick)
+            run = await runner.run(bodies, workload.offsets, [p.input_len for p in workload.prompts])
+        finally:
+            if scraping is not None:
+                scraping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scraping
+    return Measurement(run, warmup_failures, scraper.samples, scraper.error)

@@ -1,0 +1,179 @@
+"""`toolkit bench` end to end: validate flags, prepare the target and workload, run each rate, write records."""
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench.arrivals import ARRIVALS
+from bench.backends import BACKENDS
+from bench.benchmark import RunSettings, Target, measure
+from bench.datasets import DATASETS, DatasetError, DatasetSpec
+from bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
+from bench.output import append_record, print_summary
+from bench.record import build_record
+from bench.sweep import Step, sweep
+from bench.target import TargetError, resolve_model
+from bench.workload import LoadSpec, build_workload
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """Every `toolkit bench` flag, as typed by the user (rates, SLOs and the extra body still as text)."""
+
+    base_url: str
+    backend: str = "sglang"
+    api_key: str | None = None
+    model: str | None = None
+    tokenizer: str | None = None
+    extra_request_body: str | None = None
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)
+    rate: str | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    num_prompts: int | None = None
+    duration: float | None = None
+    sweep: bool = False
+    max_concurrency: int | None = None
+    warmup_requests: int = 1
+    request_timeout: float | None = None
+    ignore_eos: bool | None = None
+    slo: tuple[str, ...] = ()
+    scrape_metrics: bool = False
+    scrape_interval: float = 1.0
+    server_log: str | None = None
+    output_file: Path | None = None
+    output_details: bool = False
+    progress: bool = True
+
+
+def _check(opts: BenchOptions) -> None:
+    choices = (("--backend", opts.backend, BACKENDS), ("--dataset", opts.dataset.name, DATASETS),
+               ("--arrival", opts.arrival, ARRIVALS))
+    for flag, value, allowed in choices:
+        if value not in allowed:
+            raise UsageError(f"{flag} {value!r}: choose one of {', '.join(allowed)}")
+    if not opts.base_url.startswith(("http://", "https://")):
+        raise UsageError(f"--base-url {opts.base_url!r}: must start with http:// or https://")
+    if opts.sweep and opts.rate is not None:
+        raise UsageError("--sweep finds its own rates; drop --rate")
+    if opts.num_prompts is not None and opts.duration is not None:
+        raise UsageError("give --num-prompts or --duration, not both")
+    positive = (("--duration", opts.duration), ("--burstiness", opts.burstiness),
+                ("--request-timeout", opts.request_timeout), ("--scrape-interval", opts.scrape_interval),
+                ("--trace-time-scale", opts.dataset.trace_time_scale))
+    for flag, value in positive:
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} must be positive, got {value}")
+    if opts.dataset.random_input_len < 1 or opts.dataset.random_output_len < 1:
+        raise UsageError("--random-input-len and --random-output-len must be at least 1")
+    if not 0.0 <= opts.dataset.random_range_ratio <= 1.0:
+        raise UsageError(f"--random-range-ratio must be within [0, 1], got {opts.dataset.random_range_ratio}")
+
+
+def _load_tokenizer(path: str | None, console: Console):
+    from runtime.model_loader.errors import ModelLoadError
+    from runtime.model_loader.tokenizer import load_tokenizer
+
+    with console.status("loading the tokenizer"):
+        try:
+            return load_tokenizer(path)
+        except (ModelLoadError, OSError, ValueError) as exc:
+            raise UsageError(f"--tokenizer {path or '(embedded)'}: {exc}") from None
+
+
+class _LiveProgress:
+    """A rich progress bar that the runner's ticker refreshes a few times a second (never per request)."""
+
+    def __init__(self, console: Console, label: str):
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                            console=console, auto_refresh=False, transient=True)
+        self.task = self.bar.add_task(label, total=None, detail="")
+
+    def __enter__(self):
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def __call__(self, progress) -> None:
+        detail = f"sent {progress.sent}  failed {progress.failed}"
+        self.bar.update(self.task, total=progress.total, completed=progress.done, detail=detail)
+        self.bar.refresh()
+
+
+def _config(opts: BenchOptions, target: Target, settings: RunSettings) -> dict:
+    from toolkit import __version__
+
+    spec = opts.dataset
+    return {
+        "tool": "toolkit bench", "version": __version__, "backend": target.backend, "base_url": target.base_url,
+        "model": target.model, "tokenizer": opts.tokenizer or "embedded", "dataset_name": spec.name,
+        "dataset_path": str(spec.path) if spec.path else None, "random_input_len": spec.random_input_len,
+        "random_output_len": spec.random_output_len, "random_range_ratio": spec.random_range_ratio,
+        "burstiness": opts.burstiness, "max_concurrency": settings.max_concurrency, "seed": spec.seed,
+        "warmup_requests": settings.warmup_requests, "request_timeout": settings.request_timeout,
+        "ignore_eos": target.ignore_eos,
+    }
+
+
+def _run_step(step: Step, opts: BenchOptions, target: Target, settings: RunSettings, tokenizer,
+              slo_ms: dict, console: Console) -> dict:
+    load = LoadSpec(step.rate, opts.arrival, opts.burstiness, opts.num_prompts, opts.duration, opts.dataset.seed)
+    if step.role == "saturation":
+        load = replace(load, duration=None)
+    with console.status("preparing prompts"):
+        workload = build_workload(opts.dataset, tokenizer, load)
+    label = f"rate {'inf' if math.isinf(workload.request_rate) else f'{workload.request_rate:g}'} req/s"
+    if opts.progress and console.is_terminal:
+        with _LiveProgress(console, label) as live:
+            measured = asyncio.run(measure(target, settings, workload, tokenizer, on_tick=live))
+    else:
+        console.print(f"{label}: sending {len(workload)} requests")
+        measured = asyncio.run(measure(target, settings, workload, tokenizer))
+    record = build_record(_config(opts, target, settings), measured, workload, slo_ms=slo_ms,
+                          max_concurrency=settings.max_concurrency, server_log=opts.server_log,
+                          details=opts.output_details)
+    if step.role != "single":
+        record["sweep"] = {"role": step.role, "step": step.index}
+    print_summary(console, record)
+    if opts.output_file is not None:
+        append_record(opts.output_file, record)
+    return record
+
+
+def run(opts: BenchOptions, console: Console | None = None) -> int:
+    """Runs the command; returns the exit code (2 usage error, 1 every request failed, 130 Ctrl-C, else 0)."""
+    console = console or Console()
+    try:
+        _check(opts)
+        rates = parse_rates(opts.rate) if opts.rate is not None else None
+        slo_ms, extra_body = parse_slo(list(opts.slo)), parse_extra_body(opts.extra_request_body)
+        model = asyncio.run(resolve_model(opts.base_url, opts.backend, opts.model, opts.api_key))
+        tokenizer = _load_tokenizer(opts.tokenizer, console)
+        if opts.tokenizer is None and model and "smollm" not in model.lower():
+            console.print(f"note: prompts are measured with the embedded SmolLM2 tokenizer, not {model}'s; "
+                          "pass --tokenizer PATH to match the served model", highlight=False)
+        ignore_eos = opts.dataset.synthetic if opts.ignore_eos is None else opts.ignore_eos
+        target = Target(opts.base_url, opts.backend, opts.api_key, model, ignore_eos, extra_body)
+        settings = RunSettings(opts.request_timeout, opts.max_concurrency, opts.warmup_requests,
+                               opts.scrape_metrics, opts.scrape_interval, opts.output_details)
+        records = sweep(lambda step: _run_step(step, opts, target, settings, tokenizer, slo_ms, console),
+                        rates, opts.sweep)
+    except (UsageError, DatasetError, TargetError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]stopped[/]")
+        return 130
+    if opts.output_file is not None:
+        console.print(f"appended {len(records)} record(s) to {opts.output_file}")
+    if any(r.get("interrupted") for r in records):
+        return 130
+    return 1 if all(r["completed"] == 0 for r in records) else 0

@@ -1,0 +1,28 @@
+"""Assembles one run's record (schema in `bench.output`) from its configuration and measurement."""
+from __future__ import annotations
+
+from bench.benchmark import Measurement
+from bench.metrics import summarize
+from bench.options import rate_label
+from bench.output import request_row, window
+from bench.verdict import judge
+from bench.workload import Workload
+
+
+def build_record(config: dict, measurement: Measurement, workload: Workload, *, slo_ms: dict[str, float],
+                 max_concurrency: int | None, server_log: str | None, details: bool) -> dict:
+    run = measurement.run
+    record = {**config, "request_rate": rate_label(workload.request_rate), "arrival": workload.arrival}
+    record |= summarize(run.outcomes, run.duration, slo_ms)
+    if slo_ms:
+        record["slo"] = slo_ms
+    record |= judge(run.outcomes, run.start, max_concurrency).as_record()
+    record |= window(run, server_log)
+    record |= {
+        "warmup_failures": measurement.warmup_failures,
+        "scraped_metrics": measurement.scraped,
+        "scrape_error": measurement.scrape_error,
+    }
+    if details:
+        record["requests"] = [request_row(o, run) for o in run.outcomes]
+    return record

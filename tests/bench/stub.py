@@ -1,0 +1,210 @@
+"""A scripted SGLang/OpenAI-compatible stub server for the bench tests (aiohttp, 127.0.0.1, a free port).
+
+Each request's behaviour comes from the `Script` registered under its prompt text (or the default script); the
+stub records, on the shared `perf_counter` clock, when each request arrived and when each chunk was written, so
+tests compare the client's numbers with what the server really did.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from aiohttp import web
+
+WORDS = (" the", " and", " of", " in", " to")
+
+
+@dataclass(frozen=True)
+class Script:
+    """`chunks[0]` goes out `ttft` s after the request arrives; `chunks[i]` `delay` s after the one before."""
+
+    ttft: float = 0.01
+    chunks: tuple[tuple[float, int], ...] = ((0.0, 1), (0.005, 1))
+    status: int = 200
+    hang: bool = False
+    malformed: bool = False
+    drop: bool = False
+    error_event: bool = False
+    usage: bool = True
+    continuous_usage: bool = True
+
+    @property
+    def output_len(self) -> int:
+        return sum(k for _, k in self.chunks)
+
+
+@dataclass
+class Served:
+    """What the stub did for one request."""
+
+    key: str
+    received: float
+    prompt_tokens: int
+    writes: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+
+def _prompt_of(body: dict) -> tuple[str, int]:
+    if "messages" in body:
+        text = body["messages"][0]["content"]
+    else:
+        text = body.get("prompt", body.get("text"))
+    if text is None:
+        ids = body.get("input_ids") or []
+        return f"ids:{len(ids)}", len(ids)
+    return text, len(text.split())
+
+
+def _sse(obj) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+
+
+class StubServer:
+    def __init__(self, scripts: dict[str, Script] | None = None, default: Script = Script(),
+                 api_key: str | None = None):
+        self.scripts = dict(scripts or {})
+        self.default = default
+        self.api_key = api_key
+        self.served: list[Served] = []
+        self.metrics_hits = 0
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth])
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/metrics", self._metrics)
+        for path in ("/generate", "/v1/completions", "/v1/chat/completions"):
+            app.router.add_post(path, self._generate)
+        return app
+
+    async def start(self) -> StubServer:
+        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> StubServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": {"message": "bad key"}}, status=401)
+        return await handler(request)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.metrics_hits += 1
+        running = sum(1 for s in self.served if len(s.writes) < 1)
+        text = (
+            "# TYPE sglang:num_running_reqs gauge\n"
+            f'sglang:num_running_reqs{{model_name="stub"}} {running}\n'
+            "# TYPE sglang:token_usage gauge\n"
+            'sglang:token_usage{model_name="stub",tp_rank="0"} 0.25\n'
+            'sglang:token_usage{model_name="stub",tp_rank="1"} 0.75\n'
+            "# TYPE sglang:generation_tokens counter\n"
+            f'sglang:generation_tokens_total{{model_name="stub"}} {sum(sum(s.counts) for s in self.served)}\n'
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        received = perf_counter()
+        body = await request.json()
+        key, prompt_tokens = _prompt_of(body)
+        script = self.scripts.get(key, self.default)
+        served = Served(key, received, prompt_tokens)
+        self.served.append(served)
+        if script.status != 200:
+            return web.json_response({"error": {"message": f"scripted {script.status}"}}, status=script.status)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if script.hang:
+            await asyncio.sleep(30)
+        stream_options = body.get("stream_options") or {}
+        continuous = script.continuous_usage and stream_options.get("continuous_usage_stats")
+        event = _EVENTS[request.path]
+        if request.path == "/v1/chat/completions":
+            await resp.write(_sse({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
+        deadline, done, text = received + script.ttft, 0, ""
+        for n, (delay, count) in enumerate(script.chunks):
+            deadline += delay if n else 0.0
+            await asyncio.sleep(max(0.0, deadline - perf_counter()))
+            if script.drop and n == len(script.chunks) // 2:
+                request.transport.close()
+                return resp
+            if script.malformed and n == 1:
+                await resp.write(b"data: {not json\n\n")
+                continue
+            if script.error_event and n == 1:
+                await resp.write(_sse({"error": {"message": "scripted failure", "code": 500}}))
+                return resp
+            delta = "".join(WORDS[(done + j) % len(WORDS)] for j in range(count))
+            done, text = done + count, text + delta
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": done} if continuous else None
+            served.writes.append(perf_counter())
+            served.counts.append(count)
+            await resp.write(_sse(event(delta, text, done, prompt_tokens, usage)))
+        if script.usage and stream_options.get("include_usage"):
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": done,
+                     "total_tokens": prompt_tokens + done}
+            await resp.write(_sse({"choices": [], "usage": usage}))
+        await resp.write(_sse(b"[DONE]"))
+        return resp
+
+
+def _native(delta: str, text: str, done: int, prompt_tokens: int, usage) -> dict:
+    meta = {"prompt_tokens": prompt_tokens, "completion_tokens": done, "finish_reason": None}
+    return {"text": text, "meta_info": meta, "index": 0}
+
+
+def _completion(delta: str, text: str, done: int, prompt_tokens: int, usage) -> dict:
+    return {"object": "text_completion", "choices": [{"index": 0, "text": delta, "finish_reason": None}],
+            "usage": usage}
+
+
+def _chat(delta: str, text: str, done: int, prompt_tokens: int, usage) -> dict:
+    return {"object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": None}], "usage": usage}
+
+
+_EVENTS = {"/generate": _native, "/v1/completions": _completion, "/v1/chat/completions": _chat}
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ThreadedStub:
+    """The stub on its own event loop in a daemon thread, for tests that drive the blocking CLI."""
+
+    def __init__(self, stub: StubServer):
+        self.stub = stub
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> StubServer:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.stub.start(), self.loop).result(timeout=10)
+        return self.stub
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self.stub.stop(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
