@@ -1,0 +1,85 @@
+"""The corrected launch command: the server's own arguments, with every finding's flag applied.
+
+Only arguments that matter for tuning (and the model, parallelism and address) are written; a finding's
+`suggested` text gives the value (its first word) plus any `--flag value` pairs it mentions. When two
+findings touch the same flag, the more severe one (the earlier in the list) wins.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from diagnose.fields import Value
+from diagnose.findings import Finding
+
+LAUNCHER = "python -m sglang.launch_server"
+# (argument, value that needs no flag)
+KEPT_ARGS: tuple[tuple[str, Value], ...] = (
+    ("model_path", None), ("tokenizer_path", None), ("served_model_name", None), ("host", "127.0.0.1"),
+    ("port", 30000), ("tp_size", 1), ("dp_size", 1), ("dtype", "auto"), ("quantization", None),
+    ("kv_cache_dtype", "auto"), ("context_length", None), ("mem_fraction_static", None),
+    ("max_running_requests", None), ("max_total_tokens", None), ("chunked_prefill_size", None),
+    ("max_prefill_tokens", 16384), ("schedule_policy", None), ("schedule_conservativeness", 1.0),
+    ("page_size", 1), ("disable_radix_cache", False), ("enable_mixed_chunk", False),
+    ("attention_backend", None), ("disable_cuda_graph", False), ("cuda_graph_max_bs", None),
+    ("enable_torch_compile", False), ("torch_compile_max_bs", 32), ("enable_dp_attention", False),
+)
+_PAIR = re.compile(r"(--[a-z][\w-]*)(?:\s+([^\s,()]+))?")
+_ON, _OFF = {"on", "true", "set"}, {"off", "remove", "false", "unset"}
+
+
+def _flag(arg: str) -> str:
+    return "--" + arg.replace("_", "-")
+
+
+def _arg(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def changes(findings: Iterable[Finding]) -> dict[str, Value]:
+    """`{argument: new value}` from the findings (True/False for switches); the first finding wins."""
+    out: dict[str, Value] = {}
+    for f in findings:
+        if not f.flag or not f.suggested or not f.flag.startswith("--"):
+            continue
+        first = f.suggested.split()[0].lower()
+        pairs = [(f.flag, first)] + [(m.group(1), m.group(2)) for m in _PAIR.finditer(f.suggested)]
+        for flag, raw in pairs:
+            arg = _arg(flag)
+            if arg in out:
+                continue
+            if raw is None or raw.lower() in _ON:
+                out[arg] = not arg.startswith("disable_") if raw is None or raw.lower() in _ON else None
+            elif raw.lower() in _OFF:
+                out[arg] = False
+            elif re.fullmatch(r"-?[\d.]+|[a-z][\w.-]*", raw) and raw not in ("higher", "lower"):
+                out[arg] = raw
+    return out
+
+
+def launch_command(args: Mapping[str, Value], findings: Iterable[Finding], launcher: str = LAUNCHER) -> str | None:
+    """The launch command with the findings applied; None when the log had no `server_args`."""
+    if not args:
+        return None
+    new = changes(findings)
+    if new.get("disable_cuda_graph") is False:
+        new["disable_cuda_graph"] = False
+    merged = {k: args.get(k) for k, _ in KEPT_ARGS}
+    merged.update(new)
+    parts = [launcher]
+    for arg, default in KEPT_ARGS:
+        value = merged.get(arg)
+        if value is None or value == default or (value is False and default is False):
+            continue
+        if value is True:
+            parts.append(_flag(arg))
+        elif value is not False:
+            parts.append(f"{_flag(arg)} {_quote(str(value))}")
+    for arg, value in new.items():
+        if arg not in dict(KEPT_ARGS) and value not in (None, False):
+            parts.append(_flag(arg) if value is True else f"{_flag(arg)} {_quote(str(value))}")
+    return " ".join(parts)
+
+
+def _quote(value: str) -> str:
+    return value if re.fullmatch(r"[\w./:@=+-]+", value) else "'" + value.replace("'", "'\\''") + "'"

@@ -1,0 +1,76 @@
+"""`--metrics FILE|URL`: a Prometheus text scrape (SGLang metric names, LOG_FORMATS §10) as evidence."""
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Metrics worth quoting, in report order; histograms are quoted by their mean (sum / count).
+KEY_METRICS = (
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:num_used_tokens",
+    "sglang:kv_used_tokens", "sglang:kv_evictable_tokens", "sglang:kv_available_tokens",
+    "sglang:cache_hit_rate", "sglang:gen_throughput", "sglang:num_retracted_reqs",
+    "sglang:num_retracted_requests_total", "sglang:num_requests_total", "sglang:num_aborted_requests_total",
+    "sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:cached_tokens_total",
+    "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+    "sglang:time_per_output_token_seconds", "sglang:e2e_request_latency_seconds",
+)
+TIMEOUT_S = 5.0
+
+
+@dataclass(slots=True)
+class Metrics:
+    """Samples by name (`name{labels}` flattened to the name), summed over labels for counters and averaged
+    for gauges; histogram means under the family name."""
+
+    source: str
+    values: dict[str, float] = field(default_factory=dict)
+
+    def value(self, name: str) -> float | None:
+        return self.values.get(name)
+
+    def quoted(self) -> dict[str, float]:
+        return {k: self.values[k] for k in KEY_METRICS if k in self.values}
+
+
+def read_metrics(source: str) -> Metrics:
+    """Read a scrape from a file path or an http(s) URL; raises `ValueError` with a one-line reason."""
+    try:
+        if source.startswith(("http://", "https://")):
+            with urllib.request.urlopen(source, timeout=TIMEOUT_S) as resp:  # noqa: S310 - user-given URL
+                text = resp.read().decode("utf-8", "replace")
+        else:
+            text = Path(source).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ValueError(f"cannot read metrics from {source}: {exc}") from exc
+    return parse_metrics(text, source)
+
+
+def parse_metrics(text: str, source: str = "-") -> Metrics:
+    metrics = Metrics(source)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:  # noqa: BLE001 - the parser raises several types on bad input
+        raise ValueError(f"{source} is not Prometheus text: {exc}") from exc
+    for family in families:
+        name = family.name
+        gauges, sums, counts = [], 0.0, 0.0
+        for s in family.samples:
+            if s.name.endswith("_sum"):
+                sums += s.value
+            elif s.name.endswith("_count"):
+                counts += s.value
+            elif s.name.endswith("_bucket") or s.name.endswith("_created"):
+                continue
+            else:
+                gauges.append((s.name, s.value))
+        if family.type in ("histogram", "summary"):
+            if counts:
+                metrics.values[name] = sums / counts
+            continue
+        for sample_name, _ in gauges:
+            vals = [v for n, v in gauges if n == sample_name]
+            metrics.values[sample_name] = sum(vals) if family.type == "counter" else sum(vals) / len(vals)
+    return metrics

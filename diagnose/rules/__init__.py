@@ -1,0 +1,60 @@
+"""Rules: one module per finding, each `check(ctx) -> list[Finding]` with its thresholds at the top.
+
+`RULES` is the registry in report order; `run_rules` evaluates them all and never lets one rule's error stop
+the others (the error becomes an `info` finding so it is seen, not hidden).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from diagnose.findings import Evidence, Finding
+from diagnose.rules import (
+    client,
+    crashes,
+    cuda_graph,
+    fp8,
+    gpu_memory,
+    oom,
+    parallelism,
+    prefill_stall,
+    queue,
+    retraction,
+    running_cap,
+    schedule_policy,
+    torch_compile,
+    usage,
+)
+from diagnose.rules.context import Context
+
+Rule = Callable[[Context], list[Finding]]
+
+RULES: dict[str, Rule] = {
+    "crashes": crashes.check,
+    "oom": oom.check,
+    "gpu_memory": gpu_memory.check,
+    "retraction": retraction.check,
+    "usage": usage.check,
+    "running_cap": running_cap.check,
+    "queue": queue.check,
+    "client": client.check,
+    "cuda_graph": cuda_graph.check,
+    "prefill_stall": prefill_stall.check,
+    "schedule_policy": schedule_policy.check,
+    "parallelism": parallelism.check,
+    "torch_compile": torch_compile.check,
+    "fp8": fp8.check,
+}
+
+
+def run_rules(ctx: Context) -> list[Finding]:
+    findings: list[Finding] = []
+    for name, rule in RULES.items():
+        try:
+            findings.extend(rule(ctx))
+        except Exception as exc:  # noqa: BLE001 - a broken rule is reported, the others still run
+            findings.append(Finding(f"rule-error.{name}", "info", f"rule {name} could not run",
+                                    f"{type(exc).__name__}: {exc}", Evidence()))
+    return findings
+
+
+__all__ = ["RULES", "Context", "run_rules"]

@@ -1,0 +1,57 @@
+"""GPU memory left after the KV pool and graphs (`available_gpu_mem`, else the last `avail mem=`).
+
+- below 5 GB: `gpu_memory.too_little` (warning): activations and graphs may run out; lower
+  `--mem-fraction-static`.
+- 5-8 GB: good, no finding.
+- 8-10 GB: `gpu_memory.spare` (info); 10 GB and more: `gpu_memory.too_much` (warning): memory that could
+  hold KV cache is idle; raise `--mem-fraction-static`.
+The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_mem`. Not judged on CPU.
+"""
+from __future__ import annotations
+
+from diagnose.findings import Evidence, Finding
+from diagnose.rules.context import Context
+
+LOW_GB = 5.0
+GOOD_GB = 8.0
+HIGH_GB = 10.0
+TARGET_GB = 6.5
+
+
+def check(ctx: Context) -> list[Finding]:
+    cfg = ctx.config
+    avail = cfg.available_mem_gb
+    if avail is None or cfg.device == "cpu" or LOW_GB <= avail <= GOOD_GB:
+        return []
+    mfs, total = cfg.mem_fraction_static, cfg.gpu_mem_gb
+    if mfs is not None and total:
+        suggested = f"{min(0.95, max(0.3, mfs + (avail - TARGET_GB) / total)):.3f}"
+    elif mfs is not None:
+        suggested = f"{mfs + (0.02 if avail > GOOD_GB else -0.02):.3f}"
+    else:
+        suggested = "higher" if avail > GOOD_GB else "lower"
+    facts = {"available_gb": avail, "gpu_mem_gb": total, "mem_fraction_static": mfs}
+    ev = Evidence(1, None, None, _startup_lines(ctx), facts)
+    current = f"{mfs:g}" if mfs is not None else None
+    if avail < LOW_GB:
+        return [Finding(
+            "gpu_memory.too_little", "warning", f"Only {avail:.2f} GB GPU memory left after start-up",
+            f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs "
+            f"(good: {LOW_GB:g}-{GOOD_GB:g} GB). Large prefills or batches can hit CUDA OOM.",
+            ev, "--mem-fraction-static", suggested, current,
+            "A smaller KV pool holds fewer tokens: fewer concurrent requests.")]
+    severity = "warning" if avail >= HIGH_GB else "info"
+    return [Finding(
+        "gpu_memory.too_much", severity, f"{avail:.2f} GB GPU memory left unused",
+        f"{avail:.2f} GB stay free after the KV pool and graphs (good: {LOW_GB:g}-{GOOD_GB:g} GB); the KV "
+        "pool could be larger and hold more concurrent requests.",
+        ev, "--mem-fraction-static", suggested, current,
+        "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")]
+
+
+def _startup_lines(ctx: Context) -> tuple[int, ...]:
+    for kind in ("pool", "graph_end", "pool_end"):
+        rows = ctx.timeline.kind(kind)
+        if rows:
+            return (rows[0][1],)
+    return ()

@@ -1,0 +1,27 @@
+"""`parallelism.dp_over_tp`: tensor parallelism for a model that fits on one GPU.
+
+Trigger: `--tp-size` >= 2, `--dp-size` 1, and the whole model's weights (per-rank weight memory x TP) take
+<= 50% of one GPU: replicas (data parallelism) avoid all-reduce per layer and usually give more throughput.
+"""
+from __future__ import annotations
+
+from diagnose.findings import Evidence, Finding
+from diagnose.rules.context import Context
+
+FITS_FRACTION = 0.5
+
+
+def check(ctx: Context) -> list[Finding]:
+    cfg = ctx.config
+    tp, weights, gpu = cfg.tp_size, cfg.total_weight_gb, cfg.gpu_mem_gb
+    if tp < 2 or cfg.dp_size > 1 or weights is None or not gpu or weights > FITS_FRACTION * gpu:
+        return []
+    rows = ctx.timeline.kind("load_end")
+    return [Finding(
+        "parallelism.dp_over_tp", "info", "Model fits on one GPU: prefer data parallelism",
+        f"The weights take {weights:.1f} GB in all ({weights / gpu:.0%} of one {gpu:.0f} GB GPU) but run with "
+        f"tp_size={tp}. {tp} replicas (--dp-size {tp} --tp-size 1) skip the per-layer all-reduce.",
+        Evidence(len(rows), None, None, tuple(r[1] for r in rows[:5]),
+                 {"total_weight_gb": weights, "gpu_mem_gb": gpu, "tp_size": tp}),
+        "--dp-size", f"{tp} (with --tp-size 1)", f"1 (tp_size={tp})",
+        "Each replica has a smaller KV pool and a single request decodes slower than with TP.")]

@@ -1,0 +1,40 @@
+"""`prefill_stall.throughput_dips`: decode throughput collapses while prefills run.
+
+Trigger: >= 15% of steady decode lines (never the first line after idle, whose window includes the idle
+time) report gen throughput below half the steady median, and the estimated prefill share of steady time
+is >= 30%. Smaller prefill chunks interleave with decode; mixed chunks let decode ride along.
+"""
+from __future__ import annotations
+
+from diagnose.findings import Finding, evidence
+from diagnose.rules.context import MIN_LINES, Context, ranks_of
+from diagnose.timeline import prefill_time_share
+
+DIP = 0.5
+DIP_FRACTION = 0.15
+PREFILL_SHARE = 0.3
+MIN_CHUNK = 1024
+
+
+def check(ctx: Context) -> list[Finding]:
+    steady = ctx.steady()
+    steady = steady[~steady["after_idle"].astype(bool)]
+    if len(steady) < MIN_LINES or steady["gen_throughput"].isna().all():
+        return []
+    median = float(steady["gen_throughput"].median())
+    dips = steady[steady["gen_throughput"] < DIP * median]
+    if len(dips) / len(steady) < DIP_FRACTION:
+        return []
+    shares = [s for s in (prefill_time_share(ctx.timeline, r) for r in ctx.timeline.ranks) if s is not None]
+    share = max(shares) if shares else None
+    if share is None or share < PREFILL_SHARE:
+        return []
+    chunk = ctx.config.chunked_prefill_size
+    suggested = str(max(MIN_CHUNK, chunk // 2)) if chunk else "4096"
+    return [Finding(
+        "prefill_stall.throughput_dips", "warning", "Prefill stalls decode",
+        f"{len(dips) / len(steady):.0%} of {len(steady)} steady decode lines report less than half the median "
+        f"gen throughput ({median:.0f} tok/s), and prefill takes about {share:.0%} of steady time.",
+        evidence(dips, len(steady), median_throughput=round(median, 1), prefill_share=round(share, 3)),
+        "--chunked-prefill-size", f"{suggested} (or --enable-mixed-chunk)", str(chunk) if chunk else None,
+        "Smaller chunks prefill long prompts in more steps: higher TTFT for them.", ranks_of(dips))]
