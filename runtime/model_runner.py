@@ -1,0 +1,139 @@
+"""Owns the model and its KV memory on one device: loads weights, sizes the pool, runs forward passes."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+
+import torch
+
+from runtime.attention.registry import create_backend, resolve_backend_name
+from runtime.device_memory import available_memory_gib, resolve_device
+from runtime.forward_batch import ForwardBatch
+from runtime.memory.allocator import TokenAllocator
+from runtime.memory.kv_pool import KVPool
+from runtime.memory.req_to_token import ReqToTokenPool
+from runtime.memory_planning import PoolPlan, plan_cpu_pool, plan_cuda_pool, req_to_token_pool_size
+from runtime.model_loader.config import ModelConfig
+from runtime.model_loader.loader import ModelSource, resolve_model_source
+from runtime.models.decoder import CausalLM
+from runtime.models.registry import MODEL_CLASSES
+from runtime.models.weights import init_dummy_weights, load_weights
+from runtime.server_args import ServerArgs
+
+logger = logging.getLogger("runtime")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str, config: ModelConfig, device: torch.device) -> torch.dtype:
+    if name != "auto":
+        return _DTYPES[name]
+    if config.torch_dtype in ("float32", "torch.float32"):
+        return torch.float32
+    if config.torch_dtype in ("float16", "torch.float16") and device.type == "cuda":
+        return torch.float16
+    return torch.bfloat16
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def build_model(config: ModelConfig, max_positions: int, device: torch.device, dtype: torch.dtype) -> CausalLM:
+    """Construct without initializing (meta device), then materialize on `device` in `dtype`."""
+    with _default_dtype(dtype), torch.device("meta"):
+        model = MODEL_CLASSES[config.architecture](config, max_positions)
+    model = model.to_empty(device=device)
+    model.model.rotary.build_cache(device)
+    return model.eval()
+
+
+class ModelRunner:
+    def __init__(self, args: ServerArgs, source: ModelSource | None = None) -> None:
+        self.args = args
+        self.device = resolve_device(args.device)
+        self.source = source or resolve_model_source(
+            args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
+        )
+        self.config = self.source.config
+        self.dtype = resolve_dtype(args.dtype, self.config, self.device)
+        self.context_len = args.context_length or self.config.max_position_embeddings
+        self.mem_key = "available_gpu_mem" if self.device.type == "cuda" else "available_cpu_mem"
+        self.model = self._load_model()
+        self.plan = self._plan_pool()
+        self.max_total_num_tokens = self.plan.max_total_num_tokens
+        self._allocate_pools()
+        self.attention_backend_name = resolve_backend_name(args.attention_backend, self.device)
+        self.attn_backend = create_backend(args.attention_backend, self.device)
+
+    def _load_model(self) -> CausalLM:
+        self.avail_before_weights = available_memory_gib(self.device)
+        logger.info(f"Load weight begin. avail mem={self.avail_before_weights:.2f} GB")
+        start = time.perf_counter()
+        model = build_model(self.config, self.context_len, self.device, self.dtype)
+        if self.source.weights is None:
+            init_dummy_weights(model, self.args.random_seed or 0)
+        else:
+            load_weights(model, self.source.weights())
+        self.avail_after_weights = available_memory_gib(self.device)
+        usage = self.avail_before_weights - self.avail_after_weights
+        logger.info(
+            f"Load weight end. type={self.config.architecture}, dtype={self.dtype}, "
+            f"avail mem={self.avail_after_weights:.2f} GB, mem usage={max(usage, 0.0):.2f} GB."
+        )
+        self.weight_load_seconds = time.perf_counter() - start
+        return model
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.config.kv_bytes_per_token(torch.tensor([], dtype=self.kv_dtype).element_size())
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        return self.dtype
+
+    def _plan_pool(self) -> PoolPlan:
+        args = self.args
+        if self.device.type == "cuda":
+            plan = plan_cuda_pool(
+                self.avail_before_weights, self.avail_after_weights, args.mem_fraction_static or 0.88,
+                self.kv_bytes_per_token, args.page_size, args.max_total_tokens,
+            )
+        else:
+            plan = plan_cpu_pool(
+                self.avail_before_weights, self.avail_after_weights, self.kv_bytes_per_token,
+                args.page_size, args.max_total_tokens, args.mem_fraction_static,
+            )
+        if plan.warning:
+            logger.warning(plan.warning)
+        return plan
+
+    def _allocate_pools(self) -> None:
+        config, page_size = self.config, self.args.page_size
+        rows = self.args.max_running_requests or req_to_token_pool_size(self.max_total_num_tokens, self.context_len)
+        self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + page_size, self.device)
+        self.kv_pool = KVPool(
+            self.max_total_num_tokens, page_size, config.num_hidden_layers, config.num_key_value_heads,
+            config.head_dim, self.kv_dtype, self.device,
+        )
+        self.allocator = TokenAllocator(self.max_total_num_tokens, page_size, self.device)
+        half_gib = self.max_total_num_tokens * self.kv_bytes_per_token / 2 / (1 << 30)
+        logger.info(
+            f"KV Cache is allocated. #tokens: {self.max_total_num_tokens}, "
+            f"K size: {half_gib:.2f} GB, V size: {half_gib:.2f} GB"
+        )
+        self.avail_after_pool = available_memory_gib(self.device)
+        logger.info(f"Memory pool end. avail mem={self.avail_after_pool:.2f} GB")
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Float32 logits [batch, vocab] for each request's last new token."""
+        return self.model(batch)

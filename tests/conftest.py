@@ -1,0 +1,57 @@
+"""Shared fixtures: the embedded model's tokenizer and its transformers reference (both loaded once)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+CHAT_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain gravity to a child in two sentences.",
+    "List three prime numbers.",
+]
+
+
+@pytest.fixture(scope="session")
+def embedded_tokenizer():
+    from runtime.model_loader.tokenizer import load_tokenizer
+
+    return load_tokenizer(None)
+
+
+@pytest.fixture(scope="session")
+def chat_prompt_ids(embedded_tokenizer) -> list[list[int]]:
+    ids = []
+    for prompt in CHAT_PROMPTS:
+        encoded = embedded_tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+        )
+        ids.append(list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded))
+    return ids
+
+
+@pytest.fixture(scope="session")
+def embedded_reference():
+    """transformers' own model loaded from the embedded GGUF, float32: the ground truth."""
+    from transformers import AutoModelForCausalLM
+
+    from runtime.model_loader.embedded import embedded_model_path
+
+    path = embedded_model_path()
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+
+def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """transformers greedy continuation; the explicit mask keeps `generate` from masking pad-id tokens."""
+    inputs = torch.tensor([prompt_ids])
+    with torch.no_grad():
+        out = model.generate(
+            inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=max_new_tokens, do_sample=False,
+            eos_token_id=None, pad_token_id=model.config.pad_token_id,
+        )
+    return out[0, len(prompt_ids):].tolist()
