@@ -8,6 +8,9 @@ import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if not torch.cuda.is_available():
+    # NOTE: must be set before triton is imported; Triton kernels then run on CPU tensors in its interpreter.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 CHAT_PROMPTS = [
     "What is the capital of France?",
