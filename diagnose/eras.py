@@ -16,7 +16,7 @@ _MARKERS: tuple[tuple[str, str], ...] = (
     ("0.4.9", "available_gpu_mem="),
     ("0.4.9", "available_cpu_mem="),
     ("0.4.3", "chunked_prefill_size="),
-    ("0.3.6", "cache hit rate:"),
+    ("0.3.6", "%, token usage:"),
     ("0.2.15", "Decode batch."),
     ("0.2.5", "[gpu_id="),
     ("0.1.14", "new fill batch"),
@@ -24,8 +24,15 @@ _MARKERS: tuple[tuple[str, str], ...] = (
 )
 
 
+_EXACT: tuple[tuple[str, str], ...] = (("0.2.5", "[gpu_id="), ("0.1.14", "new fill batch"))
+
+
 def era_of(texts: dict[str, str]) -> str | None:
-    """The newest era proven by any marker in `texts` (one sample record per kind)."""
+    """The newest era proven by any marker in `texts` (one sample record per kind); forms that only one era
+    printed decide alone."""
+    for era, marker in _EXACT:
+        if any(marker in t for t in texts.values()):
+            return era
     best = -1
     for era, marker in _MARKERS:
         if any(marker in t for t in texts.values()):

@@ -23,8 +23,8 @@ _CACHE_LIMIT = 8192
 
 _RARE_PATTERNS = {
     "pool": r"max_total_num_tokens?=",
-    "load_begin": r"Load weight begin",
-    "load_end": r"Load weight end",
+    "load_begin": r"[Ll]oad weight begin",
+    "load_end": r"[Ll]oad weight end",
     "kv_alloc": r"KV Cache is allocated",
     "pool_end": r"Memory pool end",
     "graph_failed": r"Capture (?:cuda|CUDA) graph failed",

@@ -33,6 +33,8 @@ def _root(
 # -- registrations --
 from bench.cli import bench  # noqa: E402
 app.command("bench")(bench)
+from diagnose.cli import diagnose  # noqa: E402
+app.command("diagnose")(diagnose)
 
 
 def main() -> None:

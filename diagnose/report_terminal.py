@@ -1,0 +1,102 @@
+"""The terminal report: verdict first, findings by severity with their advice, then the evidence."""
+from __future__ import annotations
+
+import re
+import time
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from diagnose.analysis import Diagnosis
+from diagnose.findings import Finding
+
+_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: object) -> str:
+    """Log-derived text for a terminal: control characters shown as `\\xNN`, never interpreted."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t is not None else "?"
+
+
+def _evidence(f: Finding) -> Text:
+    ev = f.evidence
+    parts = [f"{ev.count} of {ev.total}" if ev.total else f"{ev.count}"]
+    if ev.fraction is not None:
+        parts.append(f"({ev.fraction:.0%})")
+    if ev.span:
+        parts.append(f"from {_when(ev.span[0])} to {_when(ev.span[1])}")
+    if ev.lines:
+        parts.append("lines " + ", ".join(map(str, ev.lines[:8])) + (" ..." if len(ev.lines) > 8 else ""))
+    facts = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev.facts.items()
+                      if v is not None)
+    return Text(safe(" ".join(parts) + (f"; {facts}" if facts else "")), style="dim")
+
+
+def _finding(f: Finding) -> Panel:
+    body = [Text(safe(f.message))]
+    if f.flag:
+        change = f"{f.flag} {f.suggested or ''}".strip()
+        body.append(Text(safe(f"change: {change}" + (f"   (now: {f.current})" if f.current else "")), style="bold"))
+    elif f.suggested:
+        body.append(Text(safe(f"do: {f.suggested}"), style="bold"))
+    if f.tradeoff:
+        body.append(Text(safe(f"trade-off: {f.tradeoff}"), style="italic"))
+    body.append(_evidence(f))
+    title = Text(f"{f.severity.upper()}  {safe(f.title)}  [{f.id}]", style=_STYLE[f.severity])
+    return Panel(Group(*body), title=title, title_align="left", border_style=_STYLE[f.severity])
+
+
+def _config(d: Diagnosis) -> Table:
+    cfg = d.config
+    table = Table(title="Server (from the log)", show_header=False, box=None, title_justify="left")
+    rows = {
+        "era (guessed)": cfg.era, "device": cfg.device, "model": cfg.arg("model_path") or cfg.model_class,
+        "tp / dp": f"{cfg.tp_size} / {cfg.dp_size}", "max_total_num_tokens": cfg.max_total_num_tokens,
+        "max_running_requests": cfg.max_running_requests, "chunked_prefill_size": cfg.chunked_prefill_size,
+        "context_len": cfg.context_len, "available mem (GB)": cfg.available_mem_gb,
+        "GPU mem before weights (GB)": cfg.gpu_mem_gb, "weights per GPU (GB)": cfg.weight_mem_gb,
+    }
+    for k, v in rows.items():
+        if v is not None:
+            table.add_row(k, Text(safe(v)))
+    return table
+
+
+def _parsing(d: Diagnosis) -> Table:
+    table = Table(title="What was read", box=None, title_justify="left")
+    table.add_column("kind")
+    table.add_column("count", justify="right")
+    for kind, n in sorted(d.stats.kinds.items(), key=lambda kv: -kv[1]):
+        table.add_row(kind, str(n))
+    table.add_row("other lines", str(d.stats.other))
+    table.add_row("unread lines", str(d.stats.unread), style="red" if d.stats.unread else None)
+    return table
+
+
+def render(d: Diagnosis, console: Console) -> None:
+    """Print the report to `console`."""
+    status = d.worst or "ok"
+    console.print(Panel(Text(safe(d.verdict), style=_STYLE[status]), title="Verdict", title_align="left"))
+    for f in d.findings:
+        console.print(_finding(f))
+    if d.command:
+        console.print(Text("Corrected launch command:", style="bold"))
+        console.print(Text(safe(d.command)), soft_wrap=True)
+    for note in d.notes:
+        console.print(Text(safe(f"note: {note}"), style="dim"))
+    console.print(_config(d))
+    console.print(_parsing(d))
+    for line, text in d.stats.unread_examples[:5]:
+        console.print(Text(safe(f"  unread line {line}: {text[:160]}"), style="dim red"))
+    if d.metrics:
+        table = Table(title=f"Metrics ({safe(d.metrics.source)})", box=None, title_justify="left")
+        for k, v in d.metrics.quoted().items():
+            table.add_row(k, f"{v:.4g}")
+        console.print(table)

@@ -1,0 +1,227 @@
+"""Renders SGLang log lines of every era (LOG_FORMATS.md) from known values, and whole scenario logs."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+ERAS = ("0.1.14", "0.2.5", "0.2.15", "0.3.6", "0.4.3", "0.4.9", "0.5.3", "0.5.5", "0.5.23")
+T0 = 1762833987.0  # 2025-11-11 04:06:27 UTC
+
+
+def _v(era: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in era.split("."))
+
+
+@dataclass(frozen=True)
+class Rank:
+    tp: int = 0
+    dp: int | None = None
+    tp_size: int = 1
+    pp: int | None = None
+    ep: int | None = None
+
+
+def prefix(era: str, t: float, rank: Rank = Rank(), ms: bool = False, scheduler: bool = True) -> str:
+    """The logger prefix of `era` (LOG_FORMATS §1); the 0.2.5 `[gpu_id=N]` tag is added by the templates."""
+    v = _v(era)
+    if v < (0, 2, 15):
+        return ""
+    if v < (0, 3, 6):
+        return f"[{time.strftime('%H:%M:%S', time.gmtime(t))} TP{rank.tp}] "
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + (f".{int(t * 1000) % 1000:03d}" if ms else "")
+    if not scheduler:
+        return f"[{stamp}] "
+    if v < (0, 4, 9):
+        tags = (f" DP{rank.dp}" if rank.dp is not None else "") + f" TP{rank.tp}"
+    else:
+        tags = f" DP{rank.dp}" if rank.dp is not None else ""
+        tags += f" PP{rank.pp}" if rank.pp is not None else ""
+        tags += f" TP{rank.tp}" if rank.tp_size > 1 else ""
+        tags += f" EP{rank.ep}" if rank.ep is not None else ""
+    return f"[{stamp}{tags}] "
+
+
+def _gpu(era: str, rank: Rank) -> str:
+    return f"[gpu_id={rank.tp}] " if era == "0.2.5" else ""
+
+
+def decode(era: str, *, running: int, token: int, usage: float, throughput: float, queue: int,
+           graph: bool = True, it: int | None = None) -> str:
+    v = _v(era)
+    if v < (0, 2, 5):
+        return f"#running-req: {running}, #token: {token}, token usage: {usage:.2f}, #queue-req: {queue}"
+    head = f"#running-req: {running}, #token: {token}, token usage: {usage:.2f}, "
+    g = f"cuda graph: {graph}, " if v >= (0, 4, 9) else ""
+    tail = f"{g}gen throughput (token/s): {throughput:.2f}, #queue-req: {queue}"
+    if v < (0, 5, 5):
+        return f"Decode batch. {head}{tail}" + (", " if v >= (0, 5, 3) else "")
+    iters = f" [{it}]" if it is not None else ""
+    return f"Decode batch{iters}, {head}{tail}" + (", " if v < (0, 5, 23) else "")
+
+
+def prefill(era: str, *, new_seq: int, new_token: int, cached: int, running: int, queue: int,
+            usage: float = 0.0, token: int = 0, hit_rate: float = 0.0, pending: int = 0,
+            throughput: float = 0.0, graph: bool = False, mixed: int | None = None, it: int | None = None) -> str:
+    v = _v(era)
+    if v < (0, 2, 5):
+        return (f"new fill batch. #seq: {new_seq}. #cached_token: {cached}. #new_token: {new_token}. "
+                f"#remaining_req: {queue}. #running_req: {running}. tree_cache_hit_rate: {100 * hit_rate:.2f}%.")
+    seqs = f"#new-seq: {new_seq}, #new-token: {new_token}, #cached-token: {cached}, "
+    tail = f"#running-req: {running}, #queue-req: {queue}"
+    if v < (0, 3, 6):
+        label = f"Prefill batch(mixed #running-req: {mixed})." if mixed is not None else "Prefill batch."
+        return f"{label} {seqs}cache hit rate: {100 * hit_rate:.2f}%, {tail}"
+    if v < (0, 4, 9):
+        return f"Prefill batch. {seqs}cache hit rate: {100 * hit_rate:.2f}%, token usage: {usage:.2f}, {tail}"
+    if v < (0, 5, 3):
+        return f"Prefill batch. {seqs}#token: {token}, token usage: {usage:.2f}, {tail}"
+    if v < (0, 5, 5):
+        return f"Prefill batch. {seqs}token usage: {usage:.2f}, {tail}, "
+    iters = f" [{it}]" if it is not None else ""
+    if v < (0, 5, 23):
+        return f"Prefill batch{iters}, {seqs}token usage: {usage:.2f}, {tail}, "
+    return (f"Prefill batch{iters}, {seqs}#token: {token}, token usage: {usage:.2f}, {tail}, "
+            f"#pending-token: {pending}, cuda graph: {graph}, input throughput (token/s): {throughput:.2f}")
+
+
+def retract(era: str, *, k: int, old: float, new: float, aborted: int = 0, gained: int = 0) -> str:
+    v = _v(era)
+    ratio = f"#new_token_ratio: {old:.4f} -> {new:.4f}"
+    if v < (0, 2, 5):
+        return f"decode out of memory happened, #retracted_reqs: {k}, {ratio}"
+    if v < (0, 4, 9):
+        return f"Decode out of memory happened. #retracted_reqs: {k}, {ratio}"
+    head = f"KV cache pool is full. Retract requests. #retracted_reqs: {k}, "
+    if era == "0.5.3":
+        return f"{head}#aborted_retracted_reqs: {aborted}, {ratio}"
+    if v >= (0, 5, 23):
+        return f"{head}#new_tokens_gained: {gained}, {ratio}"
+    return head + ratio
+
+
+@dataclass(frozen=True)
+class Startup:
+    max_total: int = 665690
+    chunk: int = 8192
+    max_prefill: int = 16384
+    max_running: int = 4096
+    context_len: int = 65536
+    available: float = 6.5
+    gpu_mem: float = 78.5
+    weights: float = 15.1
+    kv_gb: float = 40.63
+    graph_mem: float = 0.81
+    device: str = "gpu"
+
+
+def startup(era: str, s: Startup = Startup(), tp: int = 0) -> list[str]:
+    """Load weight, KV pool, graph capture and the max_total_num_tokens line, in the era's forms."""
+    v = _v(era)
+    if v < (0, 2, 5):
+        return [f"Rank {tp}: load weight begin.", f"Rank {tp}: load weight end.",
+                f"Rank {tp}: max_total_num_token={s.max_total}, max_prefill_num_token={s.max_prefill}, "
+                f"context_len={s.context_len}, "]
+    after = s.gpu_mem - s.weights
+    usage = f", mem usage={s.weights:.2f} GB" if v >= (0, 4, 9) else ""
+    lines = [f"Load weight begin. avail mem={s.gpu_mem:.2f} GB",
+             f"Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem={after:.2f} GB{usage}."]
+    if v >= (0, 4, 9):
+        lines.append(f"KV Cache is allocated. #tokens: {s.max_total}, K size: {s.kv_gb / 2:.2f} GB, "
+                     f"V size: {s.kv_gb / 2:.2f} GB")
+    elif v >= (0, 4, 3):
+        lines.append(f"KV Cache is allocated. K size: {s.kv_gb / 2:.2f} GB, V size: {s.kv_gb / 2:.2f} GB.")
+    pool_avail = s.available + s.graph_mem
+    lines.append(f"Memory pool end. avail mem={pool_avail:.2f} GB")
+    if v >= (0, 4, 9):
+        lines.append(f"Capture cuda graph begin. This can take up to several minutes. avail mem={pool_avail:.2f} GB")
+        lines.append(f"Capture cuda graph end. Time elapsed: 12.34 s. mem usage={s.graph_mem:.2f} GB. "
+                     f"avail mem={s.available:.2f} GB.")
+    elif v >= (0, 4, 3):
+        lines.append("Capture cuda graph begin. This can take up to several minutes.")
+        lines.append("Capture cuda graph end. Time elapsed: 12.34 s")
+    key = "available_cpu_mem" if s.device == "cpu" else "available_gpu_mem"
+    if v >= (0, 4, 9):
+        lines.append(f"max_total_num_tokens={s.max_total}, chunked_prefill_size={s.chunk}, "
+                     f"max_prefill_tokens={s.max_prefill}, max_running_requests={s.max_running}, "
+                     f"context_len={s.context_len}, {key}={s.available:.2f} GB")
+    elif v >= (0, 4, 3):
+        lines.append(f"max_total_num_tokens={s.max_total}, chunked_prefill_size={s.chunk}, "
+                     f"max_prefill_tokens={s.max_prefill}, max_running_requests={s.max_running}, "
+                     f"context_len={s.context_len}")
+    else:
+        lines.append(f"max_total_num_tokens={s.max_total}, max_prefill_tokens={s.max_prefill}, "
+                     f"max_running_requests={s.max_running}, context_len={s.context_len}")
+    return lines
+
+
+def server_args(**args: object) -> str:
+    body = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    return f"server_args=ServerArgs({body})"
+
+
+def oom_block(phase: str, requested: int, available: int, evictable: int) -> list[str]:
+    label = "Prefill" if phase == "prefill" else "Decode"
+    return [
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2345, in run_scheduler_process',
+        "    scheduler.event_loop_overlap()",
+        f"RuntimeError: {label} out of memory. Try to lower your batch size.",
+        f"Try to allocate {requested} tokens.",
+        f"Available tokens: {available + evictable}",
+        f"self.token_to_kv_pool_allocator.available_size()={available}",
+        f"self.tree_cache.evictable_size()={evictable}",
+        "",
+    ]
+
+
+def watchdog(era: str, timeout: int = 300) -> str:
+    if _v(era) >= (0, 5, 23):
+        return f"Scheduler watchdog timeout (self.watchdog_timeout={timeout}, self.soft=False)"
+    return f"Watchdog timeout (self.watchdog_timeout={timeout})"
+
+
+def access(path: str = "/v1/chat/completions", status: int = 200, port: int = 54321) -> str:
+    return f'INFO:     127.0.0.1:{port} - "POST {path} HTTP/1.1" {status} OK'
+
+
+# -- scenarios ---------------------------------------------------------------------------------------
+
+@dataclass
+class Log:
+    """A log under construction: `add(t, message)` stamps a scheduler line in the era's format."""
+
+    era: str = "0.4.9"
+    rank: Rank = field(default_factory=Rank)
+    lines: list[str] = field(default_factory=list)
+    t: float = T0
+
+    def add(self, message: str, *, dt: float = 0.0, scheduler: bool = True, rank: Rank | None = None) -> Log:
+        self.t += dt
+        r = rank or self.rank
+        for i, part in enumerate(message.split("\n")):
+            if i == 0:
+                self.lines.append(prefix(self.era, self.t, r, scheduler=scheduler) + (_gpu(self.era, r) if scheduler else '') + part)
+            else:
+                self.lines.append(part)
+        return self
+
+    def start(self, s: Startup = Startup(), **args: object) -> Log:
+        if args:
+            self.add(server_args(**args), scheduler=False)
+        for line in startup(self.era, s, self.rank.tp):
+            self.add(line)
+        return self
+
+    def decode_series(self, n: int, *, every: float = 2.0, running: int | list[int] = 100,
+                      queue: int | list[int] = 0, usage: float | list[float] = 0.5, throughput: float | list[float] = 3000.0,
+                      graph: bool | list[bool] = True, max_total: int = 665690) -> Log:
+        def pick(x, i):
+            return x[i % len(x)] if isinstance(x, list) else x
+        for i in range(n):
+            u = pick(usage, i)
+            self.add(decode(self.era, running=pick(running, i), token=int(u * max_total), usage=u,
+                            throughput=pick(throughput, i), queue=pick(queue, i), graph=pick(graph, i)), dt=every)
+        return self
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
