@@ -115,7 +115,7 @@ def _batch(text: str) -> dict[str, Value]:
     return out
 
 
-_ACCESS = re.compile(r'(?P<client>\S+) - "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/(?P<http>[\d.]+)" (?P<status>\d{3})')
+_ACCESS = re.compile(r'(?P<client>\S{1,100}) - "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/(?P<http>[\d.]+)" (?P<status>\d{3})')
 
 
 def _access(text: str) -> dict[str, Value]:
@@ -144,14 +144,14 @@ def _oom(text: str) -> dict[str, Value]:
     return out
 
 
-_ASSIGN = re.compile(r"(?:self\.)?([A-Za-z_][\w.]*?)(?:\(\))?=(-?\d+(?:\.\d+)?)")
+_ASSIGN = re.compile(r"(?:self\.)?([A-Za-z_][\w.]{0,80}?)(?:\(\))?=(-?\d+(?:\.\d+)?)")
 
 
 def _assignments(text: str) -> dict[str, Value]:
     return {canonical(k.rsplit(".", 1)[-1]): value(v) for k, v in _ASSIGN.findall(text)}
 
 
-_WATCHDOG_NAME = re.compile(r"(\w+) watchdog timeout")
+_WATCHDOG_NAME = re.compile(r"(\w{1,40}) watchdog timeout")
 _SOFT = re.compile(r"soft=(True|False)")
 
 
@@ -165,8 +165,8 @@ def _watchdog(text: str) -> dict[str, Value]:
     return out
 
 
-_ERROR_LINE = re.compile(r"^\s*([\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$", re.M)
-_COMPONENT = re.compile(r"(\w+) hit an exception")
+_ERROR_LINE = re.compile(r"^\s*([\w.]{0,80}(?:Error|Exception|Interrupt|Exit)\b.*)$", re.M)
+_COMPONENT = re.compile(r"(\w{1,40}) hit an exception")
 
 
 def _exception(text: str) -> dict[str, Value]:
@@ -273,6 +273,8 @@ def parse_server_args(text: str) -> dict[str, Value]:
     """`ServerArgs(model_path='m', tp_size=2, ...)` or a `{'model_path': 'm', ...}` dict -> a dict.
     Values that are not plain literals (lists, enums, paths) are kept as their source text."""
     text = text.strip()
+    if text.startswith("server_args="):
+        text = text[len("server_args="):]
     dict_form = text.startswith("{")
     start = 1 if dict_form else text.find("(") + 1
     out: dict[str, Value] = {}

@@ -28,8 +28,8 @@ _RARE_PATTERNS = {
     "kv_alloc": r"KV Cache is allocated",
     "pool_end": r"Memory pool end",
     "graph_failed": r"Capture (?:cuda|CUDA) graph failed",
-    "graph_begin": r"Capture (?:[\w-]+ ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph begin",
-    "graph_end": r"Capture (?:[\w-]+ ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph end",
+    "graph_begin": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph begin",
+    "graph_end": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph end",
     "dist_init": r"Init torch distributed (?:begin|ends?)",
     "server_args": r"server_args=",
     "tokens_capped": r"max_total_tokens=-?\d+ is larger than the profiled",
@@ -38,14 +38,14 @@ _RARE_PATTERNS = {
     "not_enough_memory": r"Not enought? memory",
     "leak": r"leak detected|Warning: available_size=",
     "watchdog": r"[Ww]atchdog timeout",
-    "exception": r"(?:\w+ )?hit an exception|Traceback \(most recent call last\)",
+    "exception": r"(?:\w{1,40} )?hit an exception|Traceback \(most recent call last\)",
     "sigquit": r"Received sigquit",
     "decode": r"#running-req: \d",
 }
 _RARE = re.compile("|".join(f"(?P<{kind}>{p})" for kind, p in _RARE_PATTERNS.items()))
 _BLOCK_OPENERS = frozenset({"exception", "oom", "leak"})
 _CONTINUATION = re.compile(
-    r"^\s|^\w*(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|available_size|evictable_size"
+    r"^\s|^\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|available_size|evictable_size"
     r"|leak detected|During handling|The above exception"
 )
 

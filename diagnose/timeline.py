@@ -27,6 +27,8 @@ PLATEAU_QUANTILE = 0.9     # a segment's plateau is this quantile of its #runnin
 STEADY_FRACTION = 0.8      # a line is "loaded" at >= 80% of the plateau, or with a queue
 MIN_SEGMENT_LINES = 3      # shorter busy segments are all ramp
 BATCH_KINDS = ("decode", "prefill")
+NUMERIC = frozenset({"running_req", "queue_req", "token", "token_usage", "gen_throughput", "new_token",
+                     "cached_token", "new_seq", "cache_hit_rate", "input_throughput", "iter"})
 SERIES_KINDS = frozenset({"decode", "prefill", "retract", "oom", "watchdog", "exception", "leak", "access"})
 
 
@@ -67,10 +69,18 @@ class Timeline:
         return self.batches("decode", "steady")
 
     def busy_seconds(self, rank: str) -> float | None:
-        spans = [p for p in self.phases if p.rank == rank and p.phase != "idle"]
-        if not spans or any(p.start is None for p in spans):
-            return None
-        return sum((p.end or 0.0) - (p.start or 0.0) for p in spans)
+        """Wall time of `rank`'s busy segments (first to last decode line of each), None without times."""
+        total, start, end = 0.0, None, None
+        for p in (p for p in self.phases if p.rank == rank):
+            if p.start is None or p.end is None:
+                return None
+            if p.phase == "idle":
+                total += (end or 0.0) - (start or 0.0)
+                start = end = None
+                continue
+            start = p.start if start is None else start
+            end = p.end
+        return total + ((end or 0.0) - (start or 0.0)) if self.phases else None
 
     @property
     def span(self) -> tuple[float, float] | None:
@@ -158,11 +168,16 @@ def batch_frame(rows: list[Row]) -> pd.DataFrame:
         records.append(rec)
     df = pd.DataFrame.from_records(records)
     for col in df.columns:
-        if col not in ("kind", "rank", "cuda_graph") and df[col].dtype == object:
-            converted = pd.to_numeric(df[col], errors="coerce")
-            if converted.notna().sum() >= df[col].notna().sum() * 0.5:
-                df[col] = converted
+        if col in ("kind", "rank", "cuda_graph") or pd.api.types.is_numeric_dtype(df[col]):
+            continue
+        converted = pd.to_numeric(df[col].map(_number), errors="coerce")
+        if col in NUMERIC or converted.notna().sum() >= df[col].notna().sum() * 0.5:
+            df[col] = converted.astype(float)
     return df
+
+
+def _number(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _segments(times: np.ndarray) -> np.ndarray:

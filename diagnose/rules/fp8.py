@@ -25,8 +25,11 @@ def check(ctx: Context) -> list[Finding]:
     if frac < BOUND_FRACTION and not (rate is not None and rate > FREQUENT_PER_MIN):
         return []
     out = []
-    why = (f"the KV pool was >= {FULL_USAGE:.0%} full with requests waiting in {frac:.0%} of "
-           f"{len(steady)} steady decode lines")
+    if frac >= BOUND_FRACTION:
+        why = (f"the KV pool was >= {FULL_USAGE:.0%} full with requests waiting in {frac:.0%} of "
+               f"{len(steady)} steady decode lines")
+    else:
+        why = f"decode retracted requests {rate:.1f} times per busy minute"
     if "fp8" not in cfg.kv_cache_dtype:
         out.append(Finding(
             "fp8.kv_cache", "info", "Memory-bound: store the KV cache in fp8",
