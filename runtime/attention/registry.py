@@ -2,32 +2,56 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Callable
 
 import torch
 
 from runtime.attention.base import AttentionBackend
 
+logger = logging.getLogger("runtime")
 
-def _torch_native() -> AttentionBackend:
+BackendFactory = Callable[[torch.device], AttentionBackend]
+
+
+def _torch_native(device: torch.device) -> AttentionBackend:
     from runtime.attention.torch_native import TorchNativeBackend
 
     return TorchNativeBackend()
 
 
-_BACKENDS: dict[str, Callable[[], AttentionBackend]] = {"torch_native": _torch_native}
+def _triton(device: torch.device) -> AttentionBackend:
+    if importlib.util.find_spec("triton") is None:
+        raise RuntimeError("--attention-backend triton needs the `triton` package: pip install triton")
+    from runtime.attention.triton_backend import TritonBackend
+
+    return TritonBackend(device)
 
 
-def register_backend(name: str, factory: Callable[[], AttentionBackend]) -> None:
+def _flashinfer(device: torch.device) -> AttentionBackend:
+    from runtime.attention.flashinfer_backend import FlashInferBackend
+
+    return FlashInferBackend(device)
+
+
+_BACKENDS: dict[str, BackendFactory] = {"torch_native": _torch_native, "triton": _triton, "flashinfer": _flashinfer}
+
+
+def register_backend(name: str, factory: BackendFactory) -> None:
     _BACKENDS[name] = factory
 
 
+def flashinfer_available() -> bool:
+    return importlib.util.find_spec("flashinfer") is not None
+
+
 def resolve_backend_name(name: str, device: torch.device) -> str:
+    """`auto`: flashinfer when importable on CUDA, else triton on CUDA, torch_native elsewhere."""
     if name != "auto":
         return name
     if device.type != "cuda":
         return "torch_native"
-    if importlib.util.find_spec("flashinfer") is not None and "flashinfer" in _BACKENDS:
+    if flashinfer_available() and "flashinfer" in _BACKENDS:
         return "flashinfer"
     return "triton" if "triton" in _BACKENDS else "torch_native"
 
@@ -36,4 +60,7 @@ def create_backend(name: str, device: torch.device) -> AttentionBackend:
     resolved = resolve_backend_name(name, device)
     if resolved not in _BACKENDS:
         raise ValueError(f"--attention-backend {name}: unknown backend; available: {', '.join(sorted(_BACKENDS))}")
-    return _BACKENDS[resolved]()
+    backend = _BACKENDS[resolved](torch.device(device))
+    chosen = f"{resolved} (auto)" if name == "auto" else resolved
+    logger.info(f"Attention backend: {chosen}, device={device}")
+    return backend

@@ -1,0 +1,132 @@
+"""Attention with Triton kernels over the paged KV pool: split-KV decode and ragged causal extend.
+
+Per-batch metadata (CSR indptr/indices of every request's slots, KV splits, scratch for partial outputs) is built
+once in `init_forward_metadata` and shared by all layers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+import torch
+import triton
+
+from runtime.attention.base import AttentionBackend, AttentionLayer
+from runtime.attention.triton_ops.decode_attention import DecodeConfig, decode_attention
+from runtime.attention.triton_ops.extend_attention import ExtendConfig, extend_attention
+from runtime.attention.triton_ops.kv_indices import create_kv_indices
+from runtime.attention.triton_ops.kv_store import store_kv
+from runtime.attention.triton_ops.utils import KERNELS_INTERPRETED
+from runtime.forward_batch import ForwardBatch
+
+
+@dataclass
+class TritonDecodeMetadata:
+    kv_indptr: torch.Tensor  # [batch + 1] int32, CSR offsets into kv_indices
+    kv_indices: torch.Tensor  # [sum(seq_lens)] int32 slots, request by request
+    num_kv_splits: torch.Tensor  # [batch] int32, 1..max_kv_splits
+    max_kv_splits: int
+    scratch: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    def partials(self, num_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 partial outputs and log-sum-exps per split, allocated once per batch and reused by layers."""
+        key = (num_heads, head_dim)
+        if key not in self.scratch:
+            batch, device = self.num_kv_splits.numel(), self.kv_indices.device
+            out = torch.empty(batch, num_heads, self.max_kv_splits, head_dim, dtype=torch.float32, device=device)
+            lse = torch.empty(batch, num_heads, self.max_kv_splits, dtype=torch.float32, device=device)
+            self.scratch[key] = (out, lse)
+        return self.scratch[key]
+
+
+@dataclass
+class TritonExtendMetadata:
+    qo_indptr: torch.Tensor  # [batch + 1] int32, CSR offsets of each request's new tokens in the batch
+    kv_indptr: torch.Tensor  # [batch + 1] int32, CSR offsets into kv_indices (prefix + new tokens)
+    kv_indices: torch.Tensor  # [sum(seq_lens)] int32 slots
+    max_extend_len: int
+
+
+def check_triton_runnable(device: torch.device) -> None:
+    """Raise a clear error when Triton kernels cannot run on `device`."""
+    if device.type == "cpu" and not KERNELS_INTERPRETED:
+        raise RuntimeError(
+            "--attention-backend triton on CPU needs Triton's interpreter: set TRITON_INTERPRET=1 in the "
+            "environment before starting (slow; meant for tests), or use --attention-backend torch_native"
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise RuntimeError(f"--attention-backend triton supports CUDA devices, not {device.type}")
+
+
+class TritonBackend(AttentionBackend):
+    name = "triton"
+
+    def __init__(
+        self,
+        device: torch.device,
+        max_kv_splits: int = 16,
+        min_split_tokens: int = 256,
+        decode_config: DecodeConfig = DecodeConfig(),
+        extend_config: ExtendConfig = ExtendConfig(),
+    ) -> None:
+        check_triton_runnable(device)
+        self.max_kv_splits = max_kv_splits
+        self.min_split_tokens = min_split_tokens
+        self.decode_config = decode_config
+        self.extend_config = extend_config
+        # NOTE: splits only pay while batch × KV heads leaves SMs idle; two waves of programs are enough.
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+        self.target_programs = 2 * sms if sms else None
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        kv_indptr = _indptr(batch.seq_lens)
+        kv_indices = create_kv_indices(batch.req_to_token, batch.req_pool_indices, kv_indptr, sum(batch.seq_lens_cpu))
+        if batch.mode.is_decode:
+            max_splits = self._max_kv_splits(batch.batch_size, batch.kv_pool.k_buffer[0].shape[1])
+            splits = (batch.seq_lens + self.min_split_tokens - 1) // self.min_split_tokens
+            num_kv_splits = splits.clamp(1, max_splits).to(torch.int32)
+            batch.attn_metadata = TritonDecodeMetadata(kv_indptr, kv_indices, num_kv_splits, max_splits)
+        else:
+            qo_indptr = torch.tensor([0, *accumulate(batch.extend_seq_lens_cpu)], dtype=torch.int32,
+                                     device=kv_indptr.device)
+            max_extend_len = max(batch.extend_seq_lens_cpu, default=0)
+            batch.attn_metadata = TritonExtendMetadata(qo_indptr, kv_indptr, kv_indices, max_extend_len)
+
+    def _max_kv_splits(self, batch_size: int, num_kv_heads: int) -> int:
+        if self.target_programs is None:
+            return self.max_kv_splits
+        return max(1, min(self.max_kv_splits, triton.cdiv(self.target_programs, batch_size * num_kv_heads)))
+
+    def forward_decode(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
+        k_buffer, v_buffer = self._store(k, v, layer, batch)
+        meta: TritonDecodeMetadata = batch.attn_metadata
+        partial_out, partial_lse = meta.partials(layer.num_heads, layer.head_dim)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        decode_attention(
+            q, k_buffer, v_buffer, out, meta.kv_indptr, meta.kv_indices, meta.num_kv_splits,
+            partial_out, partial_lse, layer.scaling, self.decode_config,
+        )
+        return out
+
+    def forward_extend(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
+        k_buffer, v_buffer = self._store(k, v, layer, batch)
+        meta: TritonExtendMetadata = batch.attn_metadata
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        extend_attention(
+            q, k_buffer, v_buffer, out, meta.qo_indptr, meta.kv_indptr, meta.kv_indices,
+            meta.max_extend_len, layer.scaling, self.extend_config,
+        )
+        return out
+
+    @staticmethod
+    def _store(k, v, layer: AttentionLayer, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        k_buffer = batch.kv_pool.k_buffer[layer.layer_id]
+        v_buffer = batch.kv_pool.v_buffer[layer.layer_id]
+        store_kv(k_buffer, v_buffer, batch.out_cache_loc, k, v)
+        return k_buffer, v_buffer
+
+
+def _indptr(lengths: torch.Tensor) -> torch.Tensor:
+    indptr = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=lengths.device)
+    indptr[1:] = torch.cumsum(lengths, 0)
+    return indptr
