@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,7 +104,6 @@ class Parser:
         rows: list[Row] = []
         append = rows.append
         block = self._block
-        counts = {"decode": 0, "prefill": 0, "access": 0}
         no = first_line - 1
         for no, line in enumerate(lines, first_line):
             if block is not None:
@@ -129,20 +129,18 @@ class Parser:
                 stats.note_unread(no, line)
                 continue
             pre = line[:i]
-            try:
-                st = stamps[pre]
-            except KeyError:
+            st = stamps.get(pre)
+            if st is None:
                 st = self._stamp(pre)
-            counts[kind] += 1
             append((kind, no, st[0] if st[2] else self._dateless(st[0]), st[1], line, source))
-        kinds = stats.kinds
-        for kind, n in counts.items():
-            kinds[kind] += n
+        stats.kinds.update(map(itemgetter(0), rows))
         stats.lines = max(stats.lines, no)
         return rows
     def finish(self) -> list[Row]:
         """Rows of a multi-line record left open at the end of the source."""
-        return self._close_block() if self._block is not None else []
+        rows = self._close_block() if self._block is not None else []
+        self.stats.kinds.update(map(itemgetter(0), rows))
+        return rows
 
     def _rare(self, line: str, no: int) -> Row | None:
         m = _RARE.search(line)
@@ -163,7 +161,6 @@ class Parser:
         if kind == "decode" and ": " not in text:
             self.stats.note_unread(no, line)
             return None
-        self.stats.kinds[kind] += 1
         return (kind, no, st.time, st.rank, text, self.source)
 
     def _stamp(self, prefix: str) -> Stamp:
@@ -206,8 +203,6 @@ class Parser:
         if block.kind == "leak" and "leak detected" not in text:
             kinds = []
             self.stats.other += 1
-        for kind in kinds:
-            self.stats.kinds[kind] += 1
         return [(kind, block.line, block.stamp.time, block.stamp.rank, text, self.source) for kind in kinds]
 
 

@@ -46,8 +46,17 @@ def _rank(tags: str) -> str:
     return " ".join(tags.split())
 
 
+_FAST = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)((?: [A-Z][A-Z_]*\d+)*)\] $")
+
+
 def read_stamp(prefix: str) -> Stamp:
     """Time and rank from the text before a message; `NO_STAMP` parts where none can be read."""
+    fast = _FAST.match(prefix)
+    if fast is not None:
+        y, mo, d, h, mi, s, tags = fast.groups()
+        if 1 <= int(mo) <= 12 and 1 <= int(d) <= 31:
+            tod = int(h) * 3600 + int(mi) * 60 + int(s)
+            return Stamp(_midnight(int(y), int(mo), int(d)) + tod, tags.strip(), True)
     try:
         last = None
         for last in _TAG.finditer(prefix):
