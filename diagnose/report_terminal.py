@@ -27,13 +27,12 @@ def _when(t: float | None) -> str:
 
 def _evidence(f: Finding) -> Text:
     ev = f.evidence
-    parts = [f"{ev.count} of {ev.total}" if ev.total else f"{ev.count}"]
-    if ev.fraction is not None:
-        parts.append(f"({ev.fraction:.0%})")
+    parts = [f"evidence: {ev.count} of {ev.total} lines ({ev.fraction:.0%})" if ev.total
+             else f"evidence: {ev.count} record{'s' if ev.count != 1 else ''}"]
     if ev.span:
         parts.append(f"from {_when(ev.span[0])} to {_when(ev.span[1])}")
     if ev.lines:
-        parts.append("lines " + ", ".join(map(str, ev.lines[:8])) + (" ..." if len(ev.lines) > 8 else ""))
+        parts.append("at lines " + ", ".join(map(str, ev.lines[:8])) + (" ..." if len(ev.lines) > 8 else ""))
     facts = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev.facts.items()
                       if v is not None)
     return Text(safe(" ".join(parts) + (f"; {facts}" if facts else "")), style="dim")
