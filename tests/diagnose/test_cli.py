@@ -142,7 +142,7 @@ def test_script_tags_and_control_characters_are_reported_as_text(tmp_path) -> No
             "ValueError: <script>alert('x')</script>\x07\x1b]0;pwned\x07 [bold red]markup[/bold red]", dt=1)
     path = tmp_path / "evil.log"
     path.write_text(log.text())
-    text = runner.invoke(app, ["diagnose", str(path)])
+    text = runner.invoke(app, ["diagnose", str(path)], env={"COLUMNS": "300"})
     assert text.exit_code == 0, text.output
     assert "<script>alert('x')</script>" in text.stdout and "[bold red]markup[/bold red]" in text.stdout
     assert "\x07" not in text.stdout and "\x1b" not in text.stdout and "\\x07" in text.stdout
