@@ -1,13 +1,12 @@
-"""One HTTP session to the target: sends a prepared body, streams the reply, and fills in a `RequestOutcome`."""
+"""Sends one prepared request body and fills in its `RequestOutcome`: timings, tokens, or the kind of failure."""
 from __future__ import annotations
 
 import asyncio
 from time import perf_counter
 
-import aiohttp
-
 from bench.accounting import token_counts
 from bench.backends import ENDPOINTS, Backend, read_tokens
+from bench.http import HttpClient, ProtocolError
 from bench.outcome import CANCELLED, RequestOutcome
 from bench.sse import StreamError, split_events
 
@@ -17,44 +16,41 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 class Client:
-    """Streams requests to `base_url` with one pooled `aiohttp` session; never raises for a failed request."""
+    """Streams requests to `base_url`; `send` never raises for a failed request, it records the failure."""
 
     def __init__(self, base_url: str, backend: Backend, *, api_key: str | None = None,
                  request_timeout: float | None = None, tokenizer=None, keep_text: bool = False):
-        self.url = base_url.rstrip("/") + ENDPOINTS[backend]
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **auth_headers(api_key)}
+        self.http = HttpClient(base_url, headers)
+        self.path = ENDPOINTS[backend]
         self.backend = backend
-        self.headers = {"Content-Type": "application/json", **auth_headers(api_key)}
-        self.timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self.timeout = request_timeout
         self.tokenizer = tokenizer
         self.keep_text = keep_text
-        self.session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Client:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=self.timeout, auto_decompress=False)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        await self.session.close()
+        self.http.close()
 
     async def send(self, body: bytes, out: RequestOutcome) -> None:
         out.sent = perf_counter()
         try:
-            async with self.session.post(self.url, data=body, headers=self.headers) as resp:
-                if resp.status != 200:
-                    out.fail(f"http_{resp.status}", (await resp.text(errors="replace")).strip(), perf_counter())
-                    return
-                times, chunks = [], []
-                async for chunk in resp.content.iter_any():
-                    times.append(perf_counter())
-                    chunks.append(chunk)
-            self._account(out, times, chunks)
+            response = await self.http.post(self.path, body, self.timeout)
+            if response.status != 200:
+                message = response.body.decode("utf-8", "replace").strip()
+                out.fail(f"http_{response.status}", message, response.times[-1] if response.times else perf_counter())
+                return
+            self._account(out, response.times, response.chunks)
         except asyncio.CancelledError:
             out.fail(CANCELLED, "stopped before the response ended", perf_counter())
         except TimeoutError:
             out.fail("timeout", "no complete response within --request-timeout", perf_counter())
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:
             out.fail("connection", f"{type(exc).__name__}: {exc}", perf_counter())
+        except ProtocolError as exc:
+            out.fail("malformed_response", str(exc), perf_counter())
         except StreamError as exc:
             out.fail(exc.kind, str(exc), perf_counter())
 

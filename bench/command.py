@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench.arrivals import ARRIVALS
 from bench.backends import BACKENDS
+from bench import eventloop
 from bench.benchmark import RunSettings, Target, measure
 from bench.datasets import DATASETS, DatasetError, DatasetSpec
 from bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
@@ -59,6 +60,8 @@ def _check(opts: BenchOptions) -> None:
             raise UsageError(f"{flag} {value!r}: choose one of {', '.join(allowed)}")
     if not opts.base_url.startswith(("http://", "https://")):
         raise UsageError(f"--base-url {opts.base_url!r}: must start with http:// or https://")
+    if opts.dataset.path is not None and not opts.dataset.path.is_file():
+        raise UsageError(f"--dataset-path {opts.dataset.path}: no such file")
     if opts.sweep and opts.rate is not None:
         raise UsageError("--sweep finds its own rates; drop --rate")
     if opts.num_prompts is not None and opts.duration is not None:
@@ -133,10 +136,10 @@ def _run_step(step: Step, opts: BenchOptions, target: Target, settings: RunSetti
     label = f"rate {'inf' if math.isinf(workload.request_rate) else f'{workload.request_rate:g}'} req/s"
     if opts.progress and console.is_terminal:
         with _LiveProgress(console, label) as live:
-            measured = asyncio.run(measure(target, settings, workload, tokenizer, on_tick=live))
+            measured = eventloop.run(measure(target, settings, workload, tokenizer, on_tick=live))
     else:
         console.print(f"{label}: sending {len(workload)} requests")
-        measured = asyncio.run(measure(target, settings, workload, tokenizer))
+        measured = eventloop.run(measure(target, settings, workload, tokenizer))
     record = build_record(_config(opts, target, settings), measured, workload, slo_ms=slo_ms,
                           max_concurrency=settings.max_concurrency, server_log=opts.server_log,
                           details=opts.output_details)
@@ -155,7 +158,7 @@ def run(opts: BenchOptions, console: Console | None = None) -> int:
         _check(opts)
         rates = parse_rates(opts.rate) if opts.rate is not None else None
         slo_ms, extra_body = parse_slo(list(opts.slo)), parse_extra_body(opts.extra_request_body)
-        model = asyncio.run(resolve_model(opts.base_url, opts.backend, opts.model, opts.api_key))
+        model = eventloop.run(resolve_model(opts.base_url, opts.backend, opts.model, opts.api_key))
         tokenizer = _load_tokenizer(opts.tokenizer, console)
         if opts.tokenizer is None and model and "smollm" not in model.lower():
             console.print(f"note: prompts are measured with the embedded SmolLM2 tokenizer, not {model}'s; "
@@ -167,10 +170,10 @@ def run(opts: BenchOptions, console: Console | None = None) -> int:
         records = sweep(lambda step: _run_step(step, opts, target, settings, tokenizer, slo_ms, console),
                         rates, opts.sweep)
     except (UsageError, DatasetError, TargetError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}", highlight=False, markup=True)
         return 2
     except KeyboardInterrupt:
-        console.print("[yellow]stopped[/]")
+        Console(stderr=True).print("[yellow]stopped[/]")
         return 130
     if opts.output_file is not None:
         console.print(f"appended {len(records)} record(s) to {opts.output_file}")

@@ -74,7 +74,9 @@ def judge(outcomes: list[RequestOutcome], start: float, max_concurrency: int | N
         "send_lag_max_ms": _ms(lag, 100),
         "concurrency_wait_p99_ms": _ms(wait, 99),
     }
-    v["client_bottleneck"] = bool(not burst and sent and (
-        (ratio is not None and ratio < KEPT_UP_RATIO) or v["send_lag_p99_ms"] > LAG_TOLERANCE_MS))
+    # NOTE: a rate shortfall counts only once it amounts to real lateness; over a short span a millisecond of
+    # jitter on the last send would otherwise read as a slow client.
+    fell_behind = ratio is not None and ratio < KEPT_UP_RATIO and v["send_lag_max_ms"] > LAG_TOLERANCE_MS
+    v["client_bottleneck"] = bool(not burst and sent and (fell_behind or v["send_lag_p99_ms"] > LAG_TOLERANCE_MS))
     v["client_verdict"] = _sentence(v, len(sent), max_concurrency, burst) if sent else "No request was sent."
     return ClientVerdict(**v)

@@ -45,6 +45,8 @@ class Served:
     key: str
     received: float
     prompt_tokens: int
+    body: dict
+    path: str
     writes: list[float] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
 
@@ -85,7 +87,8 @@ class StubServer:
         return app
 
     async def start(self) -> StubServer:
-        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True,
+                                     shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
         return self
@@ -127,7 +130,7 @@ class StubServer:
         body = await request.json()
         key, prompt_tokens = _prompt_of(body)
         script = self.scripts.get(key, self.default)
-        served = Served(key, received, prompt_tokens)
+        served = Served(key, received, prompt_tokens, body, request.path)
         self.served.append(served)
         if script.status != 200:
             return web.json_response({"error": {"message": f"scripted {script.status}"}}, status=script.status)

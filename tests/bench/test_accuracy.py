@@ -1,0 +1,88 @@
+"""Every reported metric matches what the scripted stub really did: within 2 ms for times, exact for counts.
+
+The stub stamps each request's arrival and each chunk's write on the shared perf_counter clock, so the ground truth
+is the script as it was executed, not as it was asked for (asyncio sleeps overshoot by a millisecond or so).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from bench import eventloop
+from bench.benchmark import RunSettings, Target, measure
+from bench.datasets import Prompt
+from bench.metrics import itls, request_metrics, summarize
+from bench.outcome import RequestOutcome
+from bench.workload import Workload
+from tests.bench.stub import Script, StubServer
+
+TOLERANCE_S = 0.002
+NUM_REQUESTS = 12
+
+
+def _scripts(seed: int) -> dict[str, Script]:
+    rng = random.Random(seed)
+    scripts = {}
+    for i in range(NUM_REQUESTS):
+        chunks = [(0.0, rng.randint(1, 3))]
+        chunks += [(rng.uniform(0.002, 0.012), rng.randint(1, 3)) for _ in range(rng.randint(4, 14))]
+        scripts[f"request {i} " + "word " * rng.randint(1, 20)] = Script(ttft=rng.uniform(0.01, 0.05),
+                                                                            chunks=tuple(chunks))
+    return scripts
+
+
+async def _run(backend: str, scripts: dict[str, Script], tokenizer, continuous_usage: bool):
+    default = Script()
+    async with StubServer({k: _with_usage(s, continuous_usage) for k, s in scripts.items()}, default) as stub:
+        prompts = [Prompt(text, len(text.split()), s.output_len) for text, s in scripts.items()]
+        workload = Workload(prompts, np.arange(len(prompts)) * 0.02, 50.0, "constant")
+        target = Target(stub.base_url, backend, model="stub-model")
+        # NOTE: warm-up opens one keep-alive connection per request, so no timed request pays for a TCP connect,
+        # which the client rightly counts in TTFT but the server's clock cannot see.
+        settings = RunSettings(request_timeout=10, warmup_requests=len(prompts))
+        measured = await measure(target, settings, workload, tokenizer)
+        return measured.run, {served.key: served for served in stub.served}
+
+
+def _with_usage(script: Script, continuous: bool) -> Script:
+    return Script(ttft=script.ttft, chunks=script.chunks, continuous_usage=continuous)
+
+
+def _truth(out: RequestOutcome, served) -> RequestOutcome:
+    """The outcome as the server saw it: arrival to writes to the last write."""
+    return RequestOutcome(out.index, out.scheduled, served.prompt_tokens, dispatched=out.dispatched,
+                          sent=served.received, ended=served.writes[-1], token_times=served.writes,
+                          token_counts=served.counts, output_len=sum(served.counts))
+
+
+@pytest.mark.parametrize("backend, continuous_usage", [
+    ("sglang", True), ("openai", True), ("openai-chat", True), ("openai", False), ("openai-chat", False),
+])
+def test_every_metric_matches_the_scripted_ground_truth(backend, continuous_usage, embedded_tokenizer):
+    scripts = _scripts(seed=len(backend) + continuous_usage)
+    run, served = eventloop.run(_run(backend, scripts, embedded_tokenizer, continuous_usage))
+    keys = list(scripts)
+    truths = []
+    for out in run.outcomes:
+        key = keys[out.index]
+        script, truth = scripts[key], _truth(out, served[key])
+        truths.append(truth)
+        assert out.ok, out.message
+        assert out.output_len == script.output_len == truth.output_len
+        assert out.token_counts == [k for _, k in script.chunks] == truth.token_counts
+        assert out.input_len == len(key.split())
+        assert np.allclose(out.token_times, truth.token_times, rtol=0, atol=TOLERANCE_S)
+        measured, expected = request_metrics(out), request_metrics(truth)
+        assert measured.ttft == pytest.approx(expected.ttft, abs=TOLERANCE_S)
+        assert measured.e2e == pytest.approx(expected.e2e, abs=TOLERANCE_S)
+        assert measured.tpot == pytest.approx(expected.tpot, abs=TOLERANCE_S)
+        assert np.allclose(measured.itls, itls(truth.token_times, truth.token_counts), rtol=0, atol=TOLERANCE_S)
+    reported, expected = summarize(run.outcomes, run.duration), summarize(truths, run.duration)
+    for key, value in expected.items():
+        if key.endswith("_ms"):
+            assert reported[key] == pytest.approx(value, abs=TOLERANCE_S * 1000), key
+    exact = ("completed", "num_requests", "total_input_tokens", "total_output_tokens", "failed", "errors")
+    assert {k: reported[k] for k in exact} == {k: expected[k] for k in exact}
+    assert reported["completed"] == NUM_REQUESTS and reported["errors"] == {}

@@ -1,0 +1,88 @@
+"""Failed requests are counted by kind and the run goes on; Ctrl-C keeps what was measured."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from bench import eventloop
+from bench.benchmark import RunSettings, Target, measure
+from bench.datasets import Prompt
+from bench.metrics import summarize
+from bench.outcome import CANCELLED
+from bench.workload import Workload
+from tests.bench.stub import Script, StubServer, _free_port
+
+FAILURES = {
+    "five hundred": Script(status=500),
+    "service unavailable": Script(status=503),
+    "hangs forever": Script(hang=True),
+    "malformed stream": Script(malformed=True, chunks=((0.0, 1), (0.002, 1), (0.002, 1))),
+    "dropped mid stream": Script(drop=True, chunks=((0.0, 1), (0.002, 1), (0.002, 1), (0.002, 1))),
+    "error event": Script(error_event=True, chunks=((0.0, 1), (0.002, 1), (0.002, 1))),
+}
+
+
+def _workload(texts: list[str], gap: float = 0.005) -> Workload:
+    prompts = [Prompt(t, 2, 3) for t in texts]
+    return Workload(prompts, np.arange(len(prompts)) * gap, 1 / gap, "constant")
+
+
+@pytest.mark.parametrize("backend", ["sglang", "openai-chat"])
+def test_failures_are_counted_by_kind_and_never_stop_the_run(backend):
+    texts = [f"good {i}" for i in range(6)] + list(FAILURES)
+    texts = texts[::2] + texts[1::2]
+
+    async def run():
+        async with StubServer(FAILURES) as stub:
+            target = Target(stub.base_url, backend, model="stub-model")
+            return await measure(target, RunSettings(request_timeout=0.5, warmup_requests=0), _workload(texts))
+
+    run = eventloop.run(run()).run
+    summary = summarize(run.outcomes, run.duration)
+    assert summary["completed"] == 6 and summary["failed"] == 6
+    assert summary["errors"] == {"http_500": 1, "http_503": 1, "timeout": 1, "malformed_response": 1,
+                                 "connection": 1, "server_error": 1}
+    by_text = {texts[o.index]: o for o in run.outcomes}
+    assert "scripted 500" in by_text["five hundred"].message
+    assert "scripted failure" in by_text["error event"].message
+    assert by_text["hangs forever"].ended - by_text["hangs forever"].sent == pytest.approx(0.5, abs=0.2)
+    assert all(by_text[f"good {i}"].output_len == 2 for i in range(6))
+
+
+def test_refused_connections_are_connection_errors():
+    port = _free_port()
+
+    async def run():
+        target = Target(f"http://127.0.0.1:{port}", "openai", model="m")
+        return await measure(target, RunSettings(request_timeout=2, warmup_requests=1), _workload(["a", "b", "c"]))
+
+    measured = eventloop.run(run())
+    summary = summarize(measured.run.outcomes, measured.run.duration)
+    assert measured.warmup_failures == 1
+    assert summary["errors"] == {"connection": 3} and summary["completed"] == 0
+    assert all("Connect" in o.message or "refused" in o.message for o in measured.run.outcomes)
+
+
+def test_ctrl_c_cancels_in_flight_requests_and_keeps_the_finished_ones():
+    fast, slow = Script(ttft=0.005), Script(ttft=5.0)
+    texts = [f"fast {i}" for i in range(3)] + [f"slow {i}" for i in range(3)] + [f"late {i}" for i in range(3)]
+    scripts = {t: fast if t.startswith("fast") else slow for t in texts}
+    workload = Workload([Prompt(t, 2, 2) for t in texts], np.array([0, 0, 0, 0.05, 0.05, 0.05, 10, 10, 10.0]),
+                        1.0, "constant")
+
+    async def run():
+        async with StubServer(scripts) as stub:
+            asyncio.get_running_loop().call_later(0.4, os.kill, os.getpid(), signal.SIGINT)
+            target = Target(stub.base_url, "sglang")
+            return await measure(target, RunSettings(request_timeout=30, warmup_requests=0), workload)
+
+    run = eventloop.run(run()).run
+    assert run.interrupted and run.duration < 2.0
+    summary = summarize(run.outcomes, run.duration)
+    assert (summary["num_requests"], summary["completed"], summary["cancelled"], summary["failed"]) == (6, 3, 3, 0)
+    assert [o.error for o in run.outcomes[3:6]] == [CANCELLED] * 3
+    assert all(o.dispatched == 0 for o in run.outcomes[6:])
