@@ -48,8 +48,10 @@ class FlashInferBackend(AttentionBackend):
     def __init__(self, device: torch.device) -> None:
         check_flashinfer_usable(device)
         import flashinfer
+        from flashinfer.cascade import merge_state
 
         self._flashinfer = flashinfer
+        self._merge_state = merge_state
         self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self.ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
         self.paged_prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
@@ -90,7 +92,7 @@ class FlashInferBackend(AttentionBackend):
             return self.ragged.run(q, k, v)
         out_new, lse_new = self.ragged.run(q, k, v, return_lse=True)
         out_prefix, lse_prefix = self.paged_prefill.run(q, _paged_cache(batch, layer), return_lse=True)
-        out, _ = self._flashinfer.merge_state(out_new, lse_new, out_prefix, lse_prefix)
+        out, _ = self._merge_state(out_new, lse_new, out_prefix, lse_prefix)
         return out
 
     def _plan_extend(self, meta: FlashInferMetadata, layer: AttentionLayer, q_dtype, kv_dtype) -> None:

@@ -64,7 +64,7 @@ class TritonBackend(AttentionBackend):
     def __init__(
         self,
         device: torch.device,
-        max_kv_splits: int = 16,
+        max_kv_splits: int = 32,
         min_split_tokens: int = 256,
         decode_config: DecodeConfig = DecodeConfig(),
         extend_config: ExtendConfig = ExtendConfig(),
@@ -74,15 +74,16 @@ class TritonBackend(AttentionBackend):
         self.min_split_tokens = min_split_tokens
         self.decode_config = decode_config
         self.extend_config = extend_config
-        # NOTE: splits only pay while batch × KV heads leaves SMs idle; two waves of programs are enough.
+        # NOTE: splits only pay while batch × KV heads leaves SMs idle; ~4 programs per SM are enough.
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
-        self.target_programs = 2 * sms if sms else None
+        self.target_programs = 4 * sms if sms else None
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         kv_indptr = _indptr(batch.seq_lens)
         kv_indices = create_kv_indices(batch.req_to_token, batch.req_pool_indices, kv_indptr, sum(batch.seq_lens_cpu))
         if batch.mode.is_decode:
-            max_splits = self._max_kv_splits(batch.batch_size, batch.kv_pool.k_buffer[0].shape[1])
+            max_splits = self._max_kv_splits(batch.batch_size, batch.kv_pool.k_buffer[0].shape[1],
+                                             max(batch.seq_lens_cpu))
             splits = (batch.seq_lens + self.min_split_tokens - 1) // self.min_split_tokens
             num_kv_splits = splits.clamp(1, max_splits).to(torch.int32)
             batch.attn_metadata = TritonDecodeMetadata(kv_indptr, kv_indices, num_kv_splits, max_splits)
@@ -92,10 +93,12 @@ class TritonBackend(AttentionBackend):
             max_extend_len = max(batch.extend_seq_lens_cpu, default=0)
             batch.attn_metadata = TritonExtendMetadata(qo_indptr, kv_indptr, kv_indices, max_extend_len)
 
-    def _max_kv_splits(self, batch_size: int, num_kv_heads: int) -> int:
-        if self.target_programs is None:
-            return self.max_kv_splits
-        return max(1, min(self.max_kv_splits, triton.cdiv(self.target_programs, batch_size * num_kv_heads)))
+    def _max_kv_splits(self, batch_size: int, num_kv_heads: int, max_seq_len: int) -> int:
+        """Splits per request at most: enough to fill the GPU, none shorter than min_split_tokens."""
+        cap = min(self.max_kv_splits, triton.cdiv(max_seq_len, self.min_split_tokens))
+        if self.target_programs is not None:
+            cap = min(cap, triton.cdiv(self.target_programs, batch_size * num_kv_heads))
+        return max(1, cap)
 
     def forward_decode(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         k_buffer, v_buffer = self._store(k, v, layer, batch)

@@ -110,5 +110,6 @@ def extend_attention(
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         head_dim,
         GROUP=num_heads // k_buffer.shape[1], BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_D=block_d,
-        FP32_DOT=exact_fp32_dot(q.dtype), num_warps=4 if block_d <= 64 else 8, num_stages=config.num_stages,
+        FP32_DOT=exact_fp32_dot(q.dtype), num_warps=4 if block_d <= 64 else 8,
+        num_stages=1 if q.element_size() == 4 else config.num_stages,  # float32 tiles: keep shared memory small
     )
