@@ -1,0 +1,36 @@
+"""SGLang's log format: `[YYYY-mm-dd HH:MM:SS] message`, optionally tee'd to `--log-file`."""
+from __future__ import annotations
+
+import logging
+import sys
+
+LOG_FORMAT = "[%(asctime)s%(rank_tag)s] %(message)s"
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+class _RankTag(logging.Filter):
+    def __init__(self, tag: str) -> None:
+        super().__init__()
+        self.tag = tag
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank_tag = self.tag
+        return True
+
+
+def configure_logging(level: str = "info", log_file: str | None = None, rank_tag: str = "") -> None:
+    """Route the `runtime` logger (and friends) to stderr and, with --log-file, to that file too."""
+    formatter = logging.Formatter(LOG_FORMAT, datefmt=DATE_FORMAT)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    root = logging.getLogger("runtime")
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        handler.addFilter(_RankTag(rank_tag))
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+    root.propagate = False

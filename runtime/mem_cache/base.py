@@ -1,0 +1,51 @@
+"""The prefix-cache interface (match, lock, insert, evict, size, integrity), shared by the radix cache and the
+no-op cache used with --disable-radix-cache."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple
+
+import torch
+
+
+class MatchResult(NamedTuple):
+    indices: torch.Tensor  # KV slots of the matched prefix
+    last_node: Any  # lock handle for the matched prefix
+
+
+class PrefixCache(ABC):
+    @abstractmethod
+    def match_prefix(self, key: list[int]) -> MatchResult:
+        """Longest cached prefix of `key` (page-aligned)."""
+
+    @abstractmethod
+    def insert(self, key: list[int], value: torch.Tensor) -> int:
+        """Cache `value` slots for tokens `key`; returns how many leading tokens were cached already."""
+
+    @abstractmethod
+    def inc_lock_ref(self, node: Any) -> None:
+        """Protect the prefix ending at `node` from eviction."""
+
+    @abstractmethod
+    def dec_lock_ref(self, node: Any) -> None: ...
+
+    @abstractmethod
+    def evict(self, num_tokens: int) -> int:
+        """Free at least `num_tokens` unreferenced cached tokens, least recently used first; returns freed."""
+
+    @abstractmethod
+    def evictable_size(self) -> int: ...
+
+    @abstractmethod
+    def protected_size(self) -> int: ...
+
+    @abstractmethod
+    def reset(self) -> None: ...
+
+    @abstractmethod
+    def check_integrity(self) -> None:
+        """Raise AssertionError if the tree's size bookkeeping disagrees with its contents."""
+
+    @property
+    def disabled(self) -> bool:
+        return False

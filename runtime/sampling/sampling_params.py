@@ -1,0 +1,104 @@
+"""Per-request sampling and stopping parameters, validated with messages that name the field."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+DEFAULT_MAX_NEW_TOKENS = 128
+_GREEDY_EPS = 1e-6
+
+
+class SamplingParamsError(ValueError):
+    """An invalid sampling parameter; `.param` names the field."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    seed: int | None = None
+    n: int = 1
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SamplingParams:
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SamplingParamsError(unknown[0], f"unknown sampling parameter {unknown[0]!r}")
+        if isinstance(data.get("stop"), str):
+            data["stop"] = [data["stop"]]
+        for name in ("stop", "stop_token_ids"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        params = cls(**data)
+        params.verify()
+        return params
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature < _GREEDY_EPS or self.top_k == 1
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.frequency_penalty != 0 or self.presence_penalty != 0 or self.repetition_penalty != 1
+
+    @property
+    def stop_str_max_len(self) -> int:
+        return max((len(s) for s in self.stop), default=0)
+
+    def verify(self) -> None:
+        _expect_int("max_new_tokens", self.max_new_tokens, minimum=0)
+        _expect_number("temperature", self.temperature, 0.0, None)
+        _expect_number("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _expect_int("top_k", self.top_k, minimum=-1)
+        if self.top_k == 0:
+            raise SamplingParamsError("top_k", "top_k must be -1 (disabled) or at least 1, got 0")
+        _expect_number("min_p", self.min_p, 0.0, 1.0)
+        _expect_number("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        _expect_number("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        _expect_number("repetition_penalty", self.repetition_penalty, 0.0, 2.0, low_open=True)
+        _expect_int("n", self.n, minimum=1)
+        if self.seed is not None:
+            _expect_int("seed", self.seed, minimum=None)
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            raise SamplingParamsError("stop", "stop must be a non-empty string or a list of non-empty strings")
+        if not isinstance(self.stop_token_ids, list) or not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
+            raise SamplingParamsError("stop_token_ids", "stop_token_ids must be a list of non-negative integers")
+        for name in ("ignore_eos", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                raise SamplingParamsError(name, f"{name} must be a boolean")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _expect_int(name: str, value: Any, minimum: int | None) -> None:
+    if not _is_int(value):
+        raise SamplingParamsError(name, f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise SamplingParamsError(name, f"{name} must be >= {minimum}, got {value}")
+
+
+def _expect_number(name: str, value: Any, low: float, high: float | None, low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise SamplingParamsError(name, f"{name} must be a number, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    if too_low or (high is not None and value > high):
+        bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
+        raise SamplingParamsError(name, f"{name} must be in {bounds}, got {value}")

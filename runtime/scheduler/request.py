@@ -1,0 +1,108 @@
+"""A request's state inside the scheduler: its tokens, its place in the KV cache, and why it finished."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from runtime.sampling.sampling_params import SamplingParams
+
+FinishKind = Literal["stop", "length", "abort"]
+_NO_SLOTS = torch.empty(0, dtype=torch.int64)
+
+
+@dataclass(frozen=True)
+class FinishReason:
+    kind: FinishKind
+    matched: int | str | None = None  # the stop token id or stop string that ended the request
+    message: str | None = None  # why an abort happened
+
+    def to_json(self) -> dict[str, Any]:
+        """SGLang's `meta_info.finish_reason`."""
+        if self.kind == "length":
+            return {"type": "length", "length": self.matched}
+        if self.kind == "abort":
+            return {"type": "abort", "message": self.message}
+        return {"type": "stop", "matched": self.matched}
+
+
+@dataclass(eq=False)
+class Req:
+    rid: str
+    origin_input_ids: list[int]
+    sampling_params: SamplingParams
+    eos_token_ids: frozenset[int] = frozenset()
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    # KV-cache state: fill_ids = the tokens this round makes resident; prefix_indices = slots already resident
+    fill_ids: list[int] = field(default_factory=list)
+    prefix_indices: torch.Tensor = _NO_SLOTS
+    last_node: Any = None
+    extend_input_len: int = 0
+    req_pool_idx: int | None = None
+    is_chunked: int = 0  # > 0 while a prefill chunk is in flight and more chunks follow
+    already_computed: int = 0
+    cached_tokens: int = 0
+    is_retracted: bool = False
+    finished_reason: FinishReason | None = None
+    to_abort: str | None = None
+    # outputs
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    created_time: float = field(default_factory=time.perf_counter)
+    first_token_time: float | None = None
+    tail_text: Any = None  # decode(ids) → str, set by the scheduler for stop-string checks
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_reason is not None
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    def init_next_round_input(self, tree_cache=None) -> None:
+        """Tokens to make resident this round, and (with a cache) the longest cached prefix of them."""
+        self.fill_ids = self.origin_input_ids + self.output_ids
+        if tree_cache is not None:
+            self.prefix_indices, self.last_node = tree_cache.match_prefix(self.max_prefix_ids())
+        self.extend_input_len = len(self.fill_ids) - len(self.prefix_indices)
+
+    def max_prefix_ids(self) -> list[int]:
+        # NOTE: matching stops one token short of the input so at least one token is computed for the logits.
+        self.fill_ids = self.origin_input_ids + self.output_ids
+        return self.fill_ids[: max(len(self.fill_ids) - 1, 0)]
+
+    def reset_for_retract(self) -> None:
+        self.prefix_indices = _NO_SLOTS
+        self.last_node = None
+        self.extend_input_len = 0
+        self.req_pool_idx = None
+        self.is_retracted = True
+        self.already_computed = 0
+
+    def check_finished(self) -> None:
+        if self.finished:
+            return
+        if self.to_abort is not None:
+            self.finished_reason = FinishReason("abort", message=self.to_abort)
+            return
+        params = self.sampling_params
+        if len(self.output_ids) >= params.max_new_tokens:
+            self.finished_reason = FinishReason("length", matched=params.max_new_tokens)
+            return
+        last = self.output_ids[-1]
+        if last in params.stop_token_ids or (not params.ignore_eos and last in self.eos_token_ids):
+            self.finished_reason = FinishReason("stop", matched=last)
+            return
+        if params.stop and self.tail_text is not None:
+            # NOTE: every token decodes to at least one character, so max_len + 1 tokens cover any stop string
+            # that ends in the newest token, also one that spans token boundaries.
+            tail = self.tail_text(self.output_ids[-(params.stop_str_max_len + 1) :])
+            for stop in params.stop:
+                if stop in tail:
+                    self.finished_reason = FinishReason("stop", matched=stop)
+                    return

@@ -1,0 +1,41 @@
+"""Which running requests a decode step retracts when the KV pool is full, and the ratio it leaves behind
+(SGLang's `retract_decode`, LOG_FORMATS §8)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from runtime.scheduler.request import Req
+
+RETRACT_DECODE_STEPS = 20
+
+
+def retraction_order(reqs: list[Req]) -> list[int]:
+    """Indices sorted so that popping from the end yields the next victim: fewest generated tokens first,
+    ties to the longest prompt."""
+    order = list(range(len(reqs)))
+    order.sort(key=lambda i: (len(reqs[i].output_ids), -len(reqs[i].origin_input_ids)), reverse=True)
+    return order
+
+
+def choose_victims(
+    reqs: list[Req], available: Callable[[], int], release: Callable[[Req, int], None]
+) -> tuple[list[int], list[int]]:
+    """Retract until the pool can hold RETRACT_DECODE_STEPS more tokens for every remaining request; at least
+    one request is retracted and the last one never is. Returns (kept indices, retracted indices)."""
+    order = retraction_order(reqs)
+    retracted: list[int] = []
+    while available() < RETRACT_DECODE_STEPS * len(order) or not retracted:
+        if len(order) == 1:
+            break
+        victim = order.pop()
+        retracted.append(victim)
+        release(reqs[victim], len(order))
+    return order, retracted
+
+
+def ratio_after_retraction(remaining: list[Req]) -> float:
+    decoded = sum(len(r.output_ids) for r in remaining)
+    max_new = sum(r.sampling_params.max_new_tokens for r in remaining)
+    if max_new == 0:
+        return 1.0
+    return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(remaining)) / max_new)

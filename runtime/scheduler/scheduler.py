@@ -1,0 +1,433 @@
+"""Continuous batching with SGLang's semantics: prefill batches built by the admission adder take priority,
+otherwise the running batch decodes; retraction when the KV pool runs dry; an integrity check when idle.
+
+`step()` is one iteration of SGLang's event loop. It does no I/O: the offline Engine calls it directly and the
+server's scheduler process calls it between reading requests from and writing outputs to the front end.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtime.forward_batch import ForwardMode
+from runtime.mem_cache.base import PrefixCache
+from runtime.mem_cache.radix_cache import NoPrefixCache, RadixCache
+from runtime.mem_cache.request_cache import RequestCache
+from runtime.model_runner import ModelRunner
+from runtime.sampling.sampler import Sampler, SampleOutput, TokenHistory
+from runtime.sampling.sampling_params import SamplingParams
+from runtime.scheduler.new_token_ratio import NewTokenRatio
+from runtime.scheduler.policy import SchedulePolicy
+from runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, clipped_max_new
+from runtime.scheduler.request import FinishReason, Req
+from runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims, ratio_after_retraction
+from runtime.scheduler.schedule_batch import KVMemory, ScheduleBatch
+from runtime.scheduler.stats_log import SchedulerStats, StatsLogger
+from runtime.server_args import ServerArgs
+
+logger = logging.getLogger("runtime")
+
+
+@dataclass(frozen=True)
+class GenerateInput:
+    """A tokenized request as the scheduler receives it."""
+
+    rid: str
+    input_ids: list[int]
+    sampling_params: SamplingParams
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+
+
+@dataclass(frozen=True)
+class TokenOutput:
+    """One request's progress in one step: a new token, a finish, or both."""
+
+    rid: str
+    token_id: int | None
+    finished_reason: FinishReason | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
+
+
+def context_length_error(input_len: int, max_new_tokens: int, context_len: int) -> str | None:
+    """SGLang's length validation; None when the request fits the context."""
+    if input_len >= context_len:
+        return (f"The input ({input_len} tokens) is longer than the model's context length "
+                f"({context_len} tokens).")
+    if input_len + max_new_tokens >= context_len:
+        return (f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
+                f"You requested a total of {input_len + max_new_tokens} tokens: {input_len} tokens from the input "
+                f"and {max_new_tokens} tokens for the completion.")
+    return None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        args: ServerArgs,
+        runner: ModelRunner,
+        eos_token_ids: frozenset[int] = frozenset(),
+        decode_text: Callable[[list[int]], str] | None = None,
+    ) -> None:
+        self.args = args
+        self.runner = runner
+        self.eos_token_ids = eos_token_ids
+        self.decode_text = decode_text
+        self.context_len = runner.context_len
+        self.max_total_num_tokens = runner.max_total_num_tokens
+        self.tree_cache = self._make_tree_cache()
+        self.memory = KVMemory(runner.req_to_token_pool, runner.allocator, self.tree_cache)
+        self.req_cache = RequestCache(self.tree_cache, runner.req_to_token_pool, runner.allocator)
+        self.policy = SchedulePolicy(args.schedule_policy, self.tree_cache, seed=args.random_seed or 0)
+        self.ratio = NewTokenRatio.from_conservativeness(args.schedule_conservativeness)
+        self.max_running_requests = min(
+            args.max_running_requests or self.max_total_num_tokens // 2, runner.req_to_token_pool.size
+        )
+        self.chunked_prefill_size = args.chunked_prefill_size if args.chunked_prefill_enabled else None
+        self.waiting: list[Req] = []
+        self.running = ScheduleBatch([])
+        self.chunked_req: Req | None = None
+        self.sampler = Sampler(runner.device)
+        self.stats_log = StatsLogger(self.max_total_num_tokens, args.decode_log_interval)
+        self._outputs: list[TokenOutput] = []
+        self._checked_since_idle = True
+        self.forward_seconds = 0.0
+        logger.info(
+            f"max_total_num_tokens={self.max_total_num_tokens}, chunked_prefill_size={args.chunked_prefill_size}, "
+            f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={self.max_running_requests}, "
+            f"context_len={self.context_len}, {runner.mem_key}={runner.avail_after_pool:.2f} GB"
+        )
+
+    def _make_tree_cache(self) -> PrefixCache:
+        if self.args.disable_radix_cache:
+            return NoPrefixCache(self.runner.device)
+        return RadixCache(self.runner.allocator.free, self.args.page_size, self.runner.device)
+
+    # ---- requests in ----
+    def add_request(self, inp: GenerateInput) -> None:
+        req = Req(
+            rid=inp.rid, origin_input_ids=list(inp.input_ids), sampling_params=inp.sampling_params,
+            eos_token_ids=self.eos_token_ids, return_logprob=inp.return_logprob,
+            top_logprobs_num=inp.top_logprobs_num, tail_text=self.decode_text,
+        )
+        error = "the prompt is empty" if not req.origin_input_ids else context_length_error(
+            len(req.origin_input_ids), req.sampling_params.max_new_tokens, self.context_len
+        )
+        if error is not None:
+            self._finish_unscheduled(req, error)
+            return
+        self.waiting.append(req)
+
+    def abort_request(self, rid: str, message: str = "aborted by the client") -> None:
+        for req in self._live_requests():
+            if req.rid == rid and not req.finished:
+                req.to_abort = message
+
+    def _live_requests(self) -> list[Req]:
+        live = self.waiting + self.running.reqs
+        return live + [self.chunked_req] if self.chunked_req is not None else live
+
+    # ---- the loop ----
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running.reqs or self.chunked_req)
+
+    def step(self) -> list[TokenOutput]:
+        """Run one prefill or decode batch if there is one; otherwise do the idle checks."""
+        self._apply_aborts()
+        batch = self._next_batch()
+        if batch is None:
+            self._on_idle()
+        else:
+            self._checked_since_idle = False
+            self._run(batch)
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def _next_batch(self) -> ScheduleBatch | None:
+        batch = self._new_prefill_batch()
+        if batch is not None:
+            return batch
+        if self.running.is_empty:
+            return None
+        return self._update_running_batch()
+
+    def _run(self, batch: ScheduleBatch) -> None:
+        start = time.perf_counter()
+        logits = self.runner.forward(batch.forward_batch(self.runner.req_to_token_pool, self.runner))
+        if batch.mode is ForwardMode.EXTEND:
+            self._process_prefill(batch, logits)
+        else:
+            self._process_decode(batch, logits)
+        self.forward_seconds += time.perf_counter() - start
+
+    # ---- prefill ----
+    def _new_prefill_batch(self) -> ScheduleBatch | None:
+        # NOTE: an empty running batch is never full: with nothing running the whole pool is admissible.
+        full = self.running.batch_is_full and not self.running.is_empty
+        if (full or not self.waiting) and self.chunked_req is None:
+            return None
+        running_bs = len(self.running)
+        if running_bs >= self.max_running_requests and self.chunked_req is None:
+            self.running.batch_is_full = True
+            return None
+        mixed = self.args.enable_mixed_chunk and not self.running.is_empty
+        prefix_matched = self.policy.sort(self.waiting)
+        adder = PrefillAdder(
+            self.tree_cache, self.runner.allocator, self.running.reqs, self.ratio.value,
+            self.args.max_prefill_tokens, self.chunked_prefill_size, running_bs if mixed else 0,
+        )
+        if self.chunked_req is not None:
+            self.chunked_req.init_next_round_input()
+            self.chunked_req = adder.add_chunked_req(self.chunked_req)
+        self._admit_waiting(adder, running_bs, prefix_matched)
+        if not adder.can_run_list:
+            self._abort_if_never_fits()
+            return None
+        return self._build_prefill_batch(adder, running_bs, mixed)
+
+    def _admit_waiting(self, adder: PrefillAdder, running_bs: int, prefix_matched: bool) -> None:
+        for req in self.waiting:
+            if running_bs + len(adder.can_run_list) >= self.max_running_requests:
+                self.running.batch_is_full = True
+                break
+            if not prefix_matched:
+                req.init_next_round_input(self.tree_cache)
+            result = adder.add_one_req(req)
+            if result is not AddReqResult.CONTINUE:
+                if result is AddReqResult.NO_TOKEN:
+                    self.running.batch_is_full = True
+                break
+
+    def _build_prefill_batch(self, adder: PrefillAdder, running_bs: int, mixed: bool) -> ScheduleBatch:
+        admitted = set(map(id, adder.can_run_list))
+        self.waiting = [r for r in self.waiting if id(r) not in admitted]
+        if adder.new_chunked_req is not None:
+            self.chunked_req = adder.new_chunked_req
+        if self.chunked_req is not None:
+            self.chunked_req.is_chunked += 1
+        used, usage = self._token_usage()
+        self.stats_log.log_prefill(
+            len(adder.can_run_list), adder.log_input_tokens, adder.log_hit_tokens, used, usage,
+            running_bs, len(self.waiting),
+        )
+        batch = ScheduleBatch(list(adder.can_run_list))
+        batch.prepare_for_extend(self.memory)
+        if mixed:
+            self._drop_from_running()
+            if not self.running.is_empty:
+                self.running.prepare_for_decode(self.memory)
+                batch.mix_with_running(self.running)
+                self.running = ScheduleBatch([])
+        return batch
+
+    def _abort_if_never_fits(self) -> None:
+        """With nothing running, the whole pool is free or evictable: a head request that still does not fit
+        never will."""
+        if not self.running.is_empty or self.chunked_req is not None or not self.waiting:
+            return
+        req = self.waiting[0]
+        if self.tree_cache.protected_size() > 0:
+            return
+        needed = req.extend_input_len + clipped_max_new(req)
+        if needed >= self.max_total_num_tokens:
+            self.waiting.pop(0)
+            self._finish_unscheduled(req, (
+                f"the request needs {needed} KV tokens (input {req.extend_input_len} + max_new_tokens "
+                f"{clipped_max_new(req)}) but the KV pool holds {self.max_total_num_tokens}; raise "
+                "--max-total-tokens or --mem-fraction-static, or lower max_new_tokens"
+            ))
+
+    def _process_prefill(self, batch: ScheduleBatch, logits) -> None:
+        producing = [i for i, r in enumerate(batch.reqs) if r.is_chunked == 0]
+        sample = self._sample(logits[producing], [batch.reqs[i] for i in producing]) if producing else None
+        decoding = set(map(id, batch.decoding_reqs))
+        for j, i in enumerate(producing):
+            req = batch.reqs[i]
+            self._append_token(req, sample, j)
+            if req.finished:
+                self.req_cache.cache_finished_req(req)
+            elif id(req) not in decoding:
+                self.req_cache.cache_unfinished_req(req)
+        if self.chunked_req is not None:
+            self.chunked_req.is_chunked -= 1
+            self.req_cache.cache_unfinished_req(self.chunked_req)
+            self.runner.req_to_token_pool.free(self.chunked_req.req_pool_idx)
+            self.chunked_req.req_pool_idx = None
+        batch.filter([r for r in batch.reqs if not r.finished and r is not self.chunked_req])
+        self.running.merge(batch)
+        self.running.mode = ForwardMode.DECODE
+
+    # ---- decode ----
+    def _update_running_batch(self) -> ScheduleBatch | None:
+        self._drop_from_running()
+        if self.running.is_empty:
+            return None
+        if not self._check_decode_mem():
+            self._retract()
+            if not self._check_decode_mem():
+                self._abort_lone_request()
+                return None
+        else:
+            self.ratio.step_decay()
+        self.running.prepare_for_decode(self.memory)
+        return self.running
+
+    def _drop_from_running(self, keep: list[Req] | None = None) -> None:
+        """Remove finished (or all but `keep`) requests; a smaller batch may admit again."""
+        before = len(self.running)
+        self.running.filter(keep)
+        if len(self.running) < before:
+            self.running.batch_is_full = False
+
+    def _check_decode_mem(self) -> bool:
+        needed = self.running.new_pages_next_decode(self.memory.page_size) * self.memory.page_size
+        self.memory.evict_if_needed(needed)
+        return self.runner.allocator.available_size() >= needed
+
+    def _retract(self) -> None:
+        reqs = self.running.reqs
+        old_ratio = self.ratio.value
+
+        def release(req: Req, remaining: int) -> None:
+            self.req_cache.release_without_caching(req, req.seq_len - 1)
+            req.reset_for_retract()
+            shortfall = remaining * RETRACT_DECODE_STEPS - self.runner.allocator.available_size()
+            if shortfall > 0:
+                self.tree_cache.evict(shortfall)
+
+        kept, retracted = choose_victims(reqs, self.runner.allocator.available_size, release)
+        if not retracted:
+            return
+        self._drop_from_running([reqs[i] for i in kept])
+        self.ratio.set_after_retraction(ratio_after_retraction(self.running.reqs))
+        self.stats_log.log_retraction(len(retracted), old_ratio, self.ratio.value)
+        self.waiting.extend(reqs[i] for i in retracted)
+
+    def _abort_lone_request(self) -> None:
+        for req in self.running.reqs:
+            req.to_abort = (
+                "the KV pool is full and this request alone cannot fit its next token; raise --max-total-tokens "
+                "or lower max_new_tokens"
+            )
+            self._finish_running(req)
+        self._drop_from_running()
+
+    def _process_decode(self, batch: ScheduleBatch, logits) -> None:
+        sample = self._sample(logits, batch.reqs)
+        for j, req in enumerate(batch.reqs):
+            self._append_token(req, sample, j)
+            if req.finished:
+                self.req_cache.cache_finished_req(req)
+        if self.stats_log.on_decode_step(len(batch)):
+            used, usage = self._token_usage()
+            self.stats_log.log_decode(len(batch), used, usage, cuda_graph=False, queue=len(self.waiting))
+        self._drop_from_running()
+
+    # ---- tokens out ----
+    def _sample(self, logits, reqs: list[Req]) -> SampleOutput:
+        return self.sampler.sample(
+            logits,
+            [r.sampling_params for r in reqs],
+            [r.rid for r in reqs],
+            [TokenHistory(r.origin_input_ids, r.output_ids) for r in reqs],
+            top_logprobs_num=max((r.top_logprobs_num for r in reqs), default=0),
+            return_logprob=any(r.return_logprob for r in reqs),
+        )
+
+    def _append_token(self, req: Req, sample: SampleOutput, row: int) -> None:
+        token = sample.token_ids[row]
+        req.output_ids.append(token)
+        if req.first_token_time is None:
+            req.first_token_time = time.perf_counter()
+        logprob = top = None
+        if req.return_logprob and sample.logprobs is not None:
+            logprob = sample.logprobs[row]
+            req.output_logprobs.append(logprob)
+            if req.top_logprobs_num and sample.top_logprobs is not None:
+                top = sample.top_logprobs[row][: req.top_logprobs_num]
+                req.output_top_logprobs.append(top)
+        req.check_finished()
+        self._emit(req, token, logprob, top)
+
+    def _emit(self, req: Req, token: int | None, logprob: float | None = None, top=None) -> None:
+        if req.finished:
+            self.sampler.forget(req.rid)
+        self._outputs.append(TokenOutput(
+            rid=req.rid, token_id=token, finished_reason=req.finished_reason,
+            prompt_tokens=len(req.origin_input_ids), completion_tokens=len(req.output_ids),
+            cached_tokens=req.cached_tokens, logprob=logprob, top_logprobs=top,
+        ))
+
+    # ---- aborts ----
+    def _apply_aborts(self) -> None:
+        for req in [r for r in self.waiting if r.to_abort]:
+            self.waiting.remove(req)
+            self._finish_unscheduled(req, req.to_abort)
+        for req in [r for r in self.running.reqs if r.to_abort]:
+            self._finish_running(req)
+        self._drop_from_running()
+        chunked = self.chunked_req
+        if chunked is not None and chunked.to_abort:
+            self.chunked_req = None
+            self.req_cache.release_paused(chunked)
+            self._finish_unscheduled(chunked, chunked.to_abort)
+
+    def _finish_running(self, req: Req) -> None:
+        req.check_finished()
+        self.req_cache.cache_finished_req(req)
+        self._emit(req, None)
+
+    def _finish_unscheduled(self, req: Req, message: str) -> None:
+        req.finished_reason = FinishReason("abort", message=message)
+        logger.info(f"Abort request {req.rid}: {message}")
+        self._emit(req, None)
+
+    # ---- idle ----
+    def _on_idle(self) -> None:
+        self.ratio.reset()
+        if not self._checked_since_idle:
+            self._checked_since_idle = True
+            self.check_memory()
+
+    def check_memory(self) -> bool:
+        """SGLang's idle integrity check: every slot is free or cached, nothing is locked or held."""
+        available = self.runner.allocator.available_size()
+        evictable, protected = self.tree_cache.evictable_size(), self.tree_cache.protected_size()
+        table = self.runner.req_to_token_pool
+        ok = available + evictable == self.max_total_num_tokens and protected == 0
+        ok = ok and table.available_size() == table.size
+        try:
+            self.tree_cache.check_integrity()
+        except AssertionError as exc:
+            logger.error(f"radix cache integrity check failed: {exc}")
+            ok = False
+        if not ok:
+            self.stats_log.log_memory_leak(available, evictable, protected)
+        return ok
+
+    def flush_cache(self) -> bool:
+        if self.has_work:
+            return False
+        self.tree_cache.reset()
+        self.runner.allocator.clear()
+        return True
+
+    def _token_usage(self) -> tuple[int, float]:
+        return self.stats_log.token_usage(self.runner.allocator.available_size(), self.tree_cache.evictable_size())
+
+    @property
+    def stats(self) -> SchedulerStats:
+        stats = self.stats_log.stats
+        stats.num_running_reqs = len(self.running) + (1 if self.chunked_req else 0)
+        stats.num_queue_reqs = len(self.waiting)
+        stats.num_used_tokens, usage = self._token_usage()
+        stats.token_usage = round(usage, 4)
+        stats.new_token_ratio = self.ratio.value
+        return stats

@@ -1,0 +1,103 @@
+"""The scheduler's SGLang-format log lines (SPEC §1.4) and the live counters behind them and /metrics."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+logger = logging.getLogger("runtime")
+
+
+@dataclass
+class SchedulerStats:
+    """Live counters: the latest log-line values plus cumulative totals."""
+
+    num_running_reqs: int = 0
+    num_queue_reqs: int = 0
+    num_used_tokens: int = 0
+    token_usage: float = 0.0
+    gen_throughput: float = 0.0
+    input_throughput: float = 0.0
+    cache_hit_rate: float = 0.0
+    num_retracted_reqs: int = 0
+    total_retracted_reqs: int = 0
+    total_prefill_tokens: int = 0
+    total_cached_tokens: int = 0
+    total_generated_tokens: int = 0
+    total_decode_steps: int = 0
+    total_prefill_batches: int = 0
+    new_token_ratio: float = 0.0
+    memory_leak_detected: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class StatsLogger:
+    def __init__(self, max_total_num_tokens: int, decode_log_interval: int) -> None:
+        self.max_total_num_tokens = max_total_num_tokens
+        self.decode_log_interval = decode_log_interval
+        self.stats = SchedulerStats()
+        self._decode_tic = time.perf_counter()
+        self._prefill_tic = time.perf_counter()
+        self._generated_since_log = 0
+        self._last_prefill_tokens = 0
+
+    def token_usage(self, available: int, evictable: int) -> tuple[int, float]:
+        """SGLang's `#token`: slots held by requests and locked prefixes (evictable cache excluded)."""
+        used = self.max_total_num_tokens - (available + evictable)
+        return used, used / self.max_total_num_tokens
+
+    def log_prefill(self, new_seq: int, new_token: int, cached_token: int, used: int, usage: float,
+                    running: int, queue: int) -> None:
+        now = time.perf_counter()
+        stats = self.stats
+        stats.input_throughput = self._last_prefill_tokens / max(now - self._prefill_tic, 1e-9)
+        self._prefill_tic, self._last_prefill_tokens = now, new_token
+        stats.num_running_reqs, stats.num_queue_reqs = running, queue
+        stats.num_used_tokens, stats.token_usage = used, round(usage, 2)
+        stats.total_prefill_tokens += new_token
+        stats.total_cached_tokens += cached_token
+        stats.total_prefill_batches += 1
+        seen = stats.total_prefill_tokens + stats.total_cached_tokens
+        stats.cache_hit_rate = stats.total_cached_tokens / seen if seen else 0.0
+        logger.info(
+            f"Prefill batch. #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: {cached_token}, "
+            f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue}"
+        )
+
+    def on_decode_step(self, batch_size: int) -> bool:
+        """Count a decode step's tokens; True when this step should log a decode line."""
+        self._generated_since_log += batch_size
+        self.stats.total_generated_tokens += batch_size
+        self.stats.total_decode_steps += 1
+        return self.stats.total_decode_steps % self.decode_log_interval == 0
+
+    def count_prefill_tokens(self, num_tokens: int) -> None:
+        self.stats.total_generated_tokens += num_tokens
+
+    def log_decode(self, running: int, used: int, usage: float, cuda_graph: bool, queue: int) -> None:
+        now = time.perf_counter()
+        stats = self.stats
+        stats.gen_throughput = self._generated_since_log / max(now - self._decode_tic, 1e-9)
+        self._decode_tic, self._generated_since_log = now, 0
+        stats.num_running_reqs, stats.num_queue_reqs = running, queue
+        stats.num_used_tokens, stats.token_usage = used, round(usage, 2)
+        logger.info(
+            f"Decode batch. #running-req: {running}, #token: {used}, token usage: {usage:.2f}, "
+            f"cuda graph: {cuda_graph}, gen throughput (token/s): {stats.gen_throughput:.2f}, #queue-req: {queue}"
+        )
+
+    def log_retraction(self, retracted: int, old_ratio: float, new_ratio: float) -> None:
+        self.stats.num_retracted_reqs = retracted
+        self.stats.total_retracted_reqs += retracted
+        logger.info(
+            f"KV cache pool is full. Retract requests. #retracted_reqs: {retracted}, "
+            f"#new_token_ratio: {old_ratio:.4f} -> {new_ratio:.4f}"
+        )
+
+    def log_memory_leak(self, available: int, evictable: int, protected: int) -> None:
+        self.stats.memory_leak_detected = True
+        logger.error(
+            "token_to_kv_pool_allocator memory leak detected! "
+            f"max_total_num_tokens={self.max_total_num_tokens}, available_size={available}, "
+            f"evictable_size={evictable}, protected_size={protected}"
+        )

@@ -1,0 +1,50 @@
+"""Shared helpers for engine tests: tiny-model engines and a handler that captures the runtime's log."""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from runtime.engine import Engine
+from runtime.model_loader.embedded import embedded_model_path
+
+
+class LogCapture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def __enter__(self) -> LogCapture:
+        logger = logging.getLogger("runtime")
+        self._level = logger.level
+        logger.setLevel(logging.INFO)
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger("runtime")
+        logger.removeHandler(self)
+        logger.setLevel(self._level)
+
+
+def tiny_engine(folder, **kwargs) -> Engine:
+    """An engine on a tiny checkpoint; the embedded tokenizer decodes its (small) vocabulary."""
+    settings = dict(dtype="float32", device="cpu", max_total_tokens=4096, max_running_requests=64,
+                    tokenizer_path=str(embedded_model_path()), log_level="warning")
+    settings.update(kwargs)
+    return Engine(model_path=str(folder), **settings)
+
+
+def random_prompts(count: int, vocab: int, seed: int, shared_prefix: int = 24) -> list[list[int]]:
+    """Prompts of mixed lengths; every third one starts with a common prefix."""
+    generator = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(3, vocab, (shared_prefix,), generator=generator).tolist()
+    prompts = []
+    for i in range(count):
+        length = int(torch.randint(4, 70, (1,), generator=generator))
+        body = torch.randint(3, vocab, (length,), generator=generator).tolist()
+        prompts.append(prefix + body if i % 3 == 0 else body)
+    return prompts

@@ -1,0 +1,111 @@
+"""Greedy output of the engine equals transformers token for token, whatever the batching does:
+16 concurrent requests, chunked prefill, page sizes, radix cache on/off, every policy, mixed chunks, retraction."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import reference_greedy
+from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
+from tests.runtime.tiny_models import make_tiny_model
+
+NUM_REQUESTS = 16
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-llama-engine")
+    return folder, make_tiny_model("llama-gqa-llama3rope", folder, seed=7)
+
+
+def _workload(tiny_model, max_new: list[int]):
+    folder, model = tiny_model
+    prompts = random_prompts(NUM_REQUESTS, vocab=320, seed=11)
+    return folder, prompts, max_new, [reference_greedy(model, p, n) for p, n in zip(prompts, max_new)]
+
+
+@pytest.fixture(scope="module")
+def workload(tiny_model):
+    return _workload(tiny_model, [6 + (i * 5) % 19 for i in range(NUM_REQUESTS)])
+
+
+@pytest.fixture(scope="module")
+def long_output_workload(tiny_model):
+    """Outputs long enough that running requests outgrow a small pool admitted optimistically."""
+    return _workload(tiny_model, [40] * NUM_REQUESTS)
+
+
+def _params(max_new: list[int]) -> list[dict]:
+    return [{"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True} for n in max_new]
+
+
+def _run(workload, **engine_args):
+    folder, prompts, max_new, expected = workload
+    engine = tiny_engine(folder, **engine_args)
+    with LogCapture() as log:
+        results = engine.generate(input_ids=prompts, sampling_params=_params(max_new))
+    assert [r["output_ids"] for r in results] == expected
+    assert engine.check_memory(), "KV memory leaked"
+    return engine, results, log.lines
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("chunked_prefill_size", [16, 64, -1])
+def test_greedy_equal_across_chunk_and_page_sizes(workload, chunked_prefill_size, page_size):
+    _, _, lines = _run(workload, chunked_prefill_size=chunked_prefill_size, page_size=page_size)
+    if chunked_prefill_size == 16:
+        assert any("#new-token: 16," in line for line in lines), "no prefill chunk of 16 tokens was logged"
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lpm", "dfs-weight", "lof", "random"])
+def test_greedy_equal_under_every_policy(workload, policy):
+    _run(workload, schedule_policy=policy, chunked_prefill_size=64)
+
+
+def test_greedy_equal_with_radix_cache_off(workload):
+    _run(workload, disable_radix_cache=True)
+
+
+def test_greedy_equal_with_mixed_chunk(workload):
+    _run(workload, enable_mixed_chunk=True, chunked_prefill_size=32, max_prefill_tokens=64)
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_radix_cache_hits_are_counted_and_output_unchanged(workload, page_size):
+    engine, first, _ = _run(workload, page_size=page_size)
+    folder, prompts, max_new, expected = workload
+    second = engine.generate(input_ids=prompts, sampling_params=_params(max_new))
+    assert [r["output_ids"] for r in second] == expected
+    for prompt, result in zip(prompts, second):
+        cached = result["meta_info"]["cached_tokens"]
+        assert cached == (len(prompt) - 1) // page_size * page_size
+    assert engine.check_memory()
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_forced_retraction_keeps_greedy_output_identical(long_output_workload, page_size):
+    _, _, lines = _run(long_output_workload, max_total_tokens=480, schedule_conservativeness=0.05,
+                       page_size=page_size, chunked_prefill_size=64)
+    retractions = [line for line in lines if line.startswith("KV cache pool is full. Retract requests.")]
+    assert retractions, "the tiny pool never forced a retraction"
+
+
+def test_lone_request_that_cannot_fit_is_aborted_with_a_reason(workload):
+    folder, prompts, _, _ = workload
+    engine = tiny_engine(folder, max_total_tokens=64, context_length=512)
+    result = engine.generate(input_ids=prompts[0], sampling_params={"max_new_tokens": 100, "ignore_eos": True})
+    reason = result["meta_info"]["finish_reason"]
+    assert reason["type"] == "abort" and "KV pool holds 64" in reason["message"]
+    ok = engine.generate(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, "ignore_eos": True})
+    assert ok["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+    assert engine.check_memory()
+
+
+def test_prompt_longer_than_the_context_is_rejected(workload):
+    folder, _, _, _ = workload
+    engine = tiny_engine(folder, context_length=32)
+    with pytest.raises(ValueError, match=r"longer than the model's context length \(32 tokens\)"):
+        engine.generate(input_ids=list(range(3, 40)), sampling_params={"max_new_tokens": 1})
+    with pytest.raises(ValueError, match="exceeds the model's maximum context length of 32"):
+        engine.generate(input_ids=list(range(3, 20)), sampling_params={"max_new_tokens": 20})
+    assert torch.is_tensor(engine.runner.req_to_token_pool.req_to_token)
