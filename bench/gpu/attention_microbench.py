@@ -95,41 +95,41 @@ def main(argv: Sequence[str] | None = None) -> dict:
 def _sweep(backend_name: str, args, device, peak: float | None) -> list[Row]:
     import torch
 
+    from runtime.attention.registry import create_backend
+
+    try:
+        backend = create_backend(backend_name, device)
+    except RuntimeError as exc:  # e.g. flashinfer not installed: one row says why, the other backends go on
+        return [Row(backend_name, 0, 0, None, None, None, str(exc))]
     rows = []
     for batch in args.batch_sizes:
         for context in args.context_lens:
             try:
-                rows.append(_measure(backend_name, batch, context, args, device, peak))
+                rows.append(_measure(backend, batch, context, args, device, peak))
             except torch.OutOfMemoryError:
                 rows.append(Row(backend_name, batch, context, None, None, None, "oom"))
-            except RuntimeError as exc:  # e.g. flashinfer not installed: one row says why, the sweep goes on
-                rows.append(Row(backend_name, batch, context, None, None, None, str(exc).splitlines()[0]))
-                if "needs" in str(exc):
-                    return rows
             finally:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
     return rows
 
 
-def _measure(backend_name: str, batch: int, context: int, args, device, peak: float | None) -> Row:
+def _measure(backend, batch: int, context: int, args, device, peak: float | None) -> Row:
     import torch
 
     from runtime.attention.base import AttentionLayer
-    from runtime.attention.registry import create_backend
 
     dtype = getattr(torch, args.dtype)
     element = torch.tensor([], dtype=dtype).element_size()
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * element
     if kv_bytes / 2**30 > args.max_pool_gib:
-        return Row(backend_name, batch, context, None, None, None, f"pool > {args.max_pool_gib} GiB")
-    backend = create_backend(backend_name, device)
+        return Row(backend.name, batch, context, None, None, None, f"pool > {args.max_pool_gib} GiB")
     batch_obj, q, k, v = _decode_batch(batch, context, args, dtype, device, backend)
     layer = AttentionLayer(0, args.num_heads, args.num_kv_heads, args.head_dim, args.head_dim**-0.5)
     seconds = _time(lambda: backend.forward_decode(q, k, v, layer, batch_obj), args, device)
     moved = kv_bytes + 2 * q.numel() * element  # every cached K/V byte once, plus q in and the output out
     gbs = moved / seconds / 1e9
-    return Row(backend_name, batch, context, seconds * 1e3, gbs, gbs / peak if peak else None)
+    return Row(backend.name, batch, context, seconds * 1e3, gbs, gbs / peak if peak else None)
 
 
 def _decode_batch(batch: int, context: int, args, dtype, device, backend):

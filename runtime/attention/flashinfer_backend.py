@@ -19,6 +19,7 @@ from runtime.forward_batch import ForwardBatch
 
 WORKSPACE_BYTES = 256 << 20
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+_SUPPORTED_HEAD_DIMS = (64, 128, 256)
 
 
 @dataclass
@@ -74,7 +75,7 @@ class FlashInferBackend(AttentionBackend):
         meta: FlashInferMetadata = batch.attn_metadata
         wrapper = self._decode_wrapper(layer)
         if self._first_use(meta, layer):
-            _check_dtype(q.dtype)
+            _check_supported(q.dtype, layer)
             wrapper.plan(
                 meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len, layer.num_heads, layer.num_kv_heads,
                 layer.head_dim, 1, sm_scale=layer.scaling, q_data_type=q.dtype, kv_data_type=batch.kv_pool.dtype,
@@ -85,7 +86,7 @@ class FlashInferBackend(AttentionBackend):
         batch.kv_pool.set_kv(layer.layer_id, batch.out_cache_loc, k, v)
         meta: FlashInferMetadata = batch.attn_metadata
         if self._first_use(meta, layer):
-            _check_dtype(q.dtype)
+            _check_supported(q.dtype, layer)
             self._plan_extend(meta, layer, q.dtype, batch.kv_pool.dtype)
         q, k, v = q.contiguous(), k.contiguous().to(q.dtype), v.contiguous().to(q.dtype)
         if not meta.has_prefix:
@@ -124,10 +125,13 @@ class FlashInferBackend(AttentionBackend):
         return first
 
 
-def _check_dtype(dtype: torch.dtype) -> None:
+def _check_supported(dtype: torch.dtype, layer: AttentionLayer) -> None:
     if dtype not in _SUPPORTED_DTYPES:
         raise RuntimeError(f"--attention-backend flashinfer supports float16/bfloat16, not {dtype}; "
                            "use --dtype bfloat16 or --attention-backend triton")
+    if layer.head_dim not in _SUPPORTED_HEAD_DIMS:
+        raise RuntimeError(f"--attention-backend flashinfer supports head_dim 64/128/256, not {layer.head_dim}; "
+                           "use --attention-backend triton")
 
 
 def _paged_cache(batch: ForwardBatch, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:

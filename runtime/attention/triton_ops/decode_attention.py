@@ -140,6 +140,7 @@ def decode_attention(
     [batch, heads, max_splits] are float32 scratch.
     """
     batch, num_heads, head_dim = q.shape
+    assert q.stride(-1) == 1 and out.stride(-1) == 1, "rows of q and out must be contiguous in head_dim"
     num_kv_heads = k_buffer.shape[1]
     group = num_heads // num_kv_heads
     max_splits = partial_out.shape[2]

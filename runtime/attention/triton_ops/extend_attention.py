@@ -99,6 +99,7 @@ def extend_attention(
     q/out: [tokens, heads, head_dim]; buffers: [slots, kv_heads, head_dim].
     """
     num_heads, head_dim = q.shape[1], q.shape[2]
+    assert q.stride(-1) == 1 and out.stride(-1) == 1, "rows of q and out must be contiguous in head_dim"
     batch = qo_indptr.numel() - 1
     if batch == 0 or max_extend_len == 0:
         return

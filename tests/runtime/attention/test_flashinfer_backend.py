@@ -37,15 +37,19 @@ def test_flashinfer_plumbing_matches_torch_native(fake_backend, mode):
         "extend-on-prefix": [Request(16, 5), Request(0, 9), Request(32, 1), Request(16, 3, shares_prefix_with=0)],
         "decode": [Request(1, 1), Request(30, 1), Request(16, 1, shares_prefix_with=1)],
     }[mode]
-    case = make_case(requests, 16, 8, 2, 32, torch.bfloat16, decode=mode == "decode", seed=5)
+    case = make_case(requests, 16, 8, 2, 64, torch.bfloat16, decode=mode == "decode", seed=5)
     err = _error(case, fake_backend)
     print(f"flashinfer stand-in {mode}: max abs error {err:.2e}")
     assert err < BF16_TOLERANCE
 
 
-def test_flashinfer_rejects_float32_clearly(fake_backend):
-    case = make_case([Request(0, 3)], 1, 2, 2, 16, torch.float32)
-    with pytest.raises(RuntimeError, match="flashinfer supports float16/bfloat16"):
+@pytest.mark.parametrize("dtype, head_dim, message", [
+    (torch.float32, 64, "flashinfer supports float16/bfloat16, not torch.float32"),
+    (torch.bfloat16, 32, "flashinfer supports head_dim 64/128/256, not 32"),
+])
+def test_flashinfer_rejects_what_its_kernels_lack_clearly(fake_backend, dtype, head_dim, message):
+    case = make_case([Request(0, 3)], 1, 2, 2, head_dim, dtype)
+    with pytest.raises(RuntimeError, match=message):
         case.run(fake_backend)
 
 
