@@ -65,7 +65,6 @@ def launch_scheduler(args: ServerArgs) -> LaunchedScheduler:
     source = model_source(args)
     tokenizer = load_tokenizer(source.tokenizer_path)
     runner = ModelRunner(args, source)
-    logger.info(f"Attention backend: {runner.attention_backend_name}")
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     scheduler = Scheduler(args, runner, eos_token_ids(source, tokenizer), decode)
     return LaunchedScheduler(args, source, tokenizer, runner, scheduler)

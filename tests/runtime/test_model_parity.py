@@ -97,7 +97,7 @@ def test_eight_decode_steps_match_transformers(tiny, page_size):
 def test_cuda_bfloat16_prefill_and_decode_match_transformers(tiny):
     name, folder, reference = tiny
     args = ServerArgs(model_path=str(folder), dtype="bfloat16", device="cuda", max_total_tokens=4096,
-                      max_running_requests=16)
+                      max_running_requests=16, attention_backend="triton")
     driver = KVDriver(ModelRunner(args))
     prompts = _prompts(320, [7, 29], seed=5)
     seqs = [driver.new_sequence() for _ in prompts]
