@@ -25,12 +25,17 @@ def configure_logging(level: str = "info", log_file: str | None = None, rank_tag
     if log_file:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
     root = logging.getLogger("runtime")
-    for handler in list(root.handlers):
+    for handler in [h for h in root.handlers if getattr(h, "toolkit_owned", False)]:
         root.removeHandler(handler)
         handler.close()
+    threshold = logging.getLevelName(level.upper())
     for handler in handlers:
         handler.setFormatter(formatter)
         handler.addFilter(_RankTag(rank_tag))
+        handler.setLevel(threshold)
+        handler.toolkit_owned = True  # type: ignore[attr-defined]
         root.addHandler(handler)
-    root.setLevel(level.upper())
+    # NOTE: the logger passes INFO so in-process observers (tests, the demo) see the SGLang lines; each
+    # handler applies --log-level.
+    root.setLevel(min(threshold, logging.INFO))
     root.propagate = False

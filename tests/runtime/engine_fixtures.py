@@ -18,16 +18,11 @@ class LogCapture(logging.Handler):
         self.lines.append(record.getMessage())
 
     def __enter__(self) -> LogCapture:
-        logger = logging.getLogger("runtime")
-        self._level = logger.level
-        logger.setLevel(logging.INFO)
-        logger.addHandler(self)
+        logging.getLogger("runtime").addHandler(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        logger = logging.getLogger("runtime")
-        logger.removeHandler(self)
-        logger.setLevel(self._level)
+        logging.getLogger("runtime").removeHandler(self)
 
 
 def tiny_engine(folder, **kwargs) -> Engine:

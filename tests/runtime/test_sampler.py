@@ -1,0 +1,51 @@
+"""Sampling math with exact numbers: top-k/top-p/min-p filters, penalties, greedy, seeds."""
+from __future__ import annotations
+
+import torch
+
+from runtime.sampling.sampler import Sampler, TokenHistory, apply_penalties, filter_probs
+from runtime.sampling.sampling_params import SamplingParams
+
+PROBS = torch.tensor([[0.05, 0.4, 0.1, 0.3, 0.15]])
+
+
+def _filtered(**kwargs) -> list[float]:
+    return [round(x, 4) for x in filter_probs(PROBS.clone(), [SamplingParams(**kwargs)])[0].tolist()]
+
+
+def test_top_k_keeps_the_k_most_likely():
+    assert _filtered(top_k=2) == [0.0, 0.4, 0.0, 0.3, 0.0]
+
+
+def test_top_p_keeps_the_smallest_nucleus_reaching_p():
+    assert _filtered(top_p=0.7) == [0.0, 0.4, 0.0, 0.3, 0.0]  # 0.4 + 0.3 reaches 0.7
+    assert _filtered(top_p=0.71) == [0.0, 0.4, 0.0, 0.3, 0.15]
+
+
+def test_min_p_drops_tokens_below_a_fraction_of_the_top():
+    assert _filtered(min_p=0.3) == [0.0, 0.4, 0.0, 0.3, 0.15]  # threshold 0.12
+
+
+def test_penalties_follow_openai_and_sglang_definitions():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+    params = [SamplingParams(frequency_penalty=0.5, presence_penalty=0.25, repetition_penalty=2.0)]
+    out = apply_penalties(logits, params, [TokenHistory(prompt_ids=[2], output_ids=[0, 0, 1])])
+    # token 0: 2 - 0.5*2 - 0.25 = 0.75, seen → 0.375; token 1: -1 - 0.5 - 0.25 = -1.75, seen → -3.5;
+    # token 2: in the prompt only → 0.5 / 2 = 0.25; token 3: untouched
+    assert out.tolist() == [[0.375, -3.5, 0.25, 3.0]]
+
+
+def test_greedy_rows_take_the_argmax_in_a_mixed_batch():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [0.0, 0.1, 9.0]])
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.0, top_k=1)]
+    out = Sampler("cpu").sample(logits, params, ["a", "b"], [TokenHistory([], [])] * 2)
+    assert out.token_ids == [1, 2]
+
+
+def test_a_seed_fixes_the_sample_sequence():
+    logits = torch.zeros(1, 50)
+    params = [SamplingParams(temperature=1.0, seed=5)]
+    first = [Sampler("cpu").sample(logits, params, ["x"], [TokenHistory([], [])]).token_ids[0] for _ in range(3)]
+    sampler = Sampler("cpu")
+    stream = [sampler.sample(logits, params, ["x"], [TokenHistory([], [])]).token_ids[0] for _ in range(3)]
+    assert len(set(first)) == 1 and stream[0] == first[0] and len(set(stream)) > 1
