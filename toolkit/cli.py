@@ -30,6 +30,17 @@ def _root(
 
 
 # Subcommands are registered below; each part owns its own `cli` module and keeps heavy imports lazy.
+# Runtime commands take SGLang's argparse flags verbatim, so typer passes their arguments through.
+_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@app.command("bench-offline", context_settings=_PASSTHROUGH, add_help_option=False)
+def bench_offline(ctx: typer.Context) -> None:
+    """Offline throughput of the in-process engine (like sglang.bench_offline_throughput)."""
+    from runtime.bench_offline import main as bench_offline_main
+
+    raise typer.Exit(bench_offline_main(ctx.args))
+
 # -- registrations --
 from bench.cli import bench  # noqa: E402
 app.command("bench")(bench)

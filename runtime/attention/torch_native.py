@@ -69,8 +69,11 @@ class TorchNativeBackend(AttentionBackend):
             start, length = meta.token_offsets[i], batch.extend_seq_lens_cpu[i]
             prefix = batch.extend_prefix_lens_cpu[i]
             queries = q[start : start + length].transpose(0, 1).unsqueeze(0)
-            keys = k_buffer[slots].to(q.dtype).transpose(0, 1).unsqueeze(0)
-            values = v_buffer[slots].to(q.dtype).transpose(0, 1).unsqueeze(0)
+            if prefix == 0 and k.dtype == k_buffer.dtype:  # nothing cached: the new K/V are the whole sequence
+                keys, values = k[start : start + length], v[start : start + length]
+            else:
+                keys, values = k_buffer[slots].to(q.dtype), v_buffer[slots].to(q.dtype)
+            keys, values = keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)
             out[start : start + length] = _causal_attention(queries, keys, values, prefix, layer)[0].transpose(0, 1)
         return out
 

@@ -10,11 +10,11 @@ from runtime.attention.base import AttentionLayer
 from runtime.forward_batch import ForwardBatch
 from runtime.model_loader.config import ModelConfig
 from runtime.models.layers import MergedLinear, RMSNorm, silu_and_mul
-from runtime.models.rotary import RotaryEmbedding
+from runtime.models.rotary import RotaryEmbedding, apply_rotary
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, config: ModelConfig, layer_id: int) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -27,13 +27,13 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(config.q_size, config.hidden_size, bias=False)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
-        self.rotary = rotary
         self.layer = AttentionLayer(
             layer_id, self.num_heads, self.num_kv_heads, self.head_dim, scaling=self.head_dim**-0.5
         )
         self._split = [config.q_size, config.kv_size, config.kv_size]
 
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+    def forward(self, cos_sin: tuple[torch.Tensor, torch.Tensor], hidden: torch.Tensor,
+                batch: ForwardBatch) -> torch.Tensor:
         tokens = hidden.shape[0]
         q, k, v = self.qkv_proj(hidden).split(self._split, dim=-1)
         q = q.reshape(tokens, self.num_heads, self.head_dim)
@@ -41,7 +41,7 @@ class Attention(nn.Module):
         v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
+        q, k = apply_rotary(q, k, cos_sin)
         out = batch.attn_backend.forward(q, k, v, self.layer, batch)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
@@ -58,21 +58,22 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, config: ModelConfig, layer_id: int) -> None:
         super().__init__()
-        self.self_attn = Attention(config, layer_id, rotary)
+        self.self_attn = Attention(config, layer_id)
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch
+        self, cos_sin: tuple[torch.Tensor, torch.Tensor], hidden: torch.Tensor, residual: torch.Tensor | None,
+        batch: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
             residual, hidden = hidden, self.input_layernorm(hidden)
         else:
             hidden, residual = self.input_layernorm.forward_with_residual(hidden, residual)
-        hidden = self.self_attn(positions, hidden, batch)
+        hidden = self.self_attn(cos_sin, hidden, batch)
         hidden, residual = self.post_attention_layernorm.forward_with_residual(hidden, residual)
         return self.mlp(hidden), residual
 
@@ -80,16 +81,16 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     def __init__(self, config: ModelConfig, max_positions: int) -> None:
         super().__init__()
-        rotary = RotaryEmbedding(config.head_dim, config.rope, max_positions)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i, rotary) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary = rotary
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope, max_positions)
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         hidden, residual = self.embed_tokens(batch.input_ids), None
+        cos_sin = self.rotary.cos_sin(batch.positions, hidden.dtype)
         for layer in self.layers:
-            hidden, residual = layer(batch.positions, hidden, residual, batch)
+            hidden, residual = layer(cos_sin, hidden, residual, batch)
         last = residual + hidden
         if batch.logits_indices is not None:
             last = last[batch.logits_indices]

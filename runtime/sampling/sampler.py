@@ -65,16 +65,16 @@ class Sampler:
         return SampleOutput(chosen, picked, top)
 
     def _sample_from(self, probs: torch.Tensor, params: list[SamplingParams], rids: list[str]) -> torch.Tensor:
+        """Inverse-CDF sampling: one uniform per row (from the request's own generator when it has a seed)."""
         probs = filter_probs(probs, params)
-        out = torch.empty(probs.shape[0], dtype=torch.int64, device=probs.device)
-        unseeded = [i for i, p in enumerate(params) if p.seed is None]
-        if unseeded:
-            rows = torch.tensor(unseeded, device=probs.device)
-            out[rows] = torch.multinomial(probs[rows], 1).squeeze(1)
+        uniforms = torch.rand(probs.shape[0], 1, device=probs.device, dtype=torch.float64)
         for i, p in enumerate(params):
             if p.seed is not None:
-                out[i] = torch.multinomial(probs[i], 1, generator=self.seeded_generator(rids[i], p.seed))[0]
-        return out
+                generator = self.seeded_generator(rids[i], p.seed)
+                uniforms[i, 0] = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64)[0]
+        cdf = probs.to(torch.float64).cumsum(dim=-1)
+        chosen = torch.searchsorted(cdf, uniforms * cdf[:, -1:], right=True).squeeze(1)
+        return chosen.clamp_(max=probs.shape[-1] - 1)
 
 
 def _column(values: list[float], like: torch.Tensor) -> torch.Tensor:
@@ -83,15 +83,17 @@ def _column(values: list[float], like: torch.Tensor) -> torch.Tensor:
 
 def filter_probs(probs: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """Zero out tokens outside top-k, outside the top-p nucleus, and below min_p × the top probability."""
+    if any(p.min_p > 0 for p in params):
+        threshold = probs.amax(dim=-1, keepdim=True) * _column([p.min_p for p in params], probs)
+        probs = probs.masked_fill(probs < threshold, 0.0)
+    if not any(p.top_k > 0 or p.top_p < 1.0 for p in params):
+        return probs
     vocab = probs.shape[-1]
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     cumulative = sorted_probs.cumsum(dim=-1)
     top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=probs.device)
     sorted_probs[torch.arange(vocab, device=probs.device).view(1, -1) >= top_k.view(-1, 1)] = 0.0
     sorted_probs[(cumulative - sorted_probs) > _column([p.top_p for p in params], probs)] = 0.0
-    if any(p.min_p > 0 for p in params):
-        threshold = sorted_probs[:, :1] * _column([p.min_p for p in params], probs)
-        sorted_probs[sorted_probs < threshold] = 0.0
     return torch.zeros_like(probs).scatter_(1, order, sorted_probs)
 
 
