@@ -70,19 +70,18 @@ class StreamTokens:
         self.texts.append(text)
 
 
-def _check_error(obj: object) -> dict:
+def _check_error(obj: object) -> None:
     if not isinstance(obj, dict):
         raise StreamError("malformed_response", f"event is not a JSON object: {str(obj)[:80]}")
     if "error" in obj:
         error = obj["error"]
         raise StreamError("server_error", str(error.get("message", error) if isinstance(error, dict) else error))
-    return obj
 
 
 def _read_sglang(events: list[tuple[float, object]]) -> StreamTokens:
     tokens, seen_text, seen_tokens = StreamTokens(), "", 0
     for t, obj in events:
-        obj = _check_error(obj)
+        _check_error(obj)
         meta, text = obj.get("meta_info") or {}, obj.get("text") or ""
         done = meta.get("completion_tokens")
         count = None if done is None else done - seen_tokens
@@ -103,11 +102,11 @@ def _choice_text(choice: dict, chat: bool) -> str:
 def _read_openai(events: list[tuple[float, object]], chat: bool) -> StreamTokens:
     tokens, seen_tokens = StreamTokens(), 0
     for t, obj in events:
-        obj = _check_error(obj)
-        usage, choices = obj.get("usage") or {}, obj.get("choices") or []
+        _check_error(obj)
+        usage, choices = obj.get("usage") or {}, obj.get("choices")
         done = usage.get("completion_tokens")
-        text = "".join(_choice_text(c, chat) for c in choices if isinstance(c, dict))
         if choices:
+            text = "".join([_choice_text(c, chat) for c in choices if isinstance(c, dict)])
             tokens.add(t, None if done is None else done - seen_tokens, text)
         if done is not None:
             seen_tokens = done

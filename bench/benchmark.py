@@ -16,6 +16,8 @@ from bench.workload import Workload
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    """The server under test and how every request to it is phrased."""
+
     base_url: str
     backend: Backend = "sglang"
     api_key: str | None = None
@@ -55,6 +57,7 @@ async def _warm_up(client: Client, bodies: list[bytes]) -> int:
 
 async def measure(target: Target, settings: RunSettings, workload: Workload, tokenizer=None,
                   on_tick: Callable[[Progress], None] | None = None) -> Measurement:
+    """Warm-up requests first, then the workload on its schedule, sampling `/metrics` alongside when asked."""
     options = target.options
     bodies = [request_body(p, options) for p in workload.prompts]
     client = Client(target.base_url, target.backend, api_key=target.api_key,
@@ -66,6 +69,7 @@ async def measure(target: Target, settings: RunSettings, workload: Workload, tok
         try:
             runner = Runner(client, max_concurrency=settings.max_concurrency, on_tick=on_tick)
             run = await runner.run(bodies, workload.offsets, [p.input_len for p in workload.prompts])
+            client.settle()
         finally:
             if scraping is not None:
                 scraping.cancel()

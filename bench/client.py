@@ -5,7 +5,7 @@ import asyncio
 from time import perf_counter
 
 from bench.accounting import token_counts
-from bench.backends import ENDPOINTS, Backend, read_tokens
+from bench.backends import ENDPOINTS, Backend, StreamTokens, read_tokens
 from bench.http import HttpClient, ProtocolError
 from bench.outcome import CANCELLED, RequestOutcome
 from bench.sse import StreamError, split_events
@@ -27,6 +27,7 @@ class Client:
         self.timeout = request_timeout
         self.tokenizer = tokenizer
         self.keep_text = keep_text
+        self._unsettled: list[tuple[RequestOutcome, StreamTokens]] = []
 
     async def __aenter__(self) -> Client:
         return self
@@ -54,13 +55,22 @@ class Client:
         except StreamError as exc:
             out.fail(exc.kind, str(exc), perf_counter())
 
+    def settle(self) -> None:
+        """Counts tokens with the tokenizer where the server did not; kept off the load loop, as it is slow."""
+        for out, tokens in self._unsettled:
+            out.token_counts, out.output_len = token_counts(tokens, self.tokenizer)
+        self._unsettled.clear()
+
     def _account(self, out: RequestOutcome, times: list[float], chunks: list[bytes]) -> None:
-        events, _ = split_events(times, chunks)
+        events = split_events(times, chunks)
         tokens = read_tokens(self.backend, events)
         if not tokens.times:
             raise StreamError("empty_response", "the stream carried no tokens")
         out.token_times = tokens.times
-        out.token_counts, out.output_len = token_counts(tokens, self.tokenizer)
+        if None in tokens.counts:
+            self._unsettled.append((out, tokens))
+        else:
+            out.token_counts, out.output_len = token_counts(tokens, None)
         if tokens.prompt_tokens:
             out.input_len = tokens.prompt_tokens
         if self.keep_text:

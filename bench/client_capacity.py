@@ -8,7 +8,6 @@ every request completed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -19,8 +18,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.arrivals import schedule
 from bench import eventloop
+from bench.arrivals import schedule
 from bench.benchmark import RunSettings, Target, measure
 from bench.datasets import Prompt
 from bench.metrics import summarize

@@ -1,7 +1,6 @@
 """`toolkit bench` end to end: validate flags, prepare the target and workload, run each rate, write records."""
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -9,9 +8,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bench import eventloop
 from bench.arrivals import ARRIVALS
 from bench.backends import BACKENDS
-from bench import eventloop
 from bench.benchmark import RunSettings, Target, measure
 from bench.datasets import DATASETS, DatasetError, DatasetSpec
 from bench.options import UsageError, parse_extra_body, parse_rates, parse_slo

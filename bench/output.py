@@ -130,5 +130,7 @@ def print_summary(console: Console, record: dict) -> None:
     console.print(summary_table(record))
     if record.get("interrupted"):
         console.print("[yellow]Stopped by Ctrl-C: the numbers cover the requests that finished.[/]")
+    if record.get("warmup_failures"):
+        console.print(f"[yellow]{record['warmup_failures']} of {record['warmup_requests']} warm-up requests failed[/]")
     if record.get("scrape_error"):
         console.print(f"[yellow]--scrape-metrics: {record['scrape_error']}[/]")

@@ -45,7 +45,9 @@ class MetricsScraper:
                     return
                 text = await resp.text()
             self.samples.append({"t": time(), "metrics": parse_metrics(text)})
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+        except ValueError:
+            self.error = f"GET {self.url} did not return Prometheus text"
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             self.error = f"GET {self.url} failed: {type(exc).__name__}: {exc}"
 
     async def run(self) -> None:

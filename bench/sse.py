@@ -20,7 +20,7 @@ class StreamError(Exception):
 
 
 def _payload(event: bytes):
-    if event.startswith(b"data: ") and b"\n" not in event:
+    if event[:6] == b"data: " and b"\n" not in event:
         data = event[6:]
     else:
         lines = [line[5:].lstrip(b" ") for line in event.strip(b"\n").split(b"\n") if line.startswith(b"data:")]
@@ -46,8 +46,8 @@ def _without_crlf(chunks: list[bytes]) -> list[bytes]:
     return out
 
 
-def split_events(times: list[float], chunks: list[bytes]) -> tuple[list[tuple[float, object]], bool]:
-    """(time, payload) for each data event in arrival order, and whether `data: [DONE]` ended the stream."""
+def split_events(times: list[float], chunks: list[bytes]) -> list[tuple[float, object]]:
+    """(time, payload) for each data event in arrival order, up to `data: [DONE]` if the stream sent one."""
     body = b"".join(chunks)
     if b"\r" in body:
         chunks = _without_crlf(chunks)
@@ -62,13 +62,13 @@ def split_events(times: list[float], chunks: list[bytes]) -> tuple[list[tuple[fl
             read += 1
         payload = _payload(event)
         if payload is DONE:
-            return events, True
+            return events
         if payload is not None:
             events.append((times[read], payload))
     if rest.strip():
         payload = _payload(rest)
         if payload is DONE:
-            return events, True
+            return events
         if payload is not None:
             events.append((times[-1], payload))
-    return events, False
+    return events

@@ -74,6 +74,8 @@ class StubServer:
         self.api_key = api_key
         self.served: list[Served] = []
         self.metrics_hits = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.port = _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._runner: web.AppRunner | None = None
@@ -126,6 +128,14 @@ class StubServer:
         return web.Response(text=text, content_type="text/plain")
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._stream(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
         received = perf_counter()
         body = await request.json()
         key, prompt_tokens = _prompt_of(body)

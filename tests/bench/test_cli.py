@@ -84,6 +84,18 @@ def test_a_rate_list_runs_each_rate_and_a_sweep_finds_saturation_first(tmp_path,
     assert below == sorted(below) and below[-1] == pytest.approx(0.9 * saturation["request_throughput"], rel=0.01)
 
 
+def test_max_concurrency_caps_requests_in_flight(tmp_path, threaded_stub):
+    out = tmp_path / "runs.jsonl"
+    with threaded_stub(default=Script(ttft=0.03)) as stub:
+        result = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", "6", "--rate", "inf",
+                       "--max-concurrency", "2", "--warmup-requests", "0", "--output-file", str(out))
+        most = stub.max_in_flight
+    assert result.exit_code == 0, result.output
+    [record] = records(out)
+    assert most == 2 and record["max_concurrency"] == 2 and record["completed"] == 6
+    assert record["concurrency_wait_p99_ms"] > 50 and record["request_rate"] == "inf"
+
+
 def test_trace_replay_from_a_mooncake_file(tmp_path, threaded_stub):
     out, sample = tmp_path / "runs.jsonl", Path(__file__).resolve().parents[2] / "traces/mooncake/sample.jsonl"
     with threaded_stub() as stub:

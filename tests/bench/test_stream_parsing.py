@@ -34,15 +34,13 @@ def test_dechunk_waits_for_the_last_chunk_and_reads_extensions():
 
 def test_sse_events_are_stamped_when_their_last_byte_arrives():
     chunks = [b'data: {"a": 1}\n\ndata: {"a"', b': 2}\n', b'\n: keep-alive\n\ndata: [DONE]\n\n']
-    events, done = split_events([1.0, 2.0, 3.0], chunks)
-    assert events == [(1.0, {"a": 1}), (3.0, {"a": 2})] and done
+    assert split_events([1.0, 2.0, 3.0], chunks + [b'data: {"after": "done"}\n\n']) == [(1.0, {"a": 1}), (3.0, {"a": 2})]
 
 
 def test_sse_accepts_crlf_multiline_data_and_a_missing_done():
     chunks = [b'data: {"a":\r\n', b'data: 1}\r\n\r', b'\nevent: x\r\ndata:{"b": 2}\r\n\r\n']
-    events, done = split_events([1.0, 2.0, 3.0], chunks)
-    assert events == [(3.0, {"a": 1}), (3.0, {"b": 2})] and not done
-    events, _ = split_events([1.0, 2.0], [b'data: {"a": 1}\r\n\r\n', b'data: {"b": 2}'])
+    assert split_events([1.0, 2.0, 3.0], chunks) == [(3.0, {"a": 1}), (3.0, {"b": 2})]
+    events = split_events([1.0, 2.0], [b'data: {"a": 1}\r\n\r\n', b'data: {"b": 2}'])
     assert events == [(1.0, {"a": 1}), (2.0, {"b": 2})]
 
 
