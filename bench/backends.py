@@ -11,6 +11,9 @@ from bench.sse import StreamError
 Backend = Literal["sglang", "openai", "openai-chat"]
 BACKENDS: tuple[str, ...] = ("sglang", "openai", "openai-chat")
 ENDPOINTS = {"sglang": "/generate", "openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+# SGLang's bench_serving names for the same dialects.
+ALIASES = {"sglang-native": "sglang", "sglang-oai": "openai", "sglang-oai-chat": "openai-chat", "vllm": "openai",
+           "vllm-chat": "openai-chat"}
 
 
 @dataclass(frozen=True, slots=True)

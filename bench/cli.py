@@ -13,7 +13,8 @@ def bench(
     host: str = typer.Option("127.0.0.1", help="Server host when --base-url is not given.", rich_help_panel=_TARGET),
     port: int = typer.Option(30000, help="Server port when --base-url is not given.", rich_help_panel=_TARGET),
     backend: str = typer.Option(
-        "sglang", help="sglang (/generate) | openai (/v1/completions) | openai-chat (/v1/chat/completions).",
+        "sglang", help="sglang (/generate) | openai (/v1/completions) | openai-chat (/v1/chat/completions); "
+                       "SGLang's names sglang-oai, sglang-oai-chat, vllm, vllm-chat also work.",
         rich_help_panel=_TARGET),
     api_key: str = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer key for the server.",
                                 rich_help_panel=_TARGET),

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import eventloop
 from bench.arrivals import ARRIVALS
-from bench.backends import BACKENDS
+from bench.backends import ALIASES, BACKENDS
 from bench.benchmark import RunSettings, Target, measure
 from bench.datasets import DATASETS, DatasetError, DatasetSpec
 from bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
@@ -153,6 +154,7 @@ def _run_step(step: Step, opts: BenchOptions, target: Target, settings: RunSetti
 def run(opts: BenchOptions, console: Console | None = None) -> int:
     """Runs the command; returns the exit code (2 usage error, 1 every request failed, 130 Ctrl-C, else 0)."""
     console = console or Console()
+    opts = replace(opts, backend=ALIASES.get(opts.backend, opts.backend))
     try:
         _check(opts)
         rates = parse_rates(opts.rate) if opts.rate is not None else None
@@ -169,7 +171,7 @@ def run(opts: BenchOptions, console: Console | None = None) -> int:
         records = sweep(lambda step: _run_step(step, opts, target, settings, tokenizer, slo_ms, console),
                         rates, opts.sweep)
     except (UsageError, DatasetError, TargetError, ValueError) as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}", highlight=False, markup=True)
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]stopped[/]")

@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from bench.metrics import request_metrics
@@ -105,7 +106,7 @@ def summary_table(record: dict) -> Table:
     table.add_column(justify="right")
     rows = [
         ("Requests completed / sent", f"{record['completed']} / {record['num_requests']}"),
-        ("Failed", f"{record['failed']}  {record['errors'] or ''}".rstrip()),
+        ("Failed", escape(f"{record['failed']}  {record['errors'] or ''}".rstrip())),
         ("Duration (s)", _fmt(record["duration"])),
         ("Request throughput (req/s)", _fmt(record["request_throughput"])),
         ("Input / output throughput (tok/s)",
@@ -121,7 +122,7 @@ def summary_table(record: dict) -> Table:
     rows.append(("Send lag p50 / p99 (ms)", f"{_fmt(record['send_lag_p50_ms'])} / {_fmt(record['send_lag_p99_ms'])}"))
     for label, value in rows:
         table.add_row(label, value)
-    table.caption = record["client_verdict"]
+    table.caption = escape(record["client_verdict"])
     table.caption_justify = "left"
     return table
 
@@ -133,4 +134,4 @@ def print_summary(console: Console, record: dict) -> None:
     if record.get("warmup_failures"):
         console.print(f"[yellow]{record['warmup_failures']} of {record['warmup_requests']} warm-up requests failed[/]")
     if record.get("scrape_error"):
-        console.print(f"[yellow]--scrape-metrics: {record['scrape_error']}[/]")
+        console.print(f"[yellow]--scrape-metrics: {escape(record['scrape_error'])}[/]")

@@ -48,7 +48,7 @@ def test_help_lists_the_flags_without_importing_the_load_generator():
 def test_a_run_appends_one_record_with_sglang_names_and_our_own(tmp_path, threaded_stub):
     out = tmp_path / "runs.jsonl"
     with threaded_stub() as stub:
-        result = bench("--base-url", stub.base_url, "--backend", "openai", *SMALL, "--num-prompts", "8",
+        result = bench("--base-url", stub.base_url, "--backend", "sglang-oai", *SMALL, "--num-prompts", "8",
                        "--rate", "200", "--slo", "ttft:1000 e2e:2000", "--scrape-metrics", "--scrape-interval",
                        "0.05", "--server-log", "/var/log/server.log", "--output-file", str(out), "--output-details")
         bodies = [s.body for s in stub.served]
@@ -151,6 +151,7 @@ def test_ctrl_c_stops_the_run_and_keeps_what_was_measured(tmp_path, threaded_stu
     (["--arrival", "uniform"], "--arrival 'uniform'"),
     (["--slo", "latency:5"], "--slo 'latency:5': the metric must be one of"),
     (["--slo", "ttft=5"], "--slo 'ttft=5'"),
+    (["--slo", "[bold]ttft:x"], "--slo '[bold]ttft:x'"),
     (["--rate", "1,x,4"], "--rate '1,x,4': expected a number"),
     (["--rate", "-2"], "every rate must be positive"),
     (["--extra-request-body", "{oops"], "--extra-request-body is not valid JSON"),
