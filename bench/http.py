@@ -38,7 +38,7 @@ class Response:
 
 
 class _Connection(asyncio.Protocol):
-    """One connection, one request at a time. The transfer framing is removed as data arrives."""
+    """One connection, one request at a time; reads are kept raw until the response is complete."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None

@@ -33,8 +33,9 @@ def test_dechunk_waits_for_the_last_chunk_and_reads_extensions():
 
 
 def test_sse_events_are_stamped_when_their_last_byte_arrives():
-    chunks = [b'data: {"a": 1}\n\ndata: {"a"', b': 2}\n', b'\n: keep-alive\n\ndata: [DONE]\n\n']
-    assert split_events([1.0, 2.0, 3.0], chunks + [b'data: {"after": "done"}\n\n']) == [(1.0, {"a": 1}), (3.0, {"a": 2})]
+    chunks = [b'data: {"a": 1}\n\ndata: {"a"', b': 2}\n', b'\n: keep-alive\n\ndata: [DONE]\n\n',
+              b'data: {"after": "done"}\n\n']
+    assert split_events([1.0, 2.0, 3.0, 4.0], chunks) == [(1.0, {"a": 1}), (3.0, {"a": 2})]
 
 
 def test_sse_accepts_crlf_multiline_data_and_a_missing_done():
