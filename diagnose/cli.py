@@ -38,6 +38,8 @@ def diagnose(
                                           "info, warning or critical."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="A Prometheus scrape (FILE or URL)."),
     bench: Optional[str] = typer.Option(None, "--bench", help="A `toolkit bench` RESULT.jsonl of the same run."),
+    html: Optional[str] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
+                                       "page to FILE (as `toolkit report`)."),
 ) -> None:
     """Turn SGLang-era server logs into evidence-backed tuning advice and plots."""
     logs = list(logs or [])
@@ -60,6 +62,14 @@ def diagnose(
         from diagnose.export import write_events
 
         err.print(f"events: {write_events(result.timeline, export)}", markup=False)
+    if html:
+        from reports.build import render_report, write_html
+        from reports.inputs import ReportError
+
+        try:
+            err.print(f"html: {write_html(render_report([], result), html)}", markup=False)
+        except ReportError as exc:
+            _fail(str(exc))
     if fmt == "json":
         from diagnose.report_json import render_json
 

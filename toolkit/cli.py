@@ -46,6 +46,8 @@ from bench.cli import bench  # noqa: E402
 app.command("bench")(bench)
 from diagnose.cli import diagnose  # noqa: E402
 app.command("diagnose")(diagnose)
+from reports.cli import report  # noqa: E402
+app.command("report")(report)
 
 
 def main() -> None:

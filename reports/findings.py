@@ -1,0 +1,65 @@
+"""A diagnosis as report rows: the server's configuration, each finding's advice and evidence, what was read."""
+from __future__ import annotations
+
+import time
+
+from diagnose.analysis import Diagnosis
+from diagnose.findings import Finding
+
+MAX_LINES_SHOWN = 12
+
+
+def when(t: float | None) -> str:
+    """A log-clock time (naive log timestamps read as UTC) as the log printed it."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t is not None else "?"
+
+
+def server_rows(d: Diagnosis) -> list[tuple[str, object]]:
+    cfg = d.config
+    rows = {
+        "SGLang era (guessed)": cfg.era, "device": cfg.device, "model": cfg.arg("model_path") or cfg.model_class,
+        "tp / dp": f"{cfg.tp_size} / {cfg.dp_size}", "dtype": cfg.dtype,
+        "max_total_num_tokens": cfg.max_total_num_tokens, "max_running_requests": cfg.max_running_requests,
+        "chunked_prefill_size": cfg.chunked_prefill_size, "max_prefill_tokens": cfg.max_prefill_tokens,
+        "context_len": cfg.context_len, "available memory (GB)": cfg.available_mem_gb,
+        "memory before weights (GB)": cfg.gpu_mem_gb, "weights per device (GB)": cfg.weight_mem_gb,
+        "KV cache (GB)": cfg.kv_mem_gb,
+    }
+    return [(k, v) for k, v in rows.items() if v is not None]
+
+
+def change(f: Finding) -> tuple[str, str] | None:
+    """("change", "--flag value") or ("do", what to do), or None when the finding asks for nothing."""
+    if f.flag:
+        return "change", f"{f.flag} {f.suggested or ''}".strip()
+    return ("do", f.suggested) if f.suggested else None
+
+
+def evidence_summary(f: Finding) -> str:
+    ev = f.evidence
+    parts = [f"{ev.count} of {ev.total} lines ({ev.fraction:.0%})" if ev.total
+             else f"{ev.count} record{'s' if ev.count != 1 else ''}"]
+    if ev.span:
+        parts.append(f"from {when(ev.span[0])} to {when(ev.span[1])}")
+    if ev.lines:
+        shown = ", ".join(map(str, ev.lines[:MAX_LINES_SHOWN]))
+        parts.append(f"at lines {shown}{' ...' if len(ev.lines) > MAX_LINES_SHOWN else ''}")
+    return " ".join(parts)
+
+
+def facts(f: Finding) -> list[tuple[str, str]]:
+    return [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in f.evidence.facts.items()
+            if v is not None]
+
+
+def window_text(d: Diagnosis) -> str:
+    if d.window is None:
+        return "the whole log"
+    return f"the bench run's window, {when(d.window[0])} to {when(d.window[1])} on the log's clock"
+
+
+def read_rows(d: Diagnosis) -> list[tuple[str, int]]:
+    rows = sorted(d.stats.kinds.items(), key=lambda kv: -kv[1])
+    return rows + [("other lines", d.stats.other), ("unread lines", d.stats.unread)]
+
+
