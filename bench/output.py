@@ -4,7 +4,8 @@ Record schema (one JSON object per run; numbers that could not be measured are n
 - run configuration: `tool`, `version`, `backend`, `base_url`, `model`, `tokenizer`, `dataset_name`,
   `dataset_path`, `random_input_len`, `random_output_len`, `random_range_ratio`, `request_rate` (req/s, or the
   string "inf"), `arrival` (poisson|constant|gamma|trace), `burstiness`, `max_concurrency`, `seed`,
-  `warmup_requests`, `warmup_failures`, `request_timeout`, `ignore_eos`, `sweep` ({"role": "saturation"|"rate", "step": i} in a sweep);
+  `warmup_requests`, `warmup_failures`, `request_timeout`, `ignore_eos`,
+  `sweep` ({"role": "saturation"|"rate", "step": i}, only when a command runs several rates);
 - SGLang bench_serving names: `duration` (s, first send to last response), `completed`, `total_input_tokens`,
   `total_output_tokens`, `request_throughput`, `input_throughput`, `output_throughput`, `total_throughput`,
   `concurrency` (mean requests in flight), and for each of ttft, tpot, itl and e2e_latency the keys
