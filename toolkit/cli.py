@@ -34,6 +34,14 @@ def _root(
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+@app.command("serve", context_settings=_PASSTHROUGH, add_help_option=False)
+def serve(ctx: typer.Context) -> None:
+    """Launch the SGLang-compatible HTTP server (same flags as sglang.launch_server)."""
+    from runtime.server.serve import main as serve_main
+
+    raise typer.Exit(serve_main(ctx.args))
+
+
 @app.command("bench-offline", context_settings=_PASSTHROUGH, add_help_option=False)
 def bench_offline(ctx: typer.Context) -> None:
     """Offline throughput of the in-process engine (like sglang.bench_offline_throughput)."""

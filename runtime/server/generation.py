@@ -1,0 +1,112 @@
+"""Running a GenerationPlan: one generation per (prompt, sample), collected whole or merged as a stream."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from runtime.sampling.sampling_params import SamplingParams
+from runtime.scheduler.request import FinishReason
+from runtime.server.protocol import GenerationPlan
+from runtime.server.tokenizer_manager import Chunk, TokenizerManager
+
+
+@dataclass
+class Choice:
+    """One generated sequence, accumulated from its chunks."""
+
+    index: int
+    prompt_index: int
+    rid: str
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[tuple[int, float, list[tuple[int, float]] | None]] = field(default_factory=list)
+    finished_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, chunk: Chunk) -> None:
+        self.text += chunk.text
+        self.token_ids += chunk.token_ids
+        self.logprobs += chunk.logprobs
+        self.finished_reason = chunk.finished_reason
+        self.prompt_tokens, self.completion_tokens = chunk.prompt_tokens, chunk.completion_tokens
+        self.cached_tokens = chunk.cached_tokens
+
+
+def choice_params(params: SamplingParams, sample: int) -> SamplingParams:
+    """The n samples of one prompt get distinct seeds when the request fixed one."""
+    if params.seed is None or sample == 0:
+        return params
+    return dataclasses.replace(params, seed=params.seed + sample)
+
+
+def _streams(manager: TokenizerManager, plan: GenerationPlan, stream: bool) -> list[tuple[Choice, AsyncIterator[Chunk]]]:
+    streams = []
+    for p, ids in enumerate(plan.prompts):
+        params = plan.params_for(p)
+        for sample in range(params.n):
+            choice = Choice(index=len(streams), prompt_index=p, rid=uuid.uuid4().hex)
+            chunks = manager.generate(ids, choice_params(params, sample), plan.return_logprob,
+                                      plan.top_logprobs_num, stream=stream, rid=choice.rid)
+            streams.append((choice, chunks))
+    return streams
+
+
+async def _stop(manager: TokenizerManager, tasks: list[asyncio.Future], choices: list[Choice]) -> None:
+    """Cancel the per-choice tasks (their generators abort unfinished requests) and abort any left over."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for choice in choices:
+        manager.abort(choice.rid)
+
+
+async def collect(manager: TokenizerManager, plan: GenerationPlan) -> list[Choice]:
+    streams = _streams(manager, plan, stream=False)
+
+    async def drain(choice: Choice, chunks: AsyncIterator[Chunk]) -> Choice:
+        async for chunk in chunks:
+            choice.add(chunk)
+        return choice
+
+    tasks = [asyncio.ensure_future(drain(c, s)) for c, s in streams]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        await _stop(manager, tasks, [c for c, _ in streams])
+
+
+async def stream(manager: TokenizerManager, plan: GenerationPlan) -> AsyncIterator[tuple[Choice, Chunk]]:
+    """Chunks of every choice, interleaved in arrival order; each choice is updated before it is yielded."""
+    streams = _streams(manager, plan, stream=True)
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(choice: Choice, chunks: AsyncIterator[Chunk]) -> None:
+        try:
+            async for chunk in chunks:
+                choice.add(chunk)
+                await queue.put((choice, chunk))
+        except Exception as exc:  # a dead scheduler surfaces here; re-raised to the handler below
+            await queue.put(exc)
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.ensure_future(pump(c, s)) for c, s in streams]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+    finally:
+        await _stop(manager, tasks, [c for c, _ in streams])

@@ -1,0 +1,116 @@
+"""SGLang-native endpoints: /generate, /health, /health_generate, /get_model_info, /get_server_info,
+/flush_cache, /metrics."""
+from __future__ import annotations
+
+import asyncio
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from runtime.sampling.sampling_params import SamplingParams
+from runtime.server import generation
+from runtime.server.generation import Choice
+from runtime.server.protocol import RequestError, parse_generate
+from runtime.server.sse import read_json, sse_response
+from runtime.server.state import ServerState
+from runtime.server.tokenizer_manager import Chunk, SchedulerGone
+from toolkit import __version__
+
+HEALTH_GENERATE_TIMEOUT = 20.0
+
+
+def _meta(choice: Choice, return_logprob: bool) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "id": choice.rid,
+        "prompt_tokens": choice.prompt_tokens,
+        "completion_tokens": choice.completion_tokens,
+        "cached_tokens": choice.cached_tokens,
+        "finish_reason": choice.finished_reason.to_json() if choice.finished_reason else None,
+        "e2e_latency": time.perf_counter() - choice.started,
+    }
+    if return_logprob:
+        meta["output_token_logprobs"] = [[lp, token, None] for token, lp, _ in choice.logprobs]
+        if any(top for _, _, top in choice.logprobs):
+            meta["output_top_logprobs"] = [[[v, t, None] for t, v in top or []] for _, _, top in choice.logprobs]
+    return meta
+
+
+def _result(choice: Choice, return_logprob: bool) -> dict[str, Any]:
+    return {"text": choice.text, "output_ids": choice.token_ids, "meta_info": _meta(choice, return_logprob)}
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    plan = parse_generate(await read_json(request), state.validation)
+    if plan.stream:
+        def event(choice: Choice, chunk: Chunk) -> dict[str, Any]:
+            # NOTE: SGLang streams the cumulative text and ids so far, not deltas.
+            return _result(choice, plan.return_logprob)
+
+        return await sse_response(request, state, plan, event, head={})
+    choices = await generation.collect(state.manager, plan)
+    results = [_result(c, plan.return_logprob) for c in choices]
+    return web.json_response(results[0] if plan.single and len(results) == 1 else results)
+
+
+async def health(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if not state.healthy or state.manager.failure is not None:
+        return web.Response(status=503, text="the scheduler process is not running")
+    return web.Response(text="")
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if not state.healthy:
+        return web.Response(status=503, text="the scheduler process is not running")
+    params = SamplingParams(max_new_tokens=1, temperature=0.0)
+    try:
+        async with asyncio.timeout(HEALTH_GENERATE_TIMEOUT):
+            async for _ in state.manager.generate([state.ready.vocab_size // 2], params):
+                pass
+    except (SchedulerGone, TimeoutError) as exc:
+        return web.Response(status=503, text=f"generation failed: {exc or 'timeout'}")
+    return web.Response(text="")
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    return web.json_response({
+        "model_path": state.args.model_path or state.served_model_name, "tokenizer_path": state.tokenizer_path,
+        "served_model_name": state.served_model_name, "is_generation": True,
+        "model_class": state.ready.model_class, "context_len": state.ready.context_len,
+    })
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    args = {**state.ready.server_args, "api_key": None if state.args.api_key is None else "<redacted>"}
+    return web.json_response({
+        **args,
+        "version": __version__,
+        "max_total_num_tokens": state.ready.max_total_num_tokens,
+        "max_running_requests": state.ready.max_running_requests,
+        "context_len": state.ready.context_len,
+        "attention_backend": state.ready.attention_backend,
+        "internal_states": [state.manager.stats],
+        "num_pending_http_requests": len(state.manager.states),
+    })
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if not await state.manager.flush_cache():
+        raise RequestError(400, "Cache not flushed: there are running or queued requests; retry when idle.")
+    return web.Response(text="Cache flushed.\n")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if state.metrics is None:
+        raise RequestError(404, "metrics are disabled; start the server with --enable-metrics", code="not_found")
+    return web.Response(body=state.metrics.render(), content_type="text/plain", charset="utf-8")
+
+

@@ -1,0 +1,141 @@
+"""OpenAI-compatible endpoints: /v1/completions, /v1/chat/completions, /v1/models."""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from runtime.server import generation
+from runtime.server.generation import Choice
+from runtime.server.protocol import GenerationPlan, parse_chat, parse_completion
+from runtime.server.sse import read_json, sse_response
+from runtime.server.state import ServerState
+from runtime.server.tokenizer_manager import Chunk
+
+
+def finish_reason(choice: Choice) -> str | None:
+    reason = choice.finished_reason
+    return None if reason is None else reason.kind
+
+
+def matched_stop(choice: Choice) -> int | str | None:
+    reason = choice.finished_reason
+    return reason.matched if reason is not None and reason.kind == "stop" else None
+
+
+def usage(state: ServerState, plan: GenerationPlan, choices: list[Choice]) -> dict[str, Any]:
+    # NOTE: each prompt counts once however many samples (n) it produced.
+    prompt_tokens = sum(len(ids) for ids in plan.prompts)
+    completion_tokens = sum(c.completion_tokens for c in choices)
+    body: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+    if state.args.enable_cache_report:
+        cached = sum(c.cached_tokens for c in choices if c.index % plan.params.n == 0)
+        body["prompt_tokens_details"] = {"cached_tokens": cached}
+    return body
+
+
+# ---- logprobs formats ----
+
+def completion_logprobs(state: ServerState, entries, offset: int = 0) -> dict[str, Any]:
+    tokens = [state.token_text(token) for token, _, _ in entries]
+    offsets, position = [], offset
+    for text in tokens:
+        offsets.append(position)
+        position += len(text)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [lp for _, lp, _ in entries],
+        "top_logprobs": [{state.token_text(t): v for t, v in top} if top else None for _, _, top in entries],
+        "text_offset": offsets,
+    }
+
+
+def chat_logprobs(state: ServerState, entries) -> dict[str, Any]:
+    def item(token: int, logprob: float) -> dict[str, Any]:
+        text = state.token_text(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [{**item(t, lp), "top_logprobs": [item(tt, tv) for tt, tv in top or []]}
+                        for t, lp, top in entries]}
+
+
+# ---- /v1/completions ----
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    plan = parse_completion(await read_json(request), state.validation)
+    rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    if plan.stream:
+        return await _stream_completion(request, state, plan, rid, created)
+    choices = await generation.collect(state.manager, plan)
+    return web.json_response({
+        "id": rid, "object": "text_completion", "created": created, "model": state.served_model_name,
+        "choices": [{"index": c.index, "text": c.text, "finish_reason": finish_reason(c),
+                     "matched_stop": matched_stop(c),
+                     "logprobs": completion_logprobs(state, c.logprobs) if plan.return_logprob else None}
+                    for c in choices],
+        "usage": usage(state, plan, choices),
+    })
+
+
+async def _stream_completion(request, state: ServerState, plan: GenerationPlan, rid: str, created: int):
+    head = {"id": rid, "object": "text_completion", "created": created, "model": state.served_model_name}
+    offsets: dict[int, int] = {}
+
+    def event(choice: Choice, chunk: Chunk) -> dict[str, Any]:
+        logprobs = None
+        if plan.return_logprob:
+            logprobs = completion_logprobs(state, chunk.logprobs, offsets.get(choice.index, 0))
+        offsets[choice.index] = len(choice.text)
+        return {**head, "choices": [{"index": choice.index, "text": chunk.text, "logprobs": logprobs,
+                                     "finish_reason": finish_reason(choice), "matched_stop": matched_stop(choice)}]}
+
+    return await sse_response(request, state, plan, event, head, lambda cs: usage(state, plan, cs))
+
+
+# ---- /v1/chat/completions ----
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    plan = parse_chat(await read_json(request), state.validation)
+    rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    if plan.stream:
+        return await _stream_chat(request, state, plan, rid, created)
+    choices = await generation.collect(state.manager, plan)
+    return web.json_response({
+        "id": rid, "object": "chat.completion", "created": created, "model": state.served_model_name,
+        "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.text},
+                     "logprobs": chat_logprobs(state, c.logprobs) if plan.return_logprob else None,
+                     "finish_reason": finish_reason(c), "matched_stop": matched_stop(c)}
+                    for c in choices],
+        "usage": usage(state, plan, choices),
+    })
+
+
+async def _stream_chat(request, state: ServerState, plan: GenerationPlan, rid: str, created: int):
+    head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.served_model_name}
+    started: set[int] = set()
+
+    def event(choice: Choice, chunk: Chunk) -> dict[str, Any]:
+        delta: dict[str, Any] = {"content": chunk.text}
+        if choice.index not in started:
+            started.add(choice.index)
+            delta = {"role": "assistant", **delta}
+        logprobs = chat_logprobs(state, chunk.logprobs) if plan.return_logprob else None
+        return {**head, "choices": [{"index": choice.index, "delta": delta, "logprobs": logprobs,
+                                     "finish_reason": finish_reason(choice), "matched_stop": matched_stop(choice)}]}
+
+    return await sse_response(request, state, plan, event, head, lambda cs: usage(state, plan, cs))
+
+
+# ---- /v1/models ----
+
+async def models(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    return web.json_response({"object": "list", "data": [{
+        "id": state.served_model_name, "object": "model", "created": int(state.started), "owned_by": "toolkit",
+        "root": state.args.model_path or state.served_model_name, "max_model_len": state.ready.context_len,
+    }]})

@@ -1,0 +1,329 @@
+"""Request bodies of the HTTP API → validated generation plans; every rejection names the offending field."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from runtime.sampling.sampling_params import SamplingParams, SamplingParamsError
+from runtime.scheduler.scheduler import context_length_error
+
+MAX_N = 128
+MAX_LOGPROBS = 20
+MAX_STOP_STRINGS = 16
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+_OPENAI_NAMES = {"max_new_tokens": "max_tokens"}
+
+
+class RequestError(Exception):
+    """An HTTP error with an OpenAI-style body: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": self.code or self.status}}
+
+
+def bad(param: str, message: str) -> RequestError:
+    return RequestError(400, f"{param}: {message}", param=param)
+
+
+@dataclass
+class ValidationContext:
+    served_model_name: str
+    context_len: int
+    vocab_size: int
+    allow_auto_truncate: bool
+    encode: Callable[[str], list[int]]
+    encode_chat: Callable[[list[dict]], list[int]]
+
+
+@dataclass
+class GenerationPlan:
+    """What to generate: one entry per prompt, each sampled `params.n` times."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    stream: bool = False
+    include_usage: bool = False
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    single: bool = True  # a single prompt (native API: answer with an object, not a list)
+    per_prompt_params: list[SamplingParams] = field(default_factory=list)
+
+    def params_for(self, index: int) -> SamplingParams:
+        return self.per_prompt_params[index] if self.per_prompt_params else self.params
+
+
+# ---- typed field access ----
+
+def _typed(body: dict, name: str, kinds: tuple[type, ...], default: Any, what: str) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in kinds:
+        raise bad(name, f"must be {what}, got a boolean")
+    if not isinstance(value, kinds):
+        raise bad(name, f"must be {what}, got {type(value).__name__}")
+    return value
+
+
+def _number(body: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
+    value = float(_typed(body, name, (int, float), default, "a number"))
+    if value != value or (value <= low if low_open else value < low) or value > high:
+        raise bad(name, f"must be in {'(' if low_open else '['}{low}, {high}], got {value}")
+    return value
+
+
+def _int(body: dict, name: str, default: int | None, low: int | None = None, high: int | None = None) -> int | None:
+    value = _typed(body, name, (int,), default, "an integer")
+    if value is None:
+        return None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise bad(name, f"must be in [{low}, {high if high is not None else 'inf'}], got {value}")
+    return value
+
+
+def _bool(body: dict, name: str, default: bool) -> bool:
+    return _typed(body, name, (bool,), default, "a boolean")
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise bad("stop", "must be a non-empty string or a list of non-empty strings")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise bad("stop", f"at most {MAX_STOP_STRINGS} stop strings are allowed")
+    return stop
+
+
+def _token_list(value: Any, name: str, vocab_size: int) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise bad(name, "must be a non-empty list of token ids")
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in value):
+        raise bad(name, f"token ids must be integers in [0, {vocab_size})")
+    return value
+
+
+def check_model(body: dict, ctx: ValidationContext) -> None:
+    model = body.get("model")
+    if model is None:
+        return
+    if not isinstance(model, str):
+        raise bad("model", "must be a string")
+    if model != ctx.served_model_name:
+        raise RequestError(404, f"The model `{model}` does not exist; this server serves `{ctx.served_model_name}`.",
+                           param="model", code="model_not_found")
+
+
+_HARMLESS_VALUES: dict[str, tuple[Any, ...]] = {
+    "suffix": (None, ""), "echo": (None, False), "logit_bias": (None, {}), "best_of": (None, 1),
+    "tools": (None, []), "functions": (None, []),
+}
+
+
+def _unsupported(body: dict, names: tuple[str, ...]) -> None:
+    """Features we do not implement are refused unless set to their no-op value."""
+    for name in names:
+        value = body.get(name)
+        if not any(value is v or (type(value) is type(v) and value == v) for v in _HARMLESS_VALUES[name]):
+            raise bad(name, "is not supported by this server")
+
+
+# ---- OpenAI sampling fields shared by completions and chat ----
+
+def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+    params = dict(
+        max_new_tokens=max_tokens if max_tokens is not None else default_max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        top_k=_int(body, "top_k", -1, -1),
+        min_p=_number(body, "min_p", 0.0, 0.0, 1.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 2.0, low_open=True),
+        stop=_stop(body),
+        stop_token_ids=_token_ids_field(body, "stop_token_ids"),
+        ignore_eos=_bool(body, "ignore_eos", False),
+        skip_special_tokens=_bool(body, "skip_special_tokens", True),
+        seed=_int(body, "seed", None),
+        n=_int(body, "n", 1, 1, MAX_N),
+    )
+    if params["top_k"] == 0:
+        raise bad("top_k", "must be -1 (disabled) or at least 1, got 0")
+    try:
+        return SamplingParams.from_dict(params)
+    except SamplingParamsError as exc:
+        name = _OPENAI_NAMES.get(exc.param, exc.param)
+        raise bad(name, str(exc)) from None
+
+
+def _token_ids_field(body: dict, name: str) -> list[int]:
+    value = body.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
+        raise bad(name, "must be a list of non-negative integers")
+    return value
+
+
+def _stream_options(body: dict, stream: bool) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise bad("stream_options", "must be an object")
+    if not stream:
+        raise bad("stream_options", "is only allowed when stream is true")
+    return _bool(options, "include_usage", False)
+
+
+def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, param: str) -> list[int]:
+    """Reject (or with --allow-auto-truncate, cut) prompts that do not fit the context with their max_tokens."""
+    error = context_length_error(len(ids), params.max_new_tokens, ctx.context_len)
+    if error is None:
+        return ids
+    if ctx.allow_auto_truncate and params.max_new_tokens < ctx.context_len - 1:
+        return ids[: ctx.context_len - params.max_new_tokens - 1]
+    blame = "max_tokens" if len(ids) < ctx.context_len else param
+    raise bad(blame, error)
+
+
+# ---- /v1/completions ----
+
+def parse_completion(body: dict, ctx: ValidationContext) -> GenerationPlan:
+    check_model(body, ctx)
+    _unsupported(body, ("suffix", "echo", "logit_bias", "best_of"))
+    prompts = _completion_prompts(body, ctx)
+    max_tokens = _int(body, "max_tokens", None, 0)
+    params = openai_sampling(body, max_tokens, default_max_tokens=16)
+    stream = _bool(body, "stream", False)
+    logprobs = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
+    prompts = [fit_context(ids, params, ctx, "prompt") for ids in prompts]
+    return GenerationPlan(prompts, params, stream, _stream_options(body, stream), logprobs is not None,
+                          logprobs or 0, single=False)
+
+
+def _completion_prompts(body: dict, ctx: ValidationContext) -> list[list[int]]:
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise bad("prompt", "is required")
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if not isinstance(prompt, list) or not prompt:
+        raise bad("prompt", "must be a non-empty string, list of strings, or list of token ids")
+    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+        return [_token_list(prompt, "prompt", ctx.vocab_size)]
+    if all(isinstance(p, list) for p in prompt):
+        return [_token_list(p, "prompt", ctx.vocab_size) for p in prompt]
+    if not all(isinstance(p, str) for p in prompt):
+        raise bad("prompt", "must be a string, a list of strings, or token ids")
+    if any(not p for p in prompt):
+        raise bad("prompt", "must not be empty")
+    return [ctx.encode(p) for p in prompt]
+
+
+# ---- /v1/chat/completions ----
+
+def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
+    check_model(body, ctx)
+    _unsupported(body, ("tools", "functions", "logit_bias"))
+    _check_response_format(body)
+    messages = _messages(body)
+    max_tokens = _int(body, "max_completion_tokens", None, 0)
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", None, 0)
+    params = openai_sampling(body, max_tokens, default_max_tokens=128)
+    stream = _bool(body, "stream", False)
+    logprobs = _bool(body, "logprobs", False)
+    top_logprobs = _int(body, "top_logprobs", 0, 0, MAX_LOGPROBS) or 0
+    if top_logprobs and not logprobs:
+        raise bad("top_logprobs", "requires logprobs to be true")
+    try:
+        ids = ctx.encode_chat(messages)
+    except Exception as exc:  # a chat template may reject role orders (jinja raises its own exceptions)
+        raise bad("messages", f"the chat template rejected the messages: {exc}") from None
+    ids = fit_context(ids, params, ctx, "messages")
+    return GenerationPlan([ids], params, stream, _stream_options(body, stream), logprobs, top_logprobs)
+
+
+def _check_response_format(body: dict) -> None:
+    fmt = body.get("response_format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict) or fmt.get("type") != "text":
+        raise bad("response_format", "only {\"type\": \"text\"} is supported")
+
+
+def _messages(body: dict) -> list[dict]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", "must be a non-empty list of messages")
+    return [_message(m, i) for i, m in enumerate(messages)]
+
+
+def _message(message: Any, index: int) -> dict:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise bad(where, "must be an object with role and content")
+    role = message.get("role")
+    if role not in CHAT_ROLES:
+        raise bad(f"{where}.role", f"must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
+    content = message.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise bad(f"{where}.content", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise bad(f"{where}.content", "must be a string or a list of text parts")
+    return {"role": "system" if role == "developer" else role, "content": content}
+
+
+# ---- /generate (SGLang native) ----
+
+def parse_generate(body: dict, ctx: ValidationContext) -> GenerationPlan:
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (input_ids is None):
+        raise bad("text", "pass exactly one of text or input_ids")
+    prompts, single = _native_prompts(text, input_ids, ctx)
+    per_prompt = _native_sampling(body.get("sampling_params"), len(prompts))
+    stream = _bool(body, "stream", False)
+    return_logprob = _bool(body, "return_logprob", False)
+    top = _int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) or 0
+    prompts = [fit_context(ids, p, ctx, "text" if text is not None else "input_ids")
+               for ids, p in zip(prompts, per_prompt)]
+    if stream and not single:
+        raise bad("stream", "streaming is supported for a single prompt only")
+    return GenerationPlan(prompts, per_prompt[0], stream, False, return_logprob, top, single, per_prompt)
+
+
+def _native_prompts(text: Any, input_ids: Any, ctx: ValidationContext) -> tuple[list[list[int]], bool]:
+    if text is not None:
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            raise bad("text", "must be a non-empty string or a list of non-empty strings")
+        return [ctx.encode(t) for t in texts], isinstance(text, str)
+    if isinstance(input_ids, list) and input_ids and all(isinstance(x, list) for x in input_ids):
+        return [_token_list(ids, "input_ids", ctx.vocab_size) for ids in input_ids], False
+    return [_token_list(input_ids, "input_ids", ctx.vocab_size)], True
+
+
+def _native_sampling(raw: Any, count: int) -> list[SamplingParams]:
+    if raw is None:
+        raw = {}
+    items = raw if isinstance(raw, list) else [raw] * count
+    if not isinstance(raw, (dict, list)) or len(items) != count or not all(isinstance(i, dict) for i in items):
+        raise bad("sampling_params", f"must be an object or a list of {count} objects")
+    try:
+        return [SamplingParams.from_dict(item) for item in items]
+    except SamplingParamsError as exc:
+        raise bad(f"sampling_params.{exc.param}", str(exc)) from None
+    except TypeError as exc:
+        raise bad("sampling_params", str(exc)) from None

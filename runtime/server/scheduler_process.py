@@ -1,0 +1,123 @@
+"""The scheduler process: owns the model, runs `Scheduler.step()` in a loop, talks to the front end over ZMQ."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import traceback
+
+import zmq
+
+from runtime.launch import launch_scheduler
+from runtime.logging_setup import configure_logging
+from runtime.scheduler.scheduler import GenerateInput, Scheduler
+from runtime.server.ipc import (
+    AbortRequest,
+    BatchOutput,
+    FlushCacheRequest,
+    FlushCacheResult,
+    IpcEndpoints,
+    SchedulerFailed,
+    SchedulerReady,
+    ShutdownRequest,
+)
+from runtime.server.watchdog import Watchdog
+from runtime.server_args import ServerArgs
+
+logger = logging.getLogger("runtime")
+IDLE_POLL_MS = 500  # how long an idle scheduler sleeps in recv before checking that its parent lives
+
+
+def run_scheduler_process(args: ServerArgs, endpoints: IpcEndpoints, parent_pid: int) -> None:
+    """Entry point of the spawned process."""
+    # NOTE: Ctrl-C reaches the whole process group; the front end decides when the scheduler stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging(args.log_level, args.log_file)
+    context = zmq.Context(1)
+    inbox = context.socket(zmq.PULL)
+    inbox.connect(endpoints.to_scheduler)
+    outbox = context.socket(zmq.PUSH)
+    outbox.connect(endpoints.from_scheduler)
+    try:
+        launched = launch_scheduler(args)
+        outbox.send_pyobj(_ready_message(launched))
+        SchedulerLoop(launched.scheduler, inbox, outbox, parent_pid).run()
+    except Exception:
+        message = traceback.format_exc()
+        logger.error(f"Scheduler hit an exception: {message}")
+        outbox.send_pyobj(SchedulerFailed(message))
+        raise SystemExit(1) from None
+    finally:
+        context.destroy(linger=200)
+
+
+def _ready_message(launched) -> SchedulerReady:
+    scheduler, runner = launched.scheduler, launched.runner
+    return SchedulerReady(
+        server_args=dataclasses.asdict(launched.args),
+        context_len=scheduler.context_len,
+        max_total_num_tokens=scheduler.max_total_num_tokens,
+        max_running_requests=scheduler.max_running_requests,
+        vocab_size=runner.config.vocab_size,
+        model_class=runner.config.architecture,
+        attention_backend=runner.attention_backend_name,
+    )
+
+
+class SchedulerLoop:
+    def __init__(self, scheduler: Scheduler, inbox: zmq.Socket, outbox: zmq.Socket, parent_pid: int) -> None:
+        self.scheduler = scheduler
+        self.inbox = inbox
+        self.outbox = outbox
+        self.parent_pid = parent_pid
+        self.watchdog = Watchdog(scheduler.args.watchdog_timeout, self._describe_batch)
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            self._receive(block=not self.scheduler.has_work)
+            if not self.running:
+                break
+            with self.watchdog.armed():
+                outputs = self.scheduler.step()
+            stats = dataclasses.asdict(self.scheduler.stats)
+            self.outbox.send_pyobj(BatchOutput(outputs, stats), copy=False)
+            if not self.scheduler.has_work and not _alive(self.parent_pid):
+                logger.info("the front end is gone; the scheduler exits")
+                return
+
+    def _receive(self, block: bool) -> None:
+        if block and not self.inbox.poll(IDLE_POLL_MS):
+            return
+        while True:
+            try:
+                message = self.inbox.recv_pyobj(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._handle(message)
+
+    def _handle(self, message: object) -> None:
+        if isinstance(message, GenerateInput):
+            self.scheduler.add_request(message)
+        elif isinstance(message, AbortRequest):
+            self.scheduler.abort_request(message.rid)
+        elif isinstance(message, FlushCacheRequest):
+            self.outbox.send_pyobj(FlushCacheResult(self.scheduler.flush_cache()))
+        elif isinstance(message, ShutdownRequest):
+            self.running = False
+
+    def _describe_batch(self) -> str:
+        scheduler = self.scheduler
+        return (f"running={[r.rid for r in scheduler.running.reqs][:16]}, waiting={len(scheduler.waiting)}, "
+                f"chunked={scheduler.chunked_req.rid if scheduler.chunked_req else None}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,159 @@
+"""`toolkit serve`: start the scheduler process, wait for the model, serve HTTP, and shut everything down on
+SIGINT/SIGTERM or when the scheduler dies (then with a non-zero exit code)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from runtime.launch import model_source
+from runtime.logging_setup import configure_logging
+from runtime.model_loader.errors import ModelLoadError
+from runtime.model_loader.tokenizer import load_tokenizer
+from runtime.server.http_server import AccessLogger, build_app
+from runtime.server.ipc import IpcEndpoints
+from runtime.server.metrics import RequestMetrics
+from runtime.server.protocol import ValidationContext
+from runtime.server.scheduler_process import run_scheduler_process
+from runtime.server.state import ServerState
+from runtime.server.tokenizer_manager import SchedulerGone, TokenizerManager
+from runtime.server_args import ServerArgs, default_served_model_name, parse_server_args
+
+logger = logging.getLogger("runtime")
+STARTUP_TIMEOUT = 1800.0
+SHUTDOWN_GRACE = 3.0
+UNHEALTHY_GRACE = 1.0  # a dead scheduler keeps /health answering 503 this long before the server exits
+
+
+def main(argv: list[str]) -> int:
+    args = parse_server_args(argv)
+    configure_logging(args.log_level, args.log_file)
+    try:
+        return asyncio.run(Server(args).run())
+    except (ModelLoadError, SchedulerGone) as exc:
+        logger.error(str(exc))
+        return 1
+
+
+def load_chat_template(tokenizer, template: str | None) -> None:
+    if template is None:
+        return
+    path = Path(template)
+    tokenizer.chat_template = path.read_text(encoding="utf-8") if path.is_file() else template
+
+
+class Server:
+    def __init__(self, args: ServerArgs) -> None:
+        self.args = args
+        self.endpoints = IpcEndpoints.fresh()
+        self.stop: asyncio.Event | None = None  # created inside the running loop
+        self.exit_code = 0
+        self.process: multiprocessing.Process | None = None
+
+    async def run(self) -> int:
+        self.stop = asyncio.Event()
+        source = model_source(self.args)
+        tokenizer = load_tokenizer(source.tokenizer_path)
+        load_chat_template(tokenizer, self.args.chat_template)
+        self._start_scheduler()
+        served_name = default_served_model_name(self.args)
+        manager, runner, metrics = None, None, None
+        try:
+            self._install_signal_handlers()
+            manager = TokenizerManager(self.endpoints, tokenizer, None, self.args.stream_interval)
+            ready = await self._wait_ready(manager)
+            if self.args.enable_metrics:
+                metrics = RequestMetrics(served_name, ready.max_total_num_tokens)
+                manager.metrics = metrics
+            state = ServerState(self.args, manager, ready, _validation(tokenizer, ready, self.args, served_name),
+                                tokenizer, served_name, str(source.tokenizer_path), metrics)
+            runner = await self._start_http(state)
+            tasks = [asyncio.ensure_future(manager.receive_forever()),
+                     asyncio.ensure_future(self._supervise(state))]
+            await self.stop.wait()
+            for task in tasks:
+                task.cancel()
+        finally:
+            await self._shutdown(manager, runner)
+        return self.exit_code
+
+    def _start_scheduler(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.process = context.Process(target=run_scheduler_process, name="toolkit-scheduler",
+                                       args=(self.args, self.endpoints, os.getpid()), daemon=True)
+        self.process.start()
+
+    async def _wait_ready(self, manager: TokenizerManager):
+        waiter = asyncio.ensure_future(manager.wait_ready(STARTUP_TIMEOUT))
+        while not waiter.done():
+            await asyncio.wait([waiter, asyncio.ensure_future(self.stop.wait())], timeout=0.5,
+                               return_when=asyncio.FIRST_COMPLETED)
+            if self.stop.is_set():
+                waiter.cancel()
+                raise SchedulerGone("interrupted while the model was loading")
+            if not waiter.done() and not self.process.is_alive():
+                waiter.cancel()
+                raise SchedulerGone(f"the scheduler process exited with code {self.process.exitcode} while loading")
+        return waiter.result()
+
+    async def _start_http(self, state: ServerState) -> web.AppRunner:
+        runner = web.AppRunner(build_app(state), handler_cancellation=True, access_log_class=AccessLogger,
+                               access_log=logger)
+        await runner.setup()
+        await web.TCPSite(runner, self.args.host, self.args.port).start()
+        logger.info(f"The server is fired up and ready to roll! Listening on http://{self.args.host}:{self.args.port}")
+        return runner
+
+    async def _supervise(self, state: ServerState) -> None:
+        while self.process.is_alive():
+            await asyncio.sleep(0.2)
+        logger.error("Received sigquit from a child process. It usually means the child failed. "
+                     f"(scheduler exit code {self.process.exitcode})")
+        state.healthy = False
+        state.manager.fail_all("the scheduler process died")
+        self.exit_code = 1
+        await asyncio.sleep(UNHEALTHY_GRACE)
+        self.stop.set()
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        logger.info(f"Received {signal.Signals(sig).name}; shutting down")
+        self.stop.set()
+
+    async def _shutdown(self, manager: TokenizerManager | None, runner: web.AppRunner | None) -> None:
+        if runner is not None:
+            await runner.shutdown()
+            await runner.cleanup()
+        if manager is not None:
+            manager.close()
+        if self.process is not None:
+            self.process.join(SHUTDOWN_GRACE)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(SHUTDOWN_GRACE)
+        self.endpoints.cleanup()
+
+
+def _validation(tokenizer, ready, args: ServerArgs, served_name: str) -> ValidationContext:
+    def encode_chat(messages: list[dict]) -> list[int]:
+        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+    return ValidationContext(
+        served_model_name=served_name, context_len=ready.context_len, vocab_size=ready.vocab_size,
+        allow_auto_truncate=args.allow_auto_truncate, encode=tokenizer.encode, encode_chat=encode_chat,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

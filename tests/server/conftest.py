@@ -1,0 +1,17 @@
+"""One shared server for the API tests (embedded model, metrics and log file on)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.server.server_process import ServerProcess
+
+SERVER_FLAGS = ("--dtype", "float32", "--enable-metrics", "--decode-log-interval", "5", "--max-total-tokens",
+                "20000", "--enable-cache-report")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    log_file = tmp_path_factory.mktemp("server") / "server.log"
+    process = ServerProcess(*SERVER_FLAGS, log_file=log_file).wait_healthy()
+    yield process
+    process.stop()
