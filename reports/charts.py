@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from reports.runs import Run
+from reports.bench_rows import Run
 
 MIN_SWEEP_POINTS = 2
 

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from diagnose.analysis import Diagnosis
-from reports import findings, runs
+from reports import bench_rows, diagnosis_rows
 from reports.charts import sweep_image, timeline_images
 
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -28,7 +28,7 @@ def context(records: Sequence[dict], diagnosis: Diagnosis | None, title: str | N
             bench_sources: Sequence[str] = ()) -> dict:
     from toolkit import __version__
 
-    rows = runs.runs(records)
+    rows = bench_rows.runs(records)
     return {
         "title": title or default_title(records, diagnosis),
         "version": __version__,
@@ -36,14 +36,15 @@ def context(records: Sequence[dict], diagnosis: Diagnosis | None, title: str | N
         "sections": SECTIONS,
         "bench_sources": list(bench_sources),
         "runs": rows,
-        "config_rows": runs.config_rows(records) if records else [],
-        "verdict_summary": runs.verdict_summary(rows) if rows else None,
-        "bottlenecked": bool(runs.bottlenecked(rows)),
-        "latencies": runs.LATENCIES,
-        "errors_text": runs.errors_text,
-        "failed": runs.failed_rows(rows),
+        "config_rows": bench_rows.config_rows(records) if records else [],
+        "verdict_summary": bench_rows.verdict_summary(rows) if rows else None,
+        "bottlenecked": bool(bench_rows.bottlenecked(rows)),
+        "has_goodput": any("goodput" in r for r in records),
+        "latencies": bench_rows.LATENCIES,
+        "errors_text": bench_rows.errors_text,
+        "failed": bench_rows.failed_rows(rows),
         "sweep": sweep_image(rows),
         "d": diagnosis,
         "timeline": timeline_images(diagnosis.timeline) if diagnosis else [],
-        "f": findings,
+        "dx": diagnosis_rows,
     }

@@ -13,7 +13,7 @@ from reports.build import diagnose_log
 from reports.charts import x_of
 from reports.inputs import ReportError, bench_window, read_records
 from reports.render import num
-from reports.runs import runs
+from reports.bench_rows import runs
 from tests.reports.conftest import (ERROR_BODY, EVIL_ERROR, EVIL_MODEL, EVIL_UNREAD, RATES, SECTION_IDS,
                                     write_log)
 from tests.reports.page import Page
