@@ -63,3 +63,15 @@ def read_rows(d: Diagnosis) -> list[tuple[str, int]]:
     return rows + [("other lines", d.stats.other), ("unread lines", d.stats.unread)]
 
 
+
+
+def no_timeline_reason(d: Diagnosis) -> str:
+    decode = d.stats.kinds.get("decode", 0)
+    if decode == 0:
+        return ("The log has no decode lines, so there is no timeline: the server writes one every "
+                "--decode-log-interval decode steps (40 by default), so short outputs may leave none; a smaller "
+                "interval or longer outputs give one.")
+    if d.window is not None:
+        return (f"None of the log's {decode} decode lines fall inside the bench window: is this the log of the "
+                "same run?")
+    return f"The log's {decode} decode lines carry nothing to plot."

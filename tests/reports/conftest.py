@@ -7,6 +7,7 @@ unreadable line, so the page must show all of them as text.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,11 +76,13 @@ def bench_file(tmp_path_factory) -> Path:
     """A real rate list (50, 100, 200 req/s) with `--output-details`, one record per rate."""
     out = tmp_path_factory.mktemp("bench") / "runs.jsonl"
     with ThreadedStub(FailingStub()) as stub:
-        result = CliRunner().invoke(app, [
-            "bench", "--base-url", stub.base_url, "--dataset", "random", "--random-input-len", "16",
-            "--random-output-len", "4", "--seed", "3", "--num-prompts", "8", "--rate",
-            ",".join(f"{r:g}" for r in RATES), "--output-details", "--output-file", str(out),
-            "--server-log", "server.log", "--no-progress"])
+        args = ["bench", "--base-url", stub.base_url, "--dataset", "random", "--random-input-len", "16",
+                "--random-output-len", "4", "--seed", "3", "--num-prompts", "8", "--rate",
+                ",".join(f"{r:g}" for r in RATES), "--output-details", "--output-file", str(out),
+                "--server-log", "server.log", "--no-progress"]
+        # NOTE: a thread of its own, so bench's event loop never meets one already running (Playwright's).
+        with ThreadPoolExecutor(1) as pool:
+            result = pool.submit(CliRunner().invoke, app, args).result(timeout=120)
     assert result.exit_code == 0, result.output
     return out
 

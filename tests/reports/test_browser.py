@@ -21,21 +21,32 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if os.environ.get("TOOLKIT_SKIP_BROWSER_TESTS") == "1":
-        pytest.skip("TOOLKIT_SKIP_BROWSER_TESTS=1")
+pytestmark = pytest.mark.skipif(os.environ.get("TOOLKIT_SKIP_BROWSER_TESTS") == "1",
+                                reason="TOOLKIT_SKIP_BROWSER_TESTS=1")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Checked before the session's bench fixtures run, so a machine without Chromium fails at once."""
     if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
         pytest.fail(f"no Chromium at {CHROMIUM}: run `make browser` (apt-get install chromium), or set "
                     "TOOLKIT_SKIP_BROWSER_TESTS=1 to skip the browser tests", pytrace=False)
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         pytest.fail("the playwright package is missing: pip install -e '.[dev]'", pytrace=False)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    """Module-scoped: Playwright's sync API keeps an event loop running, which must not outlive this module."""
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield chromium
-        chromium.close()
+        launched = pw.chromium.launch(executable_path=chromium, args=ARGS, headless=True)
+        yield launched
+        launched.close()
 
 
 def _open(browser, path: Path):
@@ -58,7 +69,7 @@ def _open(browser, path: Path):
     return page, errors, foreign
 
 
-def test_the_report_renders_in_chromium_and_runs_nothing_from_the_log(browser, report_file):
+def test_the_report_renders_in_chromium_and_runs_nothing_from_the_log(chromium, report_file, browser):
     page, errors, foreign = _open(browser, report_file)
     assert errors == [] and foreign == []
     assert page.title() == "Stub sweep"

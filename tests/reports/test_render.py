@@ -14,7 +14,9 @@ from reports.charts import x_of
 from reports.inputs import ReportError, bench_window, read_records
 from reports.render import num
 from reports.bench_rows import runs
-from tests.reports.conftest import (ERROR_BODY, EVIL_ERROR, EVIL_MODEL, EVIL_UNREAD, RATES, SECTION_IDS,
+from tests.diagnose import logfactory as lf
+from tests.diagnose.logfactory import Log
+from tests.reports.conftest import (ERA, ERROR_BODY, EVIL_ERROR, EVIL_MODEL, EVIL_UNREAD, RATES, SECTION_IDS,
                                     write_log)
 from tests.reports.page import Page
 
@@ -118,7 +120,18 @@ def test_a_log_outside_the_window_is_called_out(records, tmp_path):
     moved = [r | {"started_at": r["started_at"] + 3600, "ended_at": r["ended_at"] + 3600} for r in records]
     d = diagnose_log(moved, write_log(records, tmp_path / "server.log"))
     text = Page(render_report(moved, d)).sections["timeline"]
-    assert "No decode lines fall inside the bench window" in text
+    assert "None of the log's" in text and "decode lines fall inside the bench window" in text
+
+
+def test_a_log_without_decode_lines_says_why_there_is_no_timeline(tmp_path):
+    log = Log(ERA).start(model_path="m")
+    for _ in range(5):
+        log.add(lf.prefill(ERA, new_seq=1, new_token=30, cached=0, running=0, queue=0), dt=1)
+    path = tmp_path / "server.log"
+    path.write_text(log.text())
+    page = Page(render_report([], diagnose_log([], path)))
+    assert "no decode lines" in page.sections["timeline"] and "--decode-log-interval" in page.sections["timeline"]
+    assert page.images() == []
 
 
 @pytest.mark.parametrize("content,problem", [
