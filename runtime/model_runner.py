@@ -8,13 +8,21 @@ from collections.abc import Iterator
 
 import torch
 
+from runtime.attention.base import AttentionBackend
 from runtime.attention.registry import create_backend, resolve_backend_name
-from runtime.device_memory import available_memory_gib, resolve_device
+from runtime.cuda_graph_runner import CudaGraphRunner, capture_batch_sizes
+from runtime.device_memory import available_memory_gib, resolve_device, total_memory_mib
 from runtime.forward_batch import ForwardBatch
 from runtime.memory.allocator import TokenAllocator
 from runtime.memory.kv_pool import KVPool
 from runtime.memory.req_to_token import ReqToTokenPool
-from runtime.memory_planning import PoolPlan, plan_cpu_pool, plan_cuda_pool, req_to_token_pool_size
+from runtime.memory_planning import (
+    PoolPlan,
+    cuda_defaults,
+    plan_cpu_pool,
+    plan_cuda_pool,
+    req_to_token_pool_size,
+)
 from runtime.model_loader.config import ModelConfig
 from runtime.model_loader.loader import ModelSource, resolve_model_source
 from runtime.models.decoder import CausalLM
@@ -47,6 +55,17 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
+def cuda_graph_disabled_reason(device: torch.device, args: ServerArgs, backend: AttentionBackend) -> str | None:
+    """Why decode CUDA graphs are not captured here, or None when they are."""
+    if device.type != "cuda":
+        return f"the device is {device.type}"
+    if args.disable_cuda_graph:
+        return "--disable-cuda-graph is set"
+    if not backend.supports_cuda_graph:
+        return f"--attention-backend {backend.name} does not support it"
+    return None
+
+
 def build_model(config: ModelConfig, max_positions: int, device: torch.device, dtype: torch.dtype) -> CausalLM:
     """Construct without initializing (meta device), then materialize on `device` in `dtype`."""
     with _default_dtype(dtype), torch.device("meta"):
@@ -73,6 +92,9 @@ class ModelRunner:
         self._allocate_pools()
         self.attention_backend_name = resolve_backend_name(args.attention_backend, self.device)
         self.attn_backend = create_backend(args.attention_backend, self.device)
+        # NOTE: whether the latest forward replayed a CUDA graph (the decode log line's `cuda graph`).
+        self.last_forward_used_cuda_graph = False
+        self.graph_runner = self._init_cuda_graphs()
 
     def _load_model(self) -> CausalLM:
         self.avail_before_weights = available_memory_gib(self.device)
@@ -133,7 +155,34 @@ class ModelRunner:
         self.avail_after_pool = available_memory_gib(self.device)
         logger.info(f"Memory pool end. avail mem={self.avail_after_pool:.2f} GB")
 
+    def _init_cuda_graphs(self) -> CudaGraphRunner | None:
+        """Capture decode graphs after the KV pool, in the memory `--mem-fraction-static` leaves (SGLang's order);
+        the startup line's free memory is then what is left after them."""
+        args = self.args
+        reason = cuda_graph_disabled_reason(self.device, args, self.attn_backend)
+        if reason is not None:
+            if self.device.type == "cuda" and not args.disable_cuda_graph:
+                logger.info(f"Cuda graph is disabled because {reason}.")
+            if args.enable_torch_compile:
+                logger.info(f"--enable-torch-compile has no effect: it compiles the decode CUDA graphs, which are off "
+                            f"({reason}).")
+            return None
+        max_bs = args.cuda_graph_max_bs or cuda_defaults(total_memory_mib(self.device), args.tp_size).cuda_graph_max_bs
+        sizes = capture_batch_sizes(args.cuda_graph_bs, max_bs, self.req_to_token_pool.size)
+        compile_sizes = [bs for bs in sizes if bs <= args.torch_compile_max_bs] if args.enable_torch_compile else []
+        runner = CudaGraphRunner(
+            self.model, self.attn_backend, self.kv_pool, self.req_to_token_pool, self.device, sizes, compile_sizes
+        )
+        runner.capture()
+        self.avail_after_pool = runner.avail_mem_gib
+        return runner
+
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        """Float32 logits [batch, vocab] for each request's last new token."""
+        """Float32 logits [batch, vocab] for each request's last new token. A decode batch that a captured graph
+        holds replays it; its logits are then a view valid until the next forward."""
+        graphs = self.graph_runner
+        self.last_forward_used_cuda_graph = graphs is not None and graphs.can_run(batch)
+        if self.last_forward_used_cuda_graph:
+            return graphs.replay(batch)
         return self.model(batch)

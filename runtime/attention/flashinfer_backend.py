@@ -3,6 +3,8 @@ over the cached prefix, as SGLang does. The pool is addressed token by token (Fl
 `--page-size` works.
 
 Wrappers are planned once per batch, on the first layer (the plan needs the layer's head geometry and scale).
+Decode CUDA graphs get one graph-mode decode wrapper per captured size over persistent indptr/indices buffers; it
+is re-planned eagerly before each replay with the geometry recorded while capturing.
 """
 from __future__ import annotations
 
@@ -30,6 +32,26 @@ class FlashInferMetadata:
     kv_last_page_len: torch.Tensor  # [batch] int32 ones: every slot is its own page
     has_prefix: bool
     planned: set[tuple[int, int, float]] = field(default_factory=set)
+    graph_bs: int | None = None  # set for a captured decode batch: use that size's graph-mode wrapper
+
+
+@dataclass
+class FlashInferGraphBuffers:
+    """Persistent decode metadata the graph-mode wrappers read (shared: graphs replay one at a time)."""
+
+    kv_indptr: torch.Tensor  # [max_bs + 1] int32
+    kv_indices: torch.Tensor  # [max_bs * max_context_len] int32
+    kv_last_page_len: torch.Tensor  # [max_bs] int32 ones
+    wrappers: dict[int, Any] = field(default_factory=dict)  # captured size -> graph-mode decode wrapper
+    plan: tuple[AttentionLayer, torch.dtype, torch.dtype] | None = None  # (layer, q dtype, kv dtype) seen
+
+    @classmethod
+    def allocate(cls, max_bs: int, max_context_len: int, device: torch.device) -> FlashInferGraphBuffers:
+        return cls(
+            kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32, device=device),
+            kv_indices=torch.zeros(max_bs * max_context_len, dtype=torch.int32, device=device),
+            kv_last_page_len=torch.ones(max_bs, dtype=torch.int32, device=device),
+        )
 
 
 def check_flashinfer_usable(device: torch.device) -> None:
@@ -45,6 +67,7 @@ def check_flashinfer_usable(device: torch.device) -> None:
 
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
+    supports_cuda_graph = True
 
     def __init__(self, device: torch.device) -> None:
         check_flashinfer_usable(device)
@@ -57,6 +80,8 @@ class FlashInferBackend(AttentionBackend):
         self.ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
         self.paged_prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
         self._decode: dict[bool, Any] = {}
+        self.device = torch.device(device)
+        self.graph_buffers: FlashInferGraphBuffers | None = None
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         device = batch.seq_lens.device
@@ -73,14 +98,50 @@ class FlashInferBackend(AttentionBackend):
     def forward_decode(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         batch.kv_pool.set_kv(layer.layer_id, batch.out_cache_loc, k, v)
         meta: FlashInferMetadata = batch.attn_metadata
-        wrapper = self._decode_wrapper(layer)
+        wrapper = self._decode_wrapper(layer) if meta.graph_bs is None else self._graph_wrapper(meta.graph_bs, layer)
         if self._first_use(meta, layer):
             _check_supported(q.dtype, layer)
-            wrapper.plan(
-                meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len, layer.num_heads, layer.num_kv_heads,
-                layer.head_dim, 1, sm_scale=layer.scaling, q_data_type=q.dtype, kv_data_type=batch.kv_pool.dtype,
-            )
+            _plan_decode(wrapper, meta, layer, q.dtype, batch.kv_pool.dtype)
+            if meta.graph_bs is not None:
+                self.graph_buffers.plan = (layer, q.dtype, batch.kv_pool.dtype)
         return wrapper.run(q.contiguous(), _paged_cache(batch, layer))
+
+    def init_cuda_graph_state(self, batch_sizes: list[int], max_context_len: int) -> None:
+        self.graph_buffers = FlashInferGraphBuffers.allocate(max(batch_sizes), max_context_len, self.device)
+
+    def init_forward_metadata_capture_cuda_graph(self, batch: ForwardBatch) -> None:
+        batch.attn_metadata = self._graph_metadata(batch)
+        if self.graph_buffers.plan is not None:
+            # NOTE: planning copies to the host; it must happen here, never inside the stream capture.
+            self._replan(batch.attn_metadata)
+
+    def init_forward_metadata_replay_cuda_graph(self, batch: ForwardBatch, num_real: int) -> None:
+        self._replan(self._graph_metadata(batch))
+
+    def _graph_metadata(self, batch: ForwardBatch) -> FlashInferMetadata:
+        buffers, bs = self.graph_buffers, batch.batch_size
+        kv_indptr = buffers.kv_indptr[: bs + 1]
+        kv_indptr[1:].copy_(torch.cumsum(batch.seq_lens, 0))
+        total = sum(batch.seq_lens_cpu)
+        create_kv_indices(batch.req_to_token, batch.req_pool_indices, kv_indptr, total, out=buffers.kv_indices)
+        return FlashInferMetadata(
+            None, kv_indptr, buffers.kv_indices[:total], buffers.kv_last_page_len[:bs], True, graph_bs=bs
+        )
+
+    def _replan(self, meta: FlashInferMetadata) -> None:
+        layer, q_dtype, kv_dtype = self.graph_buffers.plan
+        _plan_decode(self._graph_wrapper(meta.graph_bs, layer), meta, layer, q_dtype, kv_dtype)
+        self._first_use(meta, layer)
+
+    def _graph_wrapper(self, bs: int, layer: AttentionLayer):
+        buffers = self.graph_buffers
+        if bs not in buffers.wrappers:
+            buffers.wrappers[bs] = self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=_use_tensor_cores(layer),
+                paged_kv_indptr_buffer=buffers.kv_indptr[: bs + 1], paged_kv_indices_buffer=buffers.kv_indices,
+                paged_kv_last_page_len_buffer=buffers.kv_last_page_len[:bs],
+            )
+        return buffers.wrappers[bs]
 
     def forward_extend(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         batch.kv_pool.set_kv(layer.layer_id, batch.out_cache_loc, k, v)
@@ -109,8 +170,7 @@ class FlashInferBackend(AttentionBackend):
             )
 
     def _decode_wrapper(self, layer: AttentionLayer):
-        # NOTE: FlashInfer's tensor-core decode path is the faster one once 4+ query heads share a KV head.
-        tensor_cores = layer.num_heads // layer.num_kv_heads >= 4
+        tensor_cores = _use_tensor_cores(layer)
         if tensor_cores not in self._decode:
             self._decode[tensor_cores] = self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_tensor_cores=tensor_cores
@@ -123,6 +183,18 @@ class FlashInferBackend(AttentionBackend):
         first = key not in meta.planned
         meta.planned.add(key)
         return first
+
+
+def _use_tensor_cores(layer: AttentionLayer) -> bool:
+    # NOTE: FlashInfer's tensor-core decode path is the faster one once 4+ query heads share a KV head.
+    return layer.num_heads // layer.num_kv_heads >= 4
+
+
+def _plan_decode(wrapper, meta: FlashInferMetadata, layer: AttentionLayer, q_dtype, kv_dtype) -> None:
+    wrapper.plan(
+        meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len, layer.num_heads, layer.num_kv_heads,
+        layer.head_dim, 1, sm_scale=layer.scaling, q_data_type=q_dtype, kv_data_type=kv_dtype,
+    )
 
 
 def _check_supported(dtype: torch.dtype, layer: AttentionLayer) -> None:

@@ -1,7 +1,9 @@
 """Attention with Triton kernels over the paged KV pool: split-KV decode and ragged causal extend.
 
 Per-batch metadata (CSR indptr/indices of every request's slots, KV splits, scratch for partial outputs) is built
-once in `init_forward_metadata` and shared by all layers.
+once in `init_forward_metadata` and shared by all layers. Decode CUDA graphs read the same metadata from
+persistent buffers, refreshed in place before each replay; each captured size launches a fixed number of KV
+splits (the grid), and each request uses as many of them as an eager step of the real batch would.
 """
 from __future__ import annotations
 
@@ -47,6 +49,30 @@ class TritonExtendMetadata:
     max_extend_len: int
 
 
+@dataclass
+class TritonGraphBuffers:
+    """Persistent decode metadata shared by every captured batch size (graphs replay one at a time)."""
+
+    kv_indptr: torch.Tensor  # [max_bs + 1] int32
+    kv_indices: torch.Tensor  # [max_bs * max_context_len] int32
+    num_kv_splits: torch.Tensor  # [max_bs] int32
+    max_context_len: int
+    smallest_real: dict[int, int]  # captured size -> the smallest real batch padded to it
+    split_capacity: dict[int, int] = field(default_factory=dict)  # captured size -> KV splits in its grid
+
+    @classmethod
+    def allocate(cls, batch_sizes: list[int], max_context_len: int, device: torch.device) -> TritonGraphBuffers:
+        max_bs = batch_sizes[-1]
+        smallest_real = {bs: previous + 1 for previous, bs in zip([0, *batch_sizes], batch_sizes)}
+        return cls(
+            kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32, device=device),
+            kv_indices=torch.zeros(max_bs * max_context_len, dtype=torch.int32, device=device),
+            num_kv_splits=torch.ones(max_bs, dtype=torch.int32, device=device),
+            max_context_len=max_context_len,
+            smallest_real=smallest_real,
+        )
+
+
 def check_triton_runnable(device: torch.device) -> None:
     """Raise a clear error when Triton kernels cannot run on `device`."""
     if device.type == "cpu" and not KERNELS_INTERPRETED:
@@ -60,6 +86,7 @@ def check_triton_runnable(device: torch.device) -> None:
 
 class TritonBackend(AttentionBackend):
     name = "triton"
+    supports_cuda_graph = True
 
     def __init__(
         self,
@@ -70,6 +97,7 @@ class TritonBackend(AttentionBackend):
         extend_config: ExtendConfig = ExtendConfig(),
     ) -> None:
         check_triton_runnable(device)
+        self.device = torch.device(device)
         self.max_kv_splits = max_kv_splits
         self.min_split_tokens = min_split_tokens
         self.decode_config = decode_config
@@ -77,21 +105,47 @@ class TritonBackend(AttentionBackend):
         # NOTE: splits only pay while batch × KV heads leaves SMs idle; ~4 programs per SM are enough.
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
         self.target_programs = 4 * sms if sms else None
+        self.graph_buffers: TritonGraphBuffers | None = None
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         kv_indptr = _indptr(batch.seq_lens)
         kv_indices = create_kv_indices(batch.req_to_token, batch.req_pool_indices, kv_indptr, sum(batch.seq_lens_cpu))
         if batch.mode.is_decode:
-            max_splits = self._max_kv_splits(batch.batch_size, batch.kv_pool.k_buffer[0].shape[1],
-                                             max(batch.seq_lens_cpu))
-            splits = (batch.seq_lens + self.min_split_tokens - 1) // self.min_split_tokens
-            num_kv_splits = splits.clamp(1, max_splits).to(torch.int32)
+            max_splits = self._max_kv_splits(batch.batch_size, _num_kv_heads(batch), max(batch.seq_lens_cpu))
+            num_kv_splits = self._num_kv_splits(batch.seq_lens, max_splits).to(torch.int32)
             batch.attn_metadata = TritonDecodeMetadata(kv_indptr, kv_indices, num_kv_splits, max_splits)
         else:
             qo_indptr = torch.tensor([0, *accumulate(batch.extend_seq_lens_cpu)], dtype=torch.int32,
                                      device=kv_indptr.device)
             max_extend_len = max(batch.extend_seq_lens_cpu, default=0)
             batch.attn_metadata = TritonExtendMetadata(qo_indptr, kv_indptr, kv_indices, max_extend_len)
+
+    def init_cuda_graph_state(self, batch_sizes: list[int], max_context_len: int) -> None:
+        self.graph_buffers = TritonGraphBuffers.allocate(sorted(batch_sizes), max_context_len, self.device)
+
+    def init_forward_metadata_capture_cuda_graph(self, batch: ForwardBatch) -> None:
+        buffers, bs = self.graph_buffers, batch.batch_size
+        # NOTE: the grid must fit the most splits any real batch padded to bs gets; the smallest gets the most.
+        capacity = self._max_kv_splits(buffers.smallest_real[bs], _num_kv_heads(batch), buffers.max_context_len)
+        buffers.split_capacity[bs] = capacity
+        batch.attn_metadata = TritonDecodeMetadata(
+            buffers.kv_indptr[: bs + 1], buffers.kv_indices, buffers.num_kv_splits[:bs], capacity
+        )
+        self.init_forward_metadata_replay_cuda_graph(batch, bs)
+
+    def init_forward_metadata_replay_cuda_graph(self, batch: ForwardBatch, num_real: int) -> None:
+        buffers, bs = self.graph_buffers, batch.batch_size
+        kv_indptr = buffers.kv_indptr[: bs + 1]
+        kv_indptr[1:].copy_(torch.cumsum(batch.seq_lens, 0))
+        create_kv_indices(batch.req_to_token, batch.req_pool_indices, kv_indptr, sum(batch.seq_lens_cpu),
+                          out=buffers.kv_indices)
+        capacity = buffers.split_capacity[bs]
+        real_max = self._max_kv_splits(num_real, _num_kv_heads(batch), max(batch.seq_lens_cpu[:num_real]))
+        buffers.num_kv_splits[:bs].copy_(self._num_kv_splits(batch.seq_lens, min(real_max, capacity)))
+
+    def _num_kv_splits(self, seq_lens: torch.Tensor, max_splits: int) -> torch.Tensor:
+        """Splits of each request: one per min_split_tokens of its KV, 1..max_splits."""
+        return ((seq_lens + self.min_split_tokens - 1) // self.min_split_tokens).clamp_(1, max_splits)
 
     def _max_kv_splits(self, batch_size: int, num_kv_heads: int, max_seq_len: int) -> int:
         """Splits per request at most: enough to fill the GPU, none shorter than min_split_tokens."""
@@ -127,6 +181,10 @@ class TritonBackend(AttentionBackend):
         v_buffer = batch.kv_pool.v_buffer[layer.layer_id]
         store_kv(k_buffer, v_buffer, batch.out_cache_loc, k, v)
         return k_buffer, v_buffer
+
+
+def _num_kv_heads(batch: ForwardBatch) -> int:
+    return batch.kv_pool.k_buffer[0].shape[1]
 
 
 def _indptr(lengths: torch.Tensor) -> torch.Tensor:

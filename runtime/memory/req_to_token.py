@@ -5,10 +5,15 @@ import torch
 
 
 class ReqToTokenPool:
+    """Rows 0..size-1 are handed out. Row `dummy_row` (= size) is never handed out and stays all zeros, i.e. every
+    position maps to slot 0 of the KV pool's reserved padding page: padded decode batches point their dummy
+    requests at it."""
+
     def __init__(self, size: int, max_context_len: int, device: torch.device | str) -> None:
         self.size = size
         self.max_context_len = max_context_len
-        self.req_to_token = torch.zeros((size, max_context_len), dtype=torch.int32, device=device)
+        self.dummy_row = size
+        self.req_to_token = torch.zeros((size + 1, max_context_len), dtype=torch.int32, device=device)
         self._free_rows = list(range(size - 1, -1, -1))
 
     def available_size(self) -> int:

@@ -24,13 +24,22 @@ def _create_kv_indices_kernel(
 
 
 def create_kv_indices(
-    req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, kv_indptr: torch.Tensor, total: int
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    total: int,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """kv_indices[kv_indptr[i] + j] = req_to_token[req_pool_indices[i], j] for j < kv_indptr[i+1] - kv_indptr[i].
 
     `total` is kv_indptr[-1], known on the host; the result has at least one element (kernels may take its
-    address even when it is empty)."""
-    kv_indices = torch.empty(max(total, 1), dtype=torch.int32, device=req_to_token.device)
+    address even when it is empty). `out`, an int32 buffer of at least `total` elements, is written in place
+    and returned (CUDA graphs read a persistent buffer)."""
+    if out is None:
+        kv_indices = torch.empty(max(total, 1), dtype=torch.int32, device=req_to_token.device)
+    else:
+        assert out.numel() >= total, f"kv_indices buffer of {out.numel()} slots cannot hold {total}"
+        kv_indices = out
     batch = req_pool_indices.numel()
     if batch and total:
         _create_kv_indices_kernel[(batch,)](

@@ -1,0 +1,295 @@
+"""Decode CUDA graph logic that needs no GPU: which sizes are captured, which size a batch pads to, what the
+padding writes, the reserved dummy table row, the backends' graph metadata, and the whole capture/replay path on
+CPU with a stand-in for the graph that re-runs the captured forward over the persistent buffers."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from runtime.attention.flashinfer_backend import FlashInferBackend
+from runtime.attention.torch_native import TorchNativeBackend
+from runtime.attention.triton_backend import TritonBackend
+from runtime.cuda_graph_runner import (
+    CudaGraphRunner,
+    GraphInputs,
+    capture_batch_sizes,
+    default_capture_batch_sizes,
+    padded_batch_size,
+)
+from runtime.forward_batch import ForwardBatch, ForwardMode
+from runtime.memory.kv_pool import KVPool
+from runtime.memory.req_to_token import ReqToTokenPool
+from runtime.model_runner import ModelRunner, cuda_graph_disabled_reason
+from runtime.server_args import ServerArgs
+from tests.runtime.attention import fake_flashinfer
+from tests.runtime.attention.cases import Request, make_case
+from tests.runtime.driver import KVDriver
+from tests.runtime.tiny_models import make_tiny_model
+
+SGLANG_TO_256 = [1, 2, 4, 8, 12, *range(16, 257, 8)]
+
+
+# ---- which sizes are captured ----
+@pytest.mark.parametrize("max_bs, expected", [
+    (1, [1]),
+    (8, [1, 2, 4, 8]),
+    (24, [1, 2, 4, 8, 12, 16, 24]),
+    (100, [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96]),
+    (256, SGLANG_TO_256),
+    (300, [*SGLANG_TO_256, 272, 288]),
+    (600, [*SGLANG_TO_256, *range(272, 512, 16), 512, 544, 576]),
+])
+def test_default_sizes_follow_sglang(max_bs, expected):
+    assert default_capture_batch_sizes(max_bs) == expected
+
+
+def test_default_list_lengths_match_sglang_counts():
+    counts = {bs: len(default_capture_batch_sizes(bs)) for bs in (8, 24, 32, 80, 160, 256, 512)}
+    assert counts == {8: 4, 24: 7, 32: 8, 80: 14, 160: 24, 256: 36, 512: 52}
+
+
+@pytest.mark.parametrize("explicit, max_bs, pool, expected", [
+    (None, 256, 4097, SGLANG_TO_256),
+    (None, 160, 65, [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 65]),  # pool caps, and its size is captured
+    (None, 8, 5, [1, 2, 4, 5]),
+    ([8, 3, 1, 3], 256, 100, [1, 3, 8]),  # --cuda-graph-bs: sorted, deduplicated; max_bs is ignored
+    ([1, 300], 256, 257, [1, 257]),
+    ([64], 8, 4096, [64]),
+])
+def test_capture_sizes_from_flags_and_pool(explicit, max_bs, pool, expected):
+    assert capture_batch_sizes(explicit, max_bs, pool) == expected
+
+
+@pytest.mark.parametrize("num_reqs, padded", [
+    (1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 12), (13, 16), (17, 24), (24, 24), (25, None), (400, None),
+])
+def test_a_batch_pads_to_the_next_captured_size(num_reqs, padded):
+    assert padded_batch_size([1, 2, 4, 8, 12, 16, 24], num_reqs) == padded
+
+
+# ---- what the padding writes ----
+def _decode_batch(rows: list[int], seq_lens: list[int], tokens: list[int], slots: list[int]) -> ForwardBatch:
+    def t(values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64)
+
+    return ForwardBatch(
+        ForwardMode.DECODE, t(tokens), t([n - 1 for n in seq_lens]), t(slots), t(rows), rows, t(seq_lens), seq_lens,
+        [n - 1 for n in seq_lens], [1] * len(rows), torch.zeros(1, 1, dtype=torch.int32), None, None,
+    )
+
+
+def test_padding_rows_are_dummy_requests_in_the_padding_slot():
+    inputs = GraphInputs.allocate(8, torch.device("cpu"), dummy_row=9, seq_len_fill_value=1)
+    inputs.load(_decode_batch([3, 0, 5], [17, 4, 30], [101, 102, 103], [40, 41, 42]), bs=4)
+    assert inputs.input_ids.tolist() == [101, 102, 103, 0, 0, 0, 0, 0]
+    assert inputs.positions.tolist() == [16, 3, 29, 0, 0, 0, 0, 0]
+    assert inputs.out_cache_loc.tolist() == [40, 41, 42, 0, 0, 0, 0, 0]
+    assert inputs.req_pool_indices.tolist() == [3, 0, 5, 9, 9, 9, 9, 9]
+    assert inputs.seq_lens.tolist() == [17, 4, 30, 1, 1, 1, 1, 1]
+    # a smaller batch later: stale real rows inside the padded size become dummies again
+    inputs.load(_decode_batch([7, 2, 6, 1, 4], [9, 9, 9, 9, 9], [5] * 5, [60, 61, 62, 63, 64]), bs=8)
+    inputs.load(_decode_batch([2], [50], [77], [70]), bs=2)
+    assert inputs.input_ids.tolist() == [77, 0, 5, 5, 5, 0, 0, 0]
+    assert inputs.out_cache_loc.tolist() == [70, 0, 62, 63, 64, 0, 0, 0]
+    assert inputs.req_pool_indices.tolist() == [2, 9, 6, 1, 4, 9, 9, 9]
+    assert inputs.seq_lens.tolist() == [50, 1, 9, 9, 9, 1, 1, 1]
+
+
+def test_dummy_row_is_never_handed_out_and_stays_zero():
+    pool = ReqToTokenPool(4, 16, "cpu")
+    rows = [pool.alloc() for _ in range(4)]
+    assert rows == [0, 1, 2, 3] and pool.alloc() is None
+    assert pool.dummy_row == 4 and tuple(pool.req_to_token.shape) == (5, 16)
+    for row in rows:
+        pool.write(row, 0, torch.arange(5, 21))
+        pool.free(row)
+    assert pool.available_size() == pool.size == 4
+    assert sorted(pool.alloc() for _ in range(4)) == [0, 1, 2, 3]
+    assert pool.req_to_token[pool.dummy_row].count_nonzero() == 0
+
+
+# ---- when graphs are captured ----
+class _Backend:
+    def __init__(self, name: str, graphs: bool) -> None:
+        self.name, self.supports_cuda_graph = name, graphs
+
+
+@pytest.mark.parametrize("device, disable, backend, reason", [
+    ("cpu", False, _Backend("triton", True), "the device is cpu"),
+    ("cuda", True, _Backend("triton", True), "--disable-cuda-graph is set"),
+    ("cuda", False, _Backend("torch_native", False), "--attention-backend torch_native does not support it"),
+    ("cuda", False, _Backend("triton", True), None),
+    ("cuda", False, _Backend("flashinfer", True), None),
+])
+def test_graphs_only_on_cuda_with_a_graph_backend(device, disable, backend, reason):
+    args = ServerArgs(disable_cuda_graph=disable)
+    assert cuda_graph_disabled_reason(torch.device(device), args, backend) == reason
+
+
+def test_backends_declare_graph_support():
+    assert not TorchNativeBackend.supports_cuda_graph
+    assert TritonBackend.supports_cuda_graph and FlashInferBackend.supports_cuda_graph
+    with pytest.raises(NotImplementedError, match="torch_native does not support CUDA graphs"):
+        TorchNativeBackend().init_cuda_graph_state([1, 2], 64)
+
+
+# ---- triton: fixed grid per captured size, eager's splits per request ----
+def _table_batch(backend, rows: list[int], seq_lens: list[int], table, pool) -> ForwardBatch:
+    zeros = torch.zeros(len(rows), dtype=torch.int64)
+    return ForwardBatch(
+        ForwardMode.DECODE, zeros, zeros, zeros, torch.tensor(rows), rows, torch.tensor(seq_lens), seq_lens,
+        [n - 1 for n in seq_lens], [1] * len(rows), table, pool, backend,
+    )
+
+
+def test_triton_graph_split_grid_per_size_and_eager_splits_per_request():
+    backend = TritonBackend(torch.device("cpu"))
+    backend.target_programs = 4 * 132  # an H100's SMs
+    sizes, context = [1, 8, 12, 64, 72, 80], 40_000
+    backend.init_cuda_graph_state(sizes, context)
+    pool = KVPool(64, 1, 1, 8, 16, torch.float32, "cpu")
+    table = torch.zeros(81, context, dtype=torch.int32)
+    capacity = {}
+    for bs in sizes:
+        batch = _table_batch(backend, [80] * bs, [1] * bs, table, pool)
+        backend.init_forward_metadata_capture_cuda_graph(batch)
+        capacity[bs] = batch.attn_metadata.max_kv_splits
+    # the smallest real batch per size is 1, 2, 9, 13, 65, 73: min(32, ceil(528 programs / (n · 8 KV heads)))
+    assert capacity == {1: 32, 8: 32, 12: 8, 64: 6, 72: 2, 80: 1}
+    real_lens = [5000, 300, 9000, 256, 257, 1, 20000, 700, 4000]  # 9 real requests padded to 12
+    batch = _table_batch(backend, list(range(9)) + [80] * 3, real_lens + [1, 1, 1], table, pool)
+    backend.init_forward_metadata_replay_cuda_graph(batch, num_real=9)
+    eager = _table_batch(backend, list(range(9)), real_lens, table, pool)
+    backend.init_forward_metadata(eager)
+    graph_splits = backend.graph_buffers.num_kv_splits[:12].tolist()
+    assert graph_splits[:9] == eager.attn_metadata.num_kv_splits.tolist() == [8, 2, 8, 1, 2, 1, 8, 3, 8]
+    assert graph_splits[9:] == [1, 1, 1]
+    total = sum(real_lens)
+    assert backend.graph_buffers.kv_indptr[9:13].tolist() == [total, total + 1, total + 2, total + 3]
+
+
+# ---- flashinfer: one graph-mode wrapper per size, re-planned before each replay ----
+def _padded(case, backend, pad: int) -> tuple[ForwardBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The case's decode batch plus `pad` dummy requests on table row 0 (all zeros in cases) at slot 0."""
+    rows = case.rows + [0] * pad
+    seq_lens = [p + 1 for p in case.prefix_lens] + [1] * pad
+    slots = torch.cat([case.out_cache_loc, torch.zeros(pad, dtype=torch.int64)])
+    zeros = torch.zeros(len(rows), dtype=torch.int64)
+    batch = ForwardBatch(
+        ForwardMode.DECODE, zeros, zeros, slots, torch.tensor(rows), rows, torch.tensor(seq_lens), seq_lens,
+        [n - 1 for n in seq_lens], [1] * len(rows), case.req_to_token, case.pool, backend,
+    )
+    q, k, v = (torch.cat([x, torch.zeros_like(x[:1]).expand(pad, -1, -1)]) for x in (case.q, case.k, case.v))
+    return batch, q, k, v
+
+
+def test_flashinfer_graph_wrapper_is_replanned_before_replay(monkeypatch):
+    from runtime.attention import flashinfer_backend
+
+    module = fake_flashinfer.install(monkeypatch)
+    monkeypatch.setattr(flashinfer_backend, "check_flashinfer_usable", lambda device: None)
+    backend = FlashInferBackend(torch.device("cpu"))
+    backend.init_cuda_graph_state([4], 64)
+    cases = [make_case([Request(n, 1) for n in lens], 1, 8, 2, 64, torch.bfloat16, decode=True, seed=seed)
+             for seed, lens in ((1, [3, 30, 12]), (2, [40, 2, 9]))]
+    captured, q, k, v = _padded(cases[0], backend, 1)
+    backend.init_forward_metadata_capture_cuda_graph(captured)
+    outputs = [backend.forward_decode(q, k, v, cases[0].layer, captured)]  # plans at first use, eagerly
+    plans = module.BatchDecodeWithPagedKVCacheWrapper.plans
+    replayed, q, k, v = _padded(cases[1], backend, 1)
+    backend.init_forward_metadata_replay_cuda_graph(replayed, num_real=3)
+    assert module.BatchDecodeWithPagedKVCacheWrapper.plans == plans + 1
+    replayed.attn_metadata = captured.attn_metadata  # a replay runs the captured kernels: no plan in between
+    outputs.append(backend.forward_decode(q, k, v, cases[1].layer, replayed))
+    assert module.BatchDecodeWithPagedKVCacheWrapper.plans == plans + 1
+    for case, out in zip(cases, outputs):
+        reference, _ = case.to(torch.float32).run(TorchNativeBackend())
+        assert (out[:3].float() - reference).abs().max().item() < 2e-2
+    plan = backend.graph_buffers.wrappers[4].plan_args
+    assert plan["indptr"].tolist() == [0, 41, 44, 54, 55]
+    assert plan["indices"][-1].item() == 0  # the dummy request reads the padding slot
+
+
+# ---- the whole path on CPU: capture, pad, replay, eager above the largest size ----
+class EagerReplay:
+    """A CUDA graph's stand-in: replay re-runs the captured forward (over the same persistent buffers and
+    metadata) and writes into the output tensor the capture returned."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self.out = run()
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.out.copy_(self.run())
+        self.replays += 1
+
+
+def eager_capture(run):
+    graph = EagerReplay(run)
+    return graph, graph.out
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-graphs")
+    make_tiny_model("llama-gqa-llama3rope", folder, seed=5)
+    return folder
+
+
+def _runner(folder, **kwargs) -> ModelRunner:
+    args = ServerArgs(model_path=str(folder), dtype="float32", device="cpu", max_total_tokens=1024,
+                      max_running_requests=8, **kwargs)
+    return ModelRunner(args)
+
+
+def test_cpu_captures_nothing_and_reports_no_graph(tiny_folder, caplog):
+    with caplog.at_level(logging.INFO, logger="runtime"):
+        runner = _runner(tiny_folder, enable_torch_compile=True)
+    assert runner.graph_runner is None
+    assert "--enable-torch-compile has no effect" in caplog.text and "Capture cuda graph" not in caplog.text
+    driver = KVDriver(runner)
+    seqs = [driver.new_sequence() for _ in range(2)]
+    driver.extend(seqs, [[5, 6, 7], [8, 9]])
+    driver.decode(seqs, [10, 11])
+    assert runner.last_forward_used_cuda_graph is False
+
+
+def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(tiny_folder, caplog):
+    runner = _runner(tiny_folder, attention_backend="triton", disable_cuda_graph=True)
+    with caplog.at_level(logging.INFO, logger="runtime"):
+        graphs = CudaGraphRunner(runner.model, runner.attn_backend, runner.kv_pool, runner.req_to_token_pool,
+                                 runner.device, [1, 2, 4], capture=eager_capture)
+        graphs.WARMUP_RUNS = 0  # they only compile kernels before a real capture
+        graphs.capture()
+    assert sorted(graphs.graphs) == [1, 2, 4]
+    assert "Capture cuda graph begin. This can take up to several minutes. avail mem=" in caplog.text
+    assert "Capture cuda graph end. Time elapsed: " in caplog.text and " s. mem usage=" in caplog.text
+    runner.graph_runner = graphs
+    driver = KVDriver(runner)
+    seqs = [driver.new_sequence() for _ in range(5)]
+    prompts = [[3, 4, 5, 6], [7] * 9, [11, 12], [13, 14, 15, 16, 17, 18], [19, 20, 21]]
+    driver.extend(seqs, prompts)
+    assert runner.last_forward_used_cuda_graph is False  # extend: eager
+    runner.kv_pool.k_buffer[0][0].zero_()
+    table_row_before = runner.req_to_token_pool.req_to_token[runner.req_to_token_pool.dummy_row].clone()
+
+    graph_logits = driver.decode(seqs[:3], [30, 31, 32])  # 3 real requests padded to 4
+    assert runner.last_forward_used_cuda_graph is True and graphs.graphs[4].replays == 1
+    batch = ForwardBatch.build(
+        ForwardMode.DECODE, [s.row for s in seqs[:3]], [len(s.tokens) - 1 for s in seqs[:3]], [[30], [31], [32]],
+        torch.tensor([int(runner.req_to_token_pool.req_to_token[s.row, len(s.tokens) - 1]) for s in seqs[:3]]),
+        runner.req_to_token_pool.req_to_token, runner.kv_pool, runner.attn_backend,
+    )
+    eager_logits = runner.model(batch)
+    assert graph_logits.shape == (3, 320)
+    assert torch.equal(graph_logits, eager_logits)  # same kernels, same KV splits per request
+    assert runner.kv_pool.k_buffer[0][0].count_nonzero() > 0, "the dummy request's K/V land in slot 0"
+    assert torch.equal(runner.req_to_token_pool.req_to_token[runner.req_to_token_pool.dummy_row], table_row_before)
+
+    driver.decode(seqs, [40, 41, 42, 43, 44])  # 5 > 4: eager
+    assert runner.last_forward_used_cuda_graph is False and graphs.graphs[4].replays == 1
+    driver.decode(seqs[:1], [50])
+    assert runner.last_forward_used_cuda_graph is True and graphs.graphs[1].replays == 1
