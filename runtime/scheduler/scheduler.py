@@ -327,7 +327,8 @@ class Scheduler:
                 self.req_cache.cache_finished_req(req)
         if self.stats_log.on_decode_step(len(batch)):
             used, usage = self._token_usage()
-            self.stats_log.log_decode(len(batch), used, usage, cuda_graph=False, queue=len(self.waiting))
+            self.stats_log.log_decode(len(batch), used, usage, cuda_graph=self.runner.last_forward_used_cuda_graph,
+                                      queue=len(self.waiting))
         self._drop_from_running()
 
     # ---- tokens out ----
