@@ -27,8 +27,13 @@ PLATEAU_QUANTILE = 0.9     # a segment's plateau is this quantile of its #runnin
 STEADY_FRACTION = 0.8      # a line is "loaded" at >= 80% of the plateau, or with a queue
 MIN_SEGMENT_LINES = 3      # shorter busy segments are all ramp
 BATCH_KINDS = ("decode", "prefill")
-NUMERIC = frozenset({"running_req", "queue_req", "token", "token_usage", "gen_throughput", "new_token",
-                     "cached_token", "new_seq", "cache_hit_rate", "input_throughput", "iter"})
+BATCH_COLUMNS = ("running_req", "queue_req", "token", "token_usage", "gen_throughput", "new_token", "cached_token",
+                 "new_seq")
+NUMERIC = frozenset(BATCH_COLUMNS) | {"cache_hit_rate", "input_throughput", "iter"}
+# Every rank frame (and the empty frame of a log without decode lines) has at least these columns.
+FRAME_SCHEMA: dict[str, str] = {"kind": "object", "line": "int64", "time": "float64", "rank": "object",
+                                "source": "int64", **dict.fromkeys(BATCH_COLUMNS, "float64"), "usage": "float64",
+                                "hit_rate": "float64", "phase": "object", "after_idle": "bool"}
 SERIES_KINDS = frozenset({"decode", "prefill", "retract", "oom", "watchdog", "exception", "leak", "access"})
 
 
@@ -92,8 +97,7 @@ class Timeline:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({"kind": pd.Series(dtype=str), "time": pd.Series(dtype=float),
-                         "line": pd.Series(dtype=int), "phase": pd.Series(dtype=str)})
+    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in FRAME_SCHEMA.items()})
 
 
 # -- config ---------------------------------------------------------------------------------------------
@@ -209,8 +213,7 @@ def _phase_of_segment(running: np.ndarray, queue: np.ndarray) -> np.ndarray:
 def _decorate(df: pd.DataFrame, config: ServerConfig, rank: str, spans: list[PhaseSpan]) -> pd.DataFrame:
     df = df.sort_values(["time", "source", "line"] if df["time"].notna().all() else ["source", "line"],
                         kind="stable").reset_index(drop=True)
-    for col in ("running_req", "queue_req", "token", "token_usage", "gen_throughput", "new_token",
-                "cached_token", "new_seq"):
+    for col in BATCH_COLUMNS:
         if col not in df:
             df[col] = np.nan
     total = config.max_total_num_tokens

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from diagnose.bench_input import BenchRun
+from diagnose.bench_input import BenchInput
 from diagnose.config import ServerConfig
 from diagnose.metrics_input import Metrics
 from diagnose.timeline import Timeline
@@ -18,7 +18,7 @@ MIN_LINES = 10  # fewer steady decode lines than this and load-shape rules stay 
 class Context:
     timeline: Timeline
     metrics: Metrics | None = None
-    bench: BenchRun | None = None
+    bench: BenchInput | None = None
     notes: list[str] = field(default_factory=list)
 
     @property

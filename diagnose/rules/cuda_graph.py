@@ -3,7 +3,7 @@
 Trigger: >= 20% of steady decode lines that print `cuda graph:` say False (0.4.9+). If their batches are
 larger than `cuda_graph_max_bs`, suggest raising it to cover the p90 batch (power of two, <= 1024) and
 lowering `--mem-fraction-static` by 0.02 per doubling to pay for the graphs. With `--disable-cuda-graph`
-(any era) and a median steady batch <= 256, suggest enabling graphs.
+(any era) and a median steady batch <= 256, suggest enabling graphs. Not judged on CPU.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ DISABLED_MEDIAN_BS = 256
 
 def check(ctx: Context) -> list[Finding]:
     steady = ctx.steady()
-    if len(steady) < MIN_LINES:
+    if len(steady) < MIN_LINES or not ctx.config.on_gpu:
         return []
     if ctx.config.cuda_graph_disabled:
         return _disabled(ctx, steady)

@@ -4,6 +4,8 @@ Trigger: among steady decode lines with `#queue-req` > 0 (and the running batch 
 cap is not the reason), >= 50% show token usage < 0.9, and retractions are not frequent. `token usage`
 excludes the evictable radix cache, which admission counts as free, so low usage with a queue means the
 admission estimate (`new_token_ratio`, scaled by `--schedule-conservativeness`) held requests back.
+Suggest 0.3 (half the current value when it is <= 0.5, at least 0.1); at 0.1 or below there is nothing lower
+to suggest, so no finding.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from diagnose.rules.retraction import FREQUENT_PER_MIN
 LOW_USAGE = 0.9
 LOW_FRACTION = 0.5
 SUGGESTED = 0.3
+MIN_SUGGESTED = 0.1
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -27,10 +30,10 @@ def check(ctx: Context) -> list[Finding]:
     low = queued[queued["usage"] < LOW_USAGE]
     fraction = len(low) / len(queued)
     _, rate, _ = ctx.retraction_rate()
-    if fraction < LOW_FRACTION or (rate is not None and rate > FREQUENT_PER_MIN):
-        return []
     current = ctx.config.schedule_conservativeness
-    suggested = SUGGESTED if current > 0.5 else round(max(0.1, current / 2), 2)
+    if fraction < LOW_FRACTION or (rate is not None and rate > FREQUENT_PER_MIN) or current <= MIN_SUGGESTED:
+        return []
+    suggested = SUGGESTED if current > 0.5 else round(max(MIN_SUGGESTED, current / 2), 2)
     usage = float(low["usage"].median())
     return [Finding(
         "usage.low_while_queued", "warning", "Requests queued while the KV pool had room",

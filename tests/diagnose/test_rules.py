@@ -56,6 +56,13 @@ def test_usage_low_while_queued(low: int, fires: bool) -> None:
         assert f.evidence.count == 15 and f.evidence.total == N and len(f.evidence.lines) == 15
 
 
+@pytest.mark.parametrize("current,suggested", [(0.4, "0.2"), (0.11, "0.1"), (0.1, None), (0.05, None)])
+def test_usage_rule_never_suggests_raising_conservativeness(current: float, suggested: str | None) -> None:
+    log = base(schedule_conservativeness=current).decode_series(N, queue=20, usage=0.5)
+    found = [f for f in analyze(lines=log.lines).findings if f.id == "usage.low_while_queued"]
+    assert [f.suggested for f in found] == ([suggested] if suggested else [])
+
+
 def test_usage_rule_reads_token_count_not_rounded_usage() -> None:
     log = base()
     for _ in range(N):  # usage prints 0.90 but #token says 0.895 of the pool
@@ -149,6 +156,13 @@ def test_cuda_graph_disabled(running: int, fires: bool) -> None:
     assert ("cuda_graph.disabled" in {f.id for f in d.findings}) is fires
     if fires:
         assert "--disable-cuda-graph" not in d.command
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_cuda_graph_advice_is_for_gpus_only(device: str) -> None:
+    log = base(Startup(device=device), disable_cuda_graph=True).decode_series(N, running=8, queue=5, graph=False)
+    found = {f.id for f in analyze(lines=log.lines).findings if f.id.startswith("cuda_graph")}
+    assert found == (set() if device == "cpu" else {"cuda_graph.disabled"})
 
 
 @pytest.mark.parametrize("usage,fires", [(0.79, True), (0.8, False)])
