@@ -1,4 +1,4 @@
-"""One shared server for the API tests (embedded model, metrics and log file on)."""
+"""Shared servers for the API tests: one plain (embedded model, metrics and log file on), one behind an API key."""
 from __future__ import annotations
 
 import pytest
@@ -13,5 +13,15 @@ SERVER_FLAGS = ("--dtype", "float32", "--enable-metrics", "--decode-log-interval
 def server(tmp_path_factory):
     log_file = tmp_path_factory.mktemp("server") / "server.log"
     process = ServerProcess(*SERVER_FLAGS, log_file=log_file).wait_healthy()
+    yield process
+    process.stop()
+
+
+API_KEY = "sk-test-123"
+
+
+@pytest.fixture(scope="session")
+def keyed_server():
+    process = ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "4096", "--api-key", API_KEY).wait_healthy()
     yield process
     process.stop()

@@ -69,13 +69,6 @@ def test_watchdog_kills_a_stuck_forward_pass(tmp_path):
     assert code != 0
 
 
-@pytest.fixture(scope="module")
-def keyed_server():
-    server = ServerProcess(*TINY, "--api-key", "sk-test-123").wait_healthy()
-    yield server
-    server.stop()
-
-
 @pytest.mark.parametrize("method, path", [("get", "/v1/models"), ("post", "/v1/completions"),
                                           ("post", "/generate"), ("get", "/get_server_info"), ("get", "/metrics"),
                                           ("post", "/flush_cache")])
