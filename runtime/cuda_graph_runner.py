@@ -11,7 +11,7 @@ import bisect
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -103,8 +103,8 @@ class Replayable(Protocol):
     def replay(self) -> None: ...
 
 
-# Runs a forward once under capture and returns (the graph, the output tensor each replay rewrites).
-GraphCapture = Callable[[Callable[[], torch.Tensor]], tuple[Replayable, torch.Tensor]]
+# Runs a forward once under capture and returns the graph that replays it.
+GraphCapture = Callable[[Callable[[], object]], Replayable]
 
 
 class CudaGraphCapture:
@@ -114,14 +114,16 @@ class CudaGraphCapture:
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)
 
-    def __call__(self, run: Callable[[], torch.Tensor]) -> tuple[Replayable, torch.Tensor]:
+    def __call__(self, run: Callable[[], object]) -> Replayable:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            out = run()
-        return graph, out
+            run()
+        return graph
 
 
 class CudaGraphRunner:
+    """Captures the decode graphs once (`capture()`), then replays the one a decode batch pads to."""
+
     WARMUP_RUNS = 2
 
     def __init__(
@@ -132,7 +134,7 @@ class CudaGraphRunner:
         req_to_token_pool: ReqToTokenPool,
         device: torch.device,
         batch_sizes: list[int],
-        compile_batch_sizes: list[int] = (),
+        compile_batch_sizes: Sequence[int] = (),
         capture: GraphCapture | None = None,
     ) -> None:
         self.model = model
@@ -148,9 +150,10 @@ class CudaGraphRunner:
         )
         attn_backend.init_cuda_graph_state(self.batch_sizes, req_to_token_pool.req_to_token.shape[1])
         self._capture = capture or CudaGraphCapture(device)
+        # NOTE: every graph writes its logits into this one buffer, so captured sizes do not each keep their own.
+        self.logits = torch.empty(self.max_bs, model.lm_head_weight.shape[0], dtype=torch.float32, device=device)
         self._compiled: Callable[[ForwardBatch], torch.Tensor] | None = None
         self.graphs: dict[int, Replayable] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
         self.capture_seconds = 0.0
         self.mem_usage_gib = 0.0
         self.avail_mem_gib = 0.0
@@ -166,7 +169,7 @@ class CudaGraphRunner:
         try:
             with _frozen_gc(), torch.inference_mode():
                 for bs in reversed(self.batch_sizes):
-                    self.graphs[bs], self.outputs[bs] = self._capture_one(bs)
+                    self.graphs[bs] = self._capture_one(bs)
         except RuntimeError as exc:
             raise RuntimeError(f"Capture cuda graph failed: {exc}\n{CAPTURE_FAILED_HINT}") from exc
         self.capture_seconds = time.perf_counter() - start
@@ -177,14 +180,15 @@ class CudaGraphRunner:
             f"mem usage={self.mem_usage_gib:.2f} GB. avail mem={self.avail_mem_gib:.2f} GB."
         )
 
-    def _capture_one(self, bs: int) -> tuple[Replayable, torch.Tensor]:
+    def _capture_one(self, bs: int) -> Replayable:
         forward = self._forward_for(bs)
         for _ in range(self.WARMUP_RUNS):
             forward(self._capture_batch(bs))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         batch = self._capture_batch(bs)
-        return self._capture(lambda: forward(batch))
+        logits = self.logits[:bs]
+        return self._capture(lambda: logits.copy_(forward(batch)))
 
     def _capture_batch(self, bs: int) -> ForwardBatch:
         """A batch of bs dummy requests over the input buffers, its attention metadata over the backend's."""
@@ -202,8 +206,8 @@ class CudaGraphRunner:
 
     # ---- replay ----
     def replay(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits [n, vocab] of a decode batch of n <= max_bs requests. The result is a view of the graph's output
-        buffer: it is valid until the next replay."""
+        """Logits [n, vocab] of a decode batch of n <= max_bs requests: a view of the graphs' logits buffer, valid
+        until the next replay."""
         n = batch.batch_size
         bs = padded_batch_size(self.batch_sizes, n)
         self.inputs.load(batch, bs)
@@ -214,7 +218,7 @@ class CudaGraphRunner:
         )
         self.attn_backend.init_forward_metadata_replay_cuda_graph(padded, n)
         self.graphs[bs].replay()
-        return self.outputs[bs][:n]
+        return self.logits[:n]
 
     def _buffer_batch(self, bs: int, req_pool_indices_cpu: list[int], seq_lens_cpu: list[int]) -> ForwardBatch:
         inputs = self.inputs

@@ -1,0 +1,171 @@
+"""Decode CUDA graphs on a CUDA GPU (skipped cleanly without one): greedy output identical with graphs on and off,
+`last_forward_used_cuda_graph` and the decode lines tell the truth per step, the capture lines and the startup
+line agree, the KV pool follows --mem-fraction-static, torch.compile keeps the output."""
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import re
+
+import pytest
+import torch
+
+from runtime.cuda_graph_runner import capture_batch_sizes
+from runtime.forward_batch import ForwardMode
+from runtime.memory_planning import profile_max_num_tokens
+from runtime.model_runner import ModelRunner
+from runtime.server_args import ServerArgs
+from tests.runtime.driver import KVDriver
+from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
+from tests.runtime.tiny_models import make_tiny_model
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+CAPTURE_BEGIN_RE = re.compile(r"Capture cuda graph begin\. This can take up to several minutes\. "
+                              r"avail mem=(\d+\.\d\d) GB$")
+CAPTURE_END_RE = re.compile(r"Capture cuda graph end\. Time elapsed: (\d+\.\d\d) s\. mem usage=(-?\d+\.\d\d) GB\. "
+                            r"avail mem=(\d+\.\d\d) GB\.$")
+STARTUP_RE = re.compile(r"max_total_num_tokens=\d+, .*, available_gpu_mem=(\d+\.\d\d) GB$")
+DECODE_RE = re.compile(r"Decode batch\. #running-req: (\d+), .*cuda graph: (True|False),")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llama-graphs")
+    make_tiny_model("llama-gqa-llama3rope", path, seed=7)
+    return path
+
+
+def _engine(folder, **kwargs):
+    return tiny_engine(folder, device="cuda", attention_backend="triton", **kwargs)
+
+
+def _shutdown(engine) -> None:
+    """Give the engine's GPU memory back before the next one plans its pool."""
+    engine.shutdown()
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _greedy(engine, prompts, max_new):
+    params = [{"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True} for n in max_new]
+    return [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=params)]
+
+
+def _spy_flags(engine) -> list[tuple[bool, int, bool]]:
+    """(decode?, batch size, used a graph?) of every forward the scheduler runs."""
+    seen, runner = [], engine.runner
+    forward = runner.forward
+
+    def spy(batch):
+        logits = forward(batch)
+        seen.append((batch.mode is ForwardMode.DECODE, batch.batch_size, runner.last_forward_used_cuda_graph))
+        return logits
+
+    runner.forward = spy
+    return seen
+
+
+def test_graph_and_eager_greedy_outputs_are_identical(folder):
+    prompts = random_prompts(16, vocab=320, seed=11)
+    max_new = [6 + (i * 5) % 19 for i in range(16)]
+    graphs = _engine(folder, cuda_graph_max_bs=8)
+    assert graphs.runner.graph_runner.batch_sizes == [1, 2, 4, 8]
+    with_graphs = _greedy(graphs, prompts, max_new)
+    assert graphs.check_memory()
+    _shutdown(graphs)
+    eager = _engine(folder, disable_cuda_graph=True)
+    assert eager.runner.graph_runner is None
+    assert with_graphs == _greedy(eager, prompts, max_new)
+
+
+def test_flag_and_decode_lines_tell_whether_each_step_replayed_a_graph(folder):
+    engine = _engine(folder, cuda_graph_max_bs=4, decode_log_interval=1)
+    seen = _spy_flags(engine)
+    prompts = random_prompts(6, vocab=320, seed=3)
+    with LogCapture() as log:
+        _greedy(engine, prompts, [4, 6, 8, 10, 12, 14])
+    assert all(used == (decode and bs <= 4) for decode, bs, used in seen)
+    decode_sizes = {bs for decode, bs, _ in seen if decode}
+    assert {3, 6} <= decode_sizes, "both a padded (3 -> 4) and an eager (6 > 4) decode batch ran"
+    lines = [m for m in map(DECODE_RE.search, log.lines) if m]
+    assert lines
+    # NOTE: needs the scheduler's decode line to read runner.last_forward_used_cuda_graph.
+    assert all((m.group(2) == "True") == (int(m.group(1)) <= 4) for m in lines)
+
+
+def test_capture_lines_and_startup_line_agree(folder):
+    with LogCapture() as log:
+        engine = _engine(folder)
+    # the request pool (max_running_requests=64, +1 row) caps the default list and is captured itself
+    expected = capture_batch_sizes(None, engine.server_args.cuda_graph_max_bs, 65)
+    assert engine.runner.graph_runner.batch_sizes == expected and expected[-1] == 65
+    begin = next(m for m in map(CAPTURE_BEGIN_RE.search, log.lines) if m)
+    end = next(m for m in map(CAPTURE_END_RE.search, log.lines) if m)
+    startup = next(m for m in map(STARTUP_RE.search, log.lines) if m)
+    order = [next(i for i, line in enumerate(log.lines) if key in line) for key in (
+        "Load weight end", "KV Cache is allocated", "Capture cuda graph begin", "Capture cuda graph end",
+        "max_total_num_tokens=")]
+    assert order == sorted(order)
+    assert float(begin.group(1)) - float(end.group(3)) == pytest.approx(float(end.group(2)), abs=0.016)
+    assert startup.group(1) == end.group(3)
+
+
+def test_torch_native_on_cuda_runs_without_graphs_and_says_so(folder):
+    with LogCapture() as log:
+        engine = tiny_engine(folder, device="cuda", attention_backend="torch_native")
+    assert engine.runner.graph_runner is None
+    assert "Cuda graph is disabled because --attention-backend torch_native does not support it." in log.lines
+
+
+def test_pool_grows_and_shrinks_with_mem_fraction_static(folder):
+    gc.collect()
+    torch.cuda.empty_cache()
+    tokens, expected_gain = {}, 0.0
+    for fraction in (0.5, 0.6):
+        args = ServerArgs(model_path=str(folder), dtype="float32", device="cuda", mem_fraction_static=fraction,
+                          disable_cuda_graph=True, max_running_requests=8)
+        runner = ModelRunner(args)
+        tokens[fraction] = runner.max_total_num_tokens
+        # SGLang's profile from this runner's own measurements (LOG_FORMATS §6)
+        assert tokens[fraction] == profile_max_num_tokens(
+            runner.avail_before_weights, runner.avail_after_weights, fraction, runner.kv_bytes_per_token)
+        expected_gain = 0.1 * runner.avail_before_weights * (1 << 30) / runner.kv_bytes_per_token
+        del runner
+        gc.collect()
+        torch.cuda.empty_cache()
+    assert tokens[0.6] - tokens[0.5] == pytest.approx(expected_gain, rel=0.05)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer")
+def test_flashinfer_graph_logits_match_eager():
+    overrides = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 512}
+    args = ServerArgs(model_path="llama-3.1-8b", load_format="dummy", json_model_override_args=json.dumps(overrides),
+                      context_length=512, dtype="bfloat16", device="cuda", attention_backend="flashinfer",
+                      max_total_tokens=4096, max_running_requests=8, cuda_graph_bs=[1, 4])
+    runner = ModelRunner(args)
+    driver = KVDriver(runner)
+    seqs = [driver.new_sequence() for _ in range(3)]
+    driver.extend(seqs, [[5] * 40, [6] * 7, [7] * 100])
+    graph_logits = driver.decode(seqs, [8, 9, 10]).clone()
+    assert runner.last_forward_used_cuda_graph
+    graphs, runner.graph_runner = runner.graph_runner, None
+    for seq in seqs:
+        seq.tokens.pop()  # decode the same tokens again, eagerly, into fresh slots
+    eager_logits = driver.decode(seqs, [8, 9, 10])
+    runner.graph_runner = graphs
+    scale = eager_logits.abs().max().item()
+    assert (graph_logits - eager_logits).abs().max().item() <= 0.05 * scale
+
+
+@pytest.mark.slow
+def test_torch_compile_keeps_greedy_output(folder):
+    prompts = random_prompts(4, vocab=320, seed=5)
+    max_new = [5, 7, 9, 11]
+    compiled = _engine(folder, enable_torch_compile=True, torch_compile_max_bs=2, cuda_graph_bs=[1, 2, 4])
+    assert compiled.runner.graph_runner.compile_batch_sizes == {1, 2}
+    with_compile = _greedy(compiled, prompts, max_new)
+    _shutdown(compiled)
+    assert with_compile == _greedy(_engine(folder, disable_cuda_graph=True), prompts, max_new)
