@@ -174,7 +174,7 @@ class ModelRunner:
             self.model, self.attn_backend, self.kv_pool, self.req_to_token_pool, self.device, sizes, compile_sizes
         )
         runner.capture()
-        self.avail_after_pool = runner.avail_mem_gib
+        self.avail_after_pool = runner.avail_mem_gib  # NOTE: SGLang's startup line reports memory after capture
         return runner
 
     @torch.inference_mode()
