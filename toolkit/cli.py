@@ -1,6 +1,8 @@
 """The `toolkit` command: the composition root that wires each part's CLI into one typer app."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from toolkit import __version__
@@ -56,6 +58,30 @@ from diagnose.cli import diagnose  # noqa: E402
 app.command("diagnose")(diagnose)
 from reports.cli import report  # noqa: E402
 app.command("report")(report)
+
+
+@app.command("demo")
+def demo(
+    out: Path = typer.Option(Path("toolkit-out/demo"), "--out", help="Folder for the log, bench records and report."),
+    num_prompts: int = typer.Option(32, "--num-prompts", min=1, help="Requests per bench run."),
+    input_len: int = typer.Option(256, "--input-len", min=1, help="Prompt tokens (uniform in [len/2, len])."),
+    output_len: int = typer.Option(64, "--output-len", min=1, help="Output tokens (uniform in [len/2, len])."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu or cuda."),
+) -> None:
+    """Serve the embedded model, bench a rate sweep, diagnose the log, and write one HTML report."""
+    from rich.console import Console
+
+    from toolkit.demo import DemoSettings, run_demo
+
+    console = Console()
+    try:
+        run_demo(DemoSettings(out, num_prompts, input_len, output_len, device), console)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; the server was stopped[/]")
+        raise typer.Exit(130) from None
+    except RuntimeError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
 
 
 def main() -> None:
