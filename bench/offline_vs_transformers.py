@@ -1,0 +1,112 @@
+"""Offline throughput of the toolkit engine vs batched `transformers.generate`, same prompts, same process.
+
+    python -m bench.offline_vs_transformers [--num-prompts 64 --input-len 256 --output-len 128 --dtype bfloat16]
+
+Prompts are random token ids of exactly `--input-len` tokens; every request generates exactly `--output-len`
+tokens (ignore_eos / min_new_tokens), greedily. Prints both throughputs and their ratio; `--save` writes the
+record under bench/results/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _prompts(num: int, length: int, seed: int, special: set[int]) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    prompts = []
+    while len(prompts) < num:
+        ids = torch.randint(100, 30000, (length,), generator=generator).tolist()
+        if not special & set(ids):
+            prompts.append(ids)
+    return prompts
+
+
+def run_toolkit(prompts: list[list[int]], output_len: int, dtype: str) -> float:
+    from runtime import Engine
+
+    engine = Engine(dtype=dtype, log_level="warning")
+    engine.generate(input_ids=[prompts[0][:16]], sampling_params={"max_new_tokens": 4})
+    start = time.perf_counter()
+    results = engine.generate(input_ids=prompts, sampling_params={
+        "max_new_tokens": output_len, "temperature": 0, "ignore_eos": True})
+    elapsed = time.perf_counter() - start
+    assert all(r["meta_info"]["completion_tokens"] == output_len for r in results)
+    engine.shutdown()
+    return elapsed
+
+
+def run_transformers(prompts: list[list[int]], output_len: int, dtype: str) -> float:
+    from transformers import AutoModelForCausalLM
+
+    from runtime.model_loader.embedded import embedded_model_path
+
+    path = embedded_model_path()
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                 dtype=getattr(torch, dtype)).eval()
+    inputs = torch.tensor(prompts)
+    with torch.inference_mode():
+        model.generate(inputs[:1, :16], attention_mask=torch.ones_like(inputs[:1, :16]), max_new_tokens=4,
+                       do_sample=False, pad_token_id=model.config.pad_token_id)
+        start = time.perf_counter()
+        out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=output_len,
+                             min_new_tokens=output_len, do_sample=False, pad_token_id=model.config.pad_token_id)
+        elapsed = time.perf_counter() - start
+    assert out.shape[1] == inputs.shape[1] + output_len
+    return elapsed
+
+
+def _commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--save", action="store_true", help="write bench/results/offline_vs_transformers_<dev>.json")
+    args = parser.parse_args()
+    from runtime.model_loader.tokenizer import load_tokenizer
+
+    special = set(load_tokenizer(None).all_special_ids)
+    prompts = _prompts(args.num_prompts, args.input_len, args.seed, special)
+    output_tokens = args.num_prompts * args.output_len
+    ours = run_toolkit(prompts, args.output_len, args.dtype)
+    theirs = run_transformers(prompts, args.output_len, args.dtype)
+    record = {
+        "command": "python -m bench.offline_vs_transformers " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "save"),
+        "commit": _commit(), "device": f"cpu ({platform.processor() or platform.machine()}, "
+                                      f"{torch.get_num_threads()} threads)",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "toolkit_seconds": ours, "transformers_seconds": theirs,
+        "toolkit_output_tok_s": output_tokens / ours, "transformers_output_tok_s": output_tokens / theirs,
+        "ratio": theirs / ours,
+    }
+    print(f"toolkit engine:        {ours:7.2f} s  {output_tokens / ours:8.1f} output tok/s")
+    print(f"transformers.generate: {theirs:7.2f} s  {output_tokens / theirs:8.1f} output tok/s")
+    print(f"ratio (toolkit / transformers throughput): {theirs / ours:.2f}x")
+    if args.save:
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / "offline_vs_transformers_cpu.json"
+        out.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
