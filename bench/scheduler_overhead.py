@@ -12,7 +12,7 @@ import json
 import time
 
 TINY_LLAMA = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 4096}
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 49152}
 
 
 def measure(batch_size: int, steps: int) -> dict:

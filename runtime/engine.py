@@ -10,7 +10,7 @@ from runtime.launch import launch_scheduler
 from runtime.logging_setup import configure_logging
 from runtime.sampling.sampling_params import SamplingParams
 from runtime.scheduler.request import FinishReason
-from runtime.scheduler.scheduler import GenerateInput, TokenOutput, context_length_error
+from runtime.scheduler.scheduler import GenerateInput, TokenOutput, context_length_error, token_id_error
 from runtime.server_args import ServerArgs
 
 Prompt = str | list[str] | None
@@ -61,7 +61,8 @@ class Engine:
         params_list = self._sampling_params(sampling_params, len(batch_ids))
         pending: list[_Pending] = []
         for ids, params in zip(batch_ids, params_list):
-            error = context_length_error(len(ids), params.max_new_tokens, self.scheduler.context_len)
+            error = token_id_error(ids, self.runner.config.vocab_size) or context_length_error(
+                len(ids), params.max_new_tokens, self.scheduler.context_len)
             if error is not None:
                 raise ValueError(error)
             for _ in range(params.n):

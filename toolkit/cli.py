@@ -47,7 +47,7 @@ def serve(ctx: typer.Context) -> None:
 @app.command("bench-offline", context_settings=_PASSTHROUGH, add_help_option=False)
 def bench_offline(ctx: typer.Context) -> None:
     """Offline throughput of the in-process engine (like sglang.bench_offline_throughput)."""
-    from runtime.bench_offline import main as bench_offline_main
+    from bench.offline import main as bench_offline_main
 
     raise typer.Exit(bench_offline_main(ctx.args))
 

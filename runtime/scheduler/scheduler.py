@@ -55,6 +55,16 @@ class TokenOutput:
     top_logprobs: list[tuple[int, float]] | None = None
 
 
+def token_id_error(input_ids: list[int], vocab_size: int) -> str | None:
+    """Token ids outside the model's vocabulary would index past its embedding table."""
+    if not input_ids:
+        return "the prompt is empty"
+    low, high = min(input_ids), max(input_ids)
+    if low < 0 or high >= vocab_size:
+        return f"token id {high if high >= vocab_size else low} is outside the model's vocabulary [0, {vocab_size})"
+    return None
+
+
 def context_length_error(input_len: int, max_new_tokens: int, context_len: int) -> str | None:
     """SGLang's length validation; None when the request fits the context."""
     if input_len >= context_len:
@@ -116,7 +126,7 @@ class Scheduler:
             eos_token_ids=self.eos_token_ids, return_logprob=inp.return_logprob,
             top_logprobs_num=inp.top_logprobs_num, tail_text=self.decode_text,
         )
-        error = "the prompt is empty" if not req.origin_input_ids else context_length_error(
+        error = token_id_error(req.origin_input_ids, self.runner.config.vocab_size) or context_length_error(
             len(req.origin_input_ids), req.sampling_params.max_new_tokens, self.context_len
         )
         if error is not None:

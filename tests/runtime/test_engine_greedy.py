@@ -101,6 +101,20 @@ def test_lone_request_that_cannot_fit_is_aborted_with_a_reason(workload):
     assert engine.check_memory()
 
 
+def test_token_ids_outside_the_vocabulary_are_rejected(workload):
+    folder, _, _, _ = workload
+    engine = tiny_engine(folder)
+    with pytest.raises(ValueError, match=r"token id 320 is outside the model's vocabulary \[0, 320\)"):
+        engine.generate(input_ids=[5, 320], sampling_params={"max_new_tokens": 1})
+    from runtime.sampling.sampling_params import SamplingParams
+    from runtime.scheduler.scheduler import GenerateInput
+
+    engine.scheduler.add_request(GenerateInput("bad", [1, 99999], SamplingParams(max_new_tokens=2)))
+    (output,) = engine.scheduler.step()
+    assert output.finished_reason.kind == "abort" and "vocabulary" in output.finished_reason.message
+    assert engine.check_memory()
+
+
 def test_prompt_longer_than_the_context_is_rejected(workload):
     folder, _, _, _ = workload
     engine = tiny_engine(folder, context_length=32)

@@ -37,23 +37,15 @@ def random_requests(num: int, input_len: int, output_len: int, range_ratio: floa
 
 
 def jsonl_requests(path: Path, tokenizer, default_output_len: int, limit: int) -> list[OfflineRequest]:
-    """Lines of {"prompt": str, "output_len"?: int} (or {"text": ...})."""
-    requests = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                prompt = row.get("prompt", row.get("text"))
-            except (json.JSONDecodeError, AttributeError):
-                raise SystemExit(f"{path}:{number}: not a JSON object") from None
-            if not isinstance(prompt, str) or not prompt:
-                raise SystemExit(f"{path}:{number}: needs a non-empty string field 'prompt'")
-            requests.append(OfflineRequest(tokenizer.encode(prompt), int(row.get("output_len", default_output_len))))
-            if len(requests) >= limit:
-                break
-    return requests
+    """The `custom` dataset's JSONL (`{"prompt", "output_len"}` or a messages list), as token ids."""
+    from bench.datasets.base import DatasetError
+    from bench.datasets.custom import read_rows
+
+    try:
+        rows = read_rows(path)[:limit]
+    except DatasetError as exc:
+        raise SystemExit(f"toolkit bench-offline: error: {exc}") from None
+    return [OfflineRequest(tokenizer.encode(text), explicit or default_output_len) for text, explicit, _ in rows]
 
 
 def build_parser() -> SuggestingArgumentParser:
