@@ -1,8 +1,9 @@
 """Streaming parser: log lines -> `Event`s, in constant memory, for every SGLang era (LOG_FORMATS §1-5, §11).
 
-The hot path classifies a line with substring tests before any regex; fields are read lazily from the
-event's text. Multi-line records (tracebacks, hard OOM, leak warnings) are joined into one event.
-Unreadable lines are counted in `ParseStats`, never raised.
+Raw blocks go through `diagnose.scan` first: hot lines in the common layout are classified in vectorized
+operations; every other line takes the per-line path, which classifies with substring tests before any
+regex. Fields are read lazily from the event's text. Multi-line records (tracebacks, hard OOM, leak
+warnings) are joined into one event. Unreadable lines are counted in `ParseStats`, never raised.
 """
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from diagnose.events import Event
-from diagnose.reader import LineReader, open_log
+from diagnose.reader import LineReader, decode_lines, open_log
+from diagnose.scan import KINDS, FastLines, scan
 from diagnose.stamp import HAS_STAMP, Stamp, read_stamp
 
 MAX_BLOCK_LINES = 200
@@ -136,6 +140,41 @@ class Parser:
         stats.kinds.update(map(itemgetter(0), rows))
         stats.lines = max(stats.lines, no)
         return rows
+    def feed_bytes(self, data: bytes, first_line: int = 1) -> tuple[list[Row], int]:
+        """Rows for a raw block of lines (no trailing newline) numbered from `first_line`, and its line count."""
+        fast = scan(data)
+        if fast is None:
+            lines = decode_lines(data)
+            return self.feed(lines, first_line), len(lines)
+        rows: list[Row] = []
+        text = data.decode("ascii")
+        for begin, end, is_slow in _runs(fast.slow):
+            if is_slow:
+                rows += self._feed_slow(text, fast, begin, end, first_line)
+            else:
+                rows += self._feed_fast(text, fast, begin, end, first_line)
+        return rows, len(fast.slow)
+
+    def _feed_slow(self, text: str, fast: FastLines, begin: int, end: int, first_line: int) -> list[Row]:
+        starts, ends = fast.line_starts, fast.line_ends
+        return self.feed(text[starts[begin]: ends[end - 1]].split("\n"), first_line + begin)
+
+    def _feed_fast(self, text: str, fast: FastLines, begin: int, end: int, first_line: int) -> list[Row]:
+        rows: list[Row] = []
+        if self._block is not None:
+            # NOTE: an open multi-line record decides for itself whether the next line continues it.
+            rows += self._feed_slow(text, fast, begin, begin + 1, first_line)
+            begin += 1
+        lo, hi = np.searchsorted(fast.index, [begin, end])
+        if lo == hi:
+            return rows
+        rows += fast.rows(text, lo, hi, first_line, self.source)
+        self._stamped = True
+        codes, counts = np.unique(fast.kind[lo:hi], return_counts=True)
+        self.stats.kinds.update({KINDS[c]: n for c, n in zip(codes.tolist(), counts.tolist())})
+        self.stats.lines = max(self.stats.lines, first_line + end - 1)
+        return rows
+
     def finish(self) -> list[Row]:
         """Rows of a multi-line record left open at the end of the source."""
         rows = self._close_block() if self._block is not None else []
@@ -206,6 +245,14 @@ class Parser:
         return [(kind, block.line, block.stamp.time, block.stamp.rank, text, self.source) for kind in kinds]
 
 
+def _runs(slow: np.ndarray) -> Iterator[tuple[int, int, bool]]:
+    """(begin, end, slow) for each run of equal values in `slow`."""
+    edges = np.flatnonzero(np.diff(slow.view(np.int8))) + 1
+    bounds = np.concatenate(([0], edges, [len(slow)])).tolist()
+    flags = slow[bounds[:-1]].tolist()
+    return zip(bounds[:-1], bounds[1:], flags)
+
+
 def _events(rows: list[Row]) -> Iterator[Event]:
     return map(Event._make, rows)
 
@@ -216,9 +263,10 @@ def row_batches(path: str | Path, source: int = 0, stats: ParseStats | None = No
     with open_log(path) as stream:
         reader = LineReader(stream)
         no = 1
-        for block in reader.blocks():
-            yield parser.feed(block, no)
-            no += len(block)
+        for data in reader.raw_blocks():
+            rows, count = parser.feed_bytes(data, no)
+            yield rows
+            no += count
         for cut in reader.cut:
             parser.stats.note_unread(cut, f"<line longer than {reader.max_line} bytes, cut>")
         parser.stats.unread += reader.num_cut - len(reader.cut)

@@ -1,7 +1,8 @@
 """Line reading in constant memory: plain files, gzip (by magic number), and stdin (`-`).
 
-Lines come in blocks (a list per ~1 MiB read). CR and ANSI colour codes are removed per block; a line longer
-than `MAX_LINE` bytes is cut there and the rest skipped, so a single huge line cannot grow memory.
+Lines come in blocks (one per ~4 MiB read): raw bytes (`raw_blocks`, complete lines without the last newline)
+or decoded lines (`blocks`), where CR and ANSI colour codes are removed per block. A line longer than
+`MAX_LINE` bytes is cut there and the rest skipped, so a single huge line cannot grow memory.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-BLOCK = 1 << 20
+BLOCK = 4 << 20
 MAX_LINE = 1 << 20
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
@@ -35,12 +36,16 @@ def open_log(path: str | Path) -> Iterator[BinaryIO]:
 class LineReader:
     """Yields blocks of decoded lines; counts lines that were cut at `MAX_LINE`."""
 
-    def __init__(self, stream: BinaryIO, max_line: int = MAX_LINE, block: int = BLOCK) -> None:
-        self.stream, self.max_line, self.block = stream, max_line, block
+    def __init__(self, stream: BinaryIO, max_line: int | None = None, block: int | None = None) -> None:
+        self.stream, self.max_line, self.block = stream, max_line or MAX_LINE, block or BLOCK
         self.cut: list[int] = []  # 1-based numbers of the lines cut at max_line (first 100 kept)
         self.num_cut = 0
 
     def blocks(self) -> Iterator[list[str]]:
+        return map(decode_lines, self.raw_blocks())
+
+    def raw_blocks(self) -> Iterator[bytes]:
+        """Byte blocks of whole lines, each without its last newline (a block of n lines has n - 1 newlines)."""
         pending, skipping, lineno = b"", False, 0
         while True:
             chunk = self.stream.read(self.block)
@@ -56,17 +61,16 @@ class LineReader:
             if last < 0:
                 pending = data
             else:
-                lines = _decode(data[:last])
-                lineno += len(lines)
-                yield lines
+                lineno += data.count(b"\n", 0, last) + 1
+                yield data[:last]
                 pending = data[last + 1:]
             if len(pending) > self.max_line:
                 lineno += 1
                 self._note_cut(lineno)
-                yield _decode(pending[: self.max_line])
+                yield pending[: self.max_line]
                 pending, skipping = b"", True
         if pending:
-            yield _decode(pending)
+            yield pending
 
     def _note_cut(self, lineno: int) -> None:
         self.num_cut += 1
@@ -74,7 +78,7 @@ class LineReader:
             self.cut.append(lineno)
 
 
-def _decode(data: bytes) -> list[str]:
+def decode_lines(data: bytes) -> list[str]:
     text = data.decode("utf-8", "replace")
     if "\r" in text:
         text = text.replace("\r", "")

@@ -1,0 +1,266 @@
+"""Block scanner: the hot lines of a raw block, classified in vectorized numpy operations.
+
+A hot line here is a decode, prefill or HTTP access line in the layout SGLang's logger writes since 0.3.6,
+`[YYYY-mm-dd HH:MM:SS[.fff]( TAGn)*] Label...`, at the start of the line. For those, kind, time, rank and
+line number come out exactly as the per-line parser would give them; every other line (any other prefix,
+era, kind, garbled or non-ASCII text) is marked `slow` and left to the per-line parser, in order.
+
+Each line's first HEAD bytes are read as six 64-bit little-endian words; the stamp and rank tag are parsed
+once per distinct tag text (a block holds a few hundred), labels are compared eight bytes at a time.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from itertools import repeat
+
+import numpy as np
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+
+from diagnose.stamp import midnight
+
+KINDS = np.array(["decode", "prefill", "access"], dtype=object)
+DECODE, PREFILL, ACCESS = 0, 1, 2
+HEAD = 48     # bytes of each line read for its stamp and rank tag
+TAG = 20      # the rank tag starts after `[YYYY-mm-dd HH:MM:SS` (24 with `.fff`)
+_RANK = re.compile(r"(?:\s+[A-Z][A-Z_]*\d+)*\s*")
+_DECODE = b"] Decode batch"
+_DECODE_NEXT = b" #running-req: "
+_PREFILL = b"] Prefill batch"
+_ACCESS = b"] INFO:     "
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass(slots=True)
+class FastLines:
+    """The block's hot lines (`index` into the block's lines, ascending) and which lines are not hot."""
+
+    index: np.ndarray
+    kind: np.ndarray
+    time: np.ndarray
+    rank: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    slow: np.ndarray
+    line_starts: np.ndarray
+    line_ends: np.ndarray
+
+    def rows(self, text: str, lo: int, hi: int, first_line: int, source: int) -> list[tuple]:
+        """Parser rows `(kind, line, time, rank, text, source)` of hot lines lo..hi; `text` is the block."""
+        texts = map(text.__getitem__, map(slice, self.start[lo:hi].tolist(), self.end[lo:hi].tolist()))
+        return list(zip(KINDS[self.kind[lo:hi]].tolist(), (self.index[lo:hi] + first_line).tolist(),
+                        self.time[lo:hi].tolist(), self.rank[lo:hi].tolist(), texts, repeat(source)))
+
+
+class Bytes:
+    """Fixed-width rows of the bytes of `data`, read from any offsets; bytes past its end read as zero."""
+
+    PAD = 128
+
+    def __init__(self, data: bytes) -> None:
+        self.data = np.frombuffer(data + bytes(self.PAD), np.uint8)
+
+    def words(self, pos: np.ndarray, count: int) -> np.ndarray:
+        """The `count` little-endian 64-bit words starting at each offset in `pos`, one row each."""
+        windows = sliding_window_view(self.data, 8 * count)
+        return windows[np.minimum(pos, len(windows) - 1)].view("<u8")
+
+
+def line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end byte offsets of every line of a block (no trailing newline)."""
+    newlines = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+    starts = np.concatenate(([0], newlines + 1))
+    ends = np.concatenate((newlines, [len(data)]))
+    return starts, ends
+
+
+def scan(data: bytes) -> FastLines | None:
+    """The hot lines of `data` (lines without the last newline); None when the block is not plain ASCII text
+    without CR or escape codes, which the per-line reader cleans first."""
+    if not data.isascii() or b"\r" in data or b"\x1b" in data:
+        return None
+    starts, ends = line_bounds(data)
+    raw = Bytes(data)
+    head = raw.words(starts, HEAD // 8)
+    close = _first_byte(head, ord("]"), TAG)
+    close = np.where(close < ends - starts, close, -1)
+    kind = _labels(raw, starts + np.maximum(close, 0), close >= 0)
+    time, rank, good = _stamps(data, head, starts, close)
+    kind[~good] = -1
+    _verify(data, raw, kind, starts, ends, close)
+    hot = np.flatnonzero(kind >= 0)
+    return FastLines(hot, kind[hot], time[hot], rank[hot], starts[hot], ends[hot], kind < 0, starts, ends)
+
+
+# -- bytes in words -------------------------------------------------------------------------------------
+
+_ONES, _HIGHS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
+
+
+def _first_byte(words: np.ndarray, byte: int, skip: int = 0) -> np.ndarray:
+    """Offset of the first `byte` at or after `skip` in each row of words, -1 where there is none."""
+    found = np.full(len(words), -1, np.int64)
+    pattern = np.uint64(byte * 0x0101010101010101)
+    for k in range(words.shape[1] - 1, skip // 8 - 1, -1):
+        word = words[:, k] | _keep_from(skip - 8 * k) if 8 * k < skip else words[:, k]
+        x = word ^ pattern
+        zero = (x - _ONES) & ~x & _HIGHS
+        # NOTE: the lowest flagged byte is exact (a borrow only flags bytes above a real zero byte).
+        lowest = zero & (~zero + np.uint64(1))
+        hit = zero != 0
+        found[hit] = 8 * k + np.log2(lowest[hit].astype(np.float64)).astype(np.int64) // 8
+    return found
+
+
+def _keep_from(first: int) -> np.uint64:
+    """Bits to OR into a word so that its bytes before `first` cannot match a searched byte (< 0xFF)."""
+    return np.uint64((1 << (8 * first)) - 1) if first > 0 else np.uint64(0)
+
+
+def _prefix_mask(length: np.ndarray, k: int) -> np.ndarray:
+    """Per row, the mask of word k's bytes that lie before `length`."""
+    bits = np.clip(length - 8 * k, 0, 8).astype(np.uint64) * np.uint64(8)
+    return np.where(bits >= np.uint64(64), _ALL, (np.uint64(1) << (bits % np.uint64(64))) - np.uint64(1))
+
+
+def _literal(words: np.ndarray, literal: bytes, offset: int = 0) -> np.ndarray:
+    """Whether `literal` is at byte `offset` of each row of words."""
+    ok = np.ones(len(words), bool)
+    for k in range(0, len(literal), 8):
+        piece = literal[k:k + 8]
+        mask = np.uint64((1 << (8 * len(piece))) - 1)
+        ok &= (_word_at(words, offset + k) & mask) == np.uint64(int.from_bytes(piece, "little"))
+    return ok
+
+
+def _word_at(words: np.ndarray, offset: int) -> np.ndarray:
+    i, r = divmod(offset, 8)
+    if r == 0:
+        return words[:, i]
+    return (words[:, i] >> np.uint64(8 * r)) | (words[:, i + 1] << np.uint64(64 - 8 * r))
+
+
+def _byte_at(words: np.ndarray, offset: int) -> np.ndarray:
+    return (words[:, offset // 8] >> np.uint64(8 * (offset % 8))) & np.uint64(0xFF)
+
+
+# -- labels ---------------------------------------------------------------------------------------------
+
+def _dot_or_comma(words: np.ndarray, offset: int) -> np.ndarray:
+    byte = _byte_at(words, offset)
+    return (byte == np.uint64(ord("."))) | (byte == np.uint64(ord(",")))
+
+
+def _labels(raw: Bytes, close: np.ndarray, closed: np.ndarray) -> np.ndarray:
+    """Kind code per line from the label after the `]` at `close` (-1: not a hot line)."""
+    words = raw.words(close, 4)
+    dec = _literal(words, _DECODE) & _dot_or_comma(words, len(_DECODE))
+    dec &= _literal(words, _DECODE_NEXT, len(_DECODE) + 1)
+    pre = _literal(words, _PREFILL) & _dot_or_comma(words, len(_PREFILL))
+    kind = np.full(len(close), -1, np.int8)
+    kind[closed & dec] = DECODE
+    kind[closed & pre] = PREFILL
+    kind[closed & _literal(words, _ACCESS)] = ACCESS
+    return kind
+
+
+# -- stamp and rank, once per distinct tag --------------------------------------------------------------
+
+def _stamps(data: bytes, head: np.ndarray, starts: np.ndarray, close: np.ndarray):
+    """(time, rank, the stamp is a good dated one) per line, from the text before its `]`."""
+    length = np.maximum(close, 0)
+    # NOTE: a tag closes at byte TAG or later, so the first TAG // 8 words lie wholly inside it.
+    keys = np.stack([head[:, k] if 8 * k + 8 <= TAG else head[:, k] & _prefix_mask(length, k)
+                     for k in range(head.shape[1])] + [length.astype(np.uint64)], axis=1)
+    codes, first = _factorize(keys)
+    time, rank, good = _read_tags(data, starts[first], length[first], head[first])
+    same = (keys == keys[first][codes]).all(axis=1)
+    return time[codes], rank[codes], good[codes] & same & (close >= 0)
+
+
+def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of the rows of `keys` by a 64-bit hash, and the first row of each code (callers check rows
+    against their code's first row: a hash collision then reads as a mismatch, never as a wrong match)."""
+    mixed = np.zeros(len(keys), np.uint64)
+    for k, column in enumerate(keys.T):
+        mixed = (mixed ^ column) * np.uint64(0x9E3779B97F4A7C15 + 2 * k)
+    codes, _ = pd.factorize(mixed)
+    first = np.full(codes.max(initial=-1) + 1, len(codes), np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return codes, first
+
+
+_STAMP = b"[0000-00-00 00:00:00"
+_STAMP_FIXED = [(i, c) for i, c in enumerate(_STAMP) if c != ord("0")]
+_STAMP_DIGITS = [i for i, c in enumerate(_STAMP) if c == ord("0")]
+
+
+def _read_tags(data: bytes, starts: np.ndarray, length: np.ndarray, head: np.ndarray):
+    """(time, rank, good) for distinct tag texts `data[start:start+length]` (plus `] `), as `read_stamp`
+    reads them: a dated stamp, optional milliseconds, then rank tags."""
+    raw = np.ascontiguousarray(head).view(np.uint8).reshape(len(head), -1).astype(np.int64)
+    digit = (raw >= ord("0")) & (raw <= ord("9"))
+    good = digit[:, _STAMP_DIGITS].all(axis=1)
+    for i, c in _STAMP_FIXED:
+        good &= raw[:, i] == c
+    value = raw - ord("0")
+    year = value[:, 1] * 1000 + value[:, 2] * 100 + value[:, 3] * 10 + value[:, 4]
+    month, day = value[:, 6] * 10 + value[:, 7], value[:, 9] * 10 + value[:, 10]
+    good &= (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
+    tod = (value[:, 12] * 10 + value[:, 13]) * 3600 + (value[:, 15] * 10 + value[:, 16]) * 60
+    tod += value[:, 18] * 10 + value[:, 19]
+    millis = np.isin(raw[:, TAG], (ord("."), ord(","))) & digit[:, TAG + 1:TAG + 4].all(axis=1) & ~digit[:, TAG + 4]
+    frac = np.where(millis, (value[:, TAG + 1] * 100 + value[:, TAG + 2] * 10 + value[:, TAG + 3]) / 1000.0, 0.0)
+    time = midnight(np.where(good, year, 1970), np.where(good, month, 1)) + (np.where(good, day, 1) - 1) * 86400.0
+    # NOTE: the per-line reader adds the fraction to the time of day before the date, in float arithmetic.
+    time += tod + frac
+    tag = np.where(millis, TAG + 4, TAG)
+    names = list(map(_rank_name, map(data.__getitem__, map(slice, (starts + tag).tolist(), (starts + length).tolist()))))
+    good &= np.array([name is not None for name in names], bool) & (length >= tag)
+    return time, np.array([name or "" for name in names], dtype=object), good
+
+
+_RANK_NAMES: dict[bytes, str | None] = {}
+
+
+def _rank_name(tag: bytes) -> str | None:
+    """The rank of a tag text (`None` when it is not one), as `read_stamp` normalises it."""
+    name = _RANK_NAMES.get(tag, "?")
+    if name == "?":
+        text = tag.decode("ascii")
+        name = " ".join(text.split()) if _RANK.fullmatch(text) else None
+        if len(_RANK_NAMES) < 4096:
+            _RANK_NAMES[tag] = name
+    return name
+
+
+# -- per-line checks the layout cannot settle -----------------------------------------------------------
+
+def _finds(data: bytes, needle: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    return np.fromiter(map(data.find, repeat(needle), starts.tolist(), ends.tolist()), np.int64, len(starts))
+
+
+def _verify(data: bytes, raw: Bytes, kind: np.ndarray, starts, ends, close: np.ndarray) -> None:
+    """What the layout cannot settle: a prefill line must say `running`; an access line needs ` - "` right
+    after its client token and `HTTP/`; and neither may hold another batch label, which the per-line reader
+    tests first. One count of ` batch` over the block settles the last when every one is a label."""
+    pre = np.flatnonzero(kind == PREFILL)
+    kind[pre[_finds(data, b"running", starts[pre], ends[pre]) < 0]] = -1
+    _verify_access(data, raw, kind, starts, ends, close)
+    labels = int(((kind == DECODE) | (kind == PREFILL)).sum())
+    if data.count(b" batch") > labels:
+        rows = np.flatnonzero(kind == PREFILL)
+        kind[rows[_finds(data, b"Decode batch", starts[rows], ends[rows]) >= 0]] = -1
+        rows = np.flatnonzero(kind == ACCESS)
+        kind[rows[_finds(data, b" batch", starts[rows], ends[rows]) >= 0]] = -1
+
+
+def _verify_access(data: bytes, raw: Bytes, kind: np.ndarray, starts, ends, close: np.ndarray) -> None:
+    rows = np.flatnonzero(kind == ACCESS)
+    client = starts[rows] + close[rows] + len(_ACCESS)
+    space = _first_byte(raw.words(client, 4), ord(" "))
+    dash = client + space
+    good = (space > 0) & (dash < ends[rows]) & _literal(raw.words(dash, 1), b' - "')
+    good &= _finds(data, b"HTTP/", dash, ends[rows]) >= 0
+    kind[rows[~good]] = -1

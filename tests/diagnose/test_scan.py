@@ -1,0 +1,111 @@
+"""The vectorized block scanner gives exactly what the per-line parser gives: same rows (kind, line, time, rank,
+text, source), same counts of other and unread lines, on every era, every prefix and garbled input."""
+from __future__ import annotations
+
+import io
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from diagnose.bench_parse import write_log
+from diagnose.parser import ParseStats, Parser, row_batches
+from diagnose.reader import LineReader
+from diagnose.scan import scan
+from tests.diagnose import logfactory as lf
+from tests.diagnose.test_eras import _era_log
+
+STAMPS = ["[2025-11-11 04:06:27] ", "[2025-11-11 04:06:27 TP3] ", "[2025-11-11 04:06:27 DP1 TP1] ",
+          "[2025-11-11 04:06:27.250 TP0] ", "[2025-11-11 04:06:27,999] ", "[2025-11-11 04:06:27.1234 TP0] ",
+          "[2025-11-11 04:06:27  TP0 ] ", "[2025-13-11 04:06:27] ", "[2025-02-31 04:06:27] ",
+          "[2025-11-11 04:06:27 tp0] ", "[2025-11-11 04:06:27 DP0 PP1 ATTN_CP0 MOE_DP0 TP2 EP2] ",
+          "sglang-1  | [2025-11-11 04:06:27 TP0] ", "[12:34:56 TP0] ", "[0000-01-01 00:00:00] ", ""]
+BODIES = [
+    lf.decode("0.4.9", running=233, token=370959, usage=0.82, throughput=4594.01, queue=317),
+    lf.decode("0.5.5", running=3, token=9, usage=0.0, throughput=1.0, queue=0, it=51341),
+    lf.decode("0.5.23", running=3, token=9, usage=0.0, throughput=1.0, queue=0),
+    lf.prefill("0.4.9", new_seq=4, new_token=8192, cached=512, running=229, queue=313, usage=0.41, token=1),
+    lf.prefill("0.5.23", new_seq=4, new_token=8192, cached=512, running=229, queue=313, usage=0.41, token=1),
+    lf.prefill("0.3.0", new_seq=1, new_token=5, cached=0, running=2, queue=0, mixed=3),
+    'INFO:     127.0.0.1:54321 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    'INFO:     [::1]:54321 - "GET /health HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1 54321 - "GET /health HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1:5 - "GET /Decode batch HTTP/1.1" 200 OK',
+    "Prefill batch. #new-seq: 4, #new-token: 8192",
+    "Prefill batch. #new-seq: 4, Decode batch #running-req: 1",
+    "Decode batch. #running-req: 1",
+    "Decode batch, #running_req: 1",
+    lf.retract("0.4.9", k=1, old=0.5, new=1.0),
+    "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "scheduler.py", line 10, in run',
+    "RuntimeError: Decode out of memory. Try to lower your batch size.",
+    "max_total_num_tokens=665690, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, "
+    "context_len=65536, available_gpu_mem=13.50 GB",
+    "some other line",
+]
+LINES = [stamp + body for stamp in STAMPS for body in BODIES] + ["", "\x00\x01", "caf\u00e9 Decode batch. #running-req: 1"]
+
+
+def _reference(data: bytes, block: int, max_line: int) -> tuple[list, ParseStats]:
+    """The per-line path over decoded blocks, as row_batches read files before the scanner."""
+    stats = ParseStats()
+    parser = Parser(0, stats)
+    reader = LineReader(io.BytesIO(data), max_line=max_line, block=block)
+    rows, no = [], 1
+    for lines in reader.blocks():
+        rows += parser.feed(lines, no)
+        no += len(lines)
+    for cut in reader.cut:
+        stats.note_unread(cut, f"<line longer than {reader.max_line} bytes, cut>")
+    stats.unread += reader.num_cut - len(reader.cut)
+    rows += parser.finish()
+    return rows, stats
+
+
+def _scanned(tmp_path, data: bytes, block: int, max_line: int, monkeypatch) -> tuple[list, ParseStats]:
+    monkeypatch.setattr("diagnose.reader.BLOCK", block)
+    monkeypatch.setattr("diagnose.reader.MAX_LINE", max_line)
+    path = tmp_path / "x.log"
+    path.write_bytes(data)
+    stats = ParseStats()
+    rows = [row for batch in row_batches(path, 0, stats) for row in batch]
+    return rows, stats
+
+
+def _same(tmp_path, monkeypatch, data: bytes, block: int = 4 << 20, max_line: int = 1 << 20) -> None:
+    got, got_stats = _scanned(tmp_path, data, block, max_line, monkeypatch)
+    want, want_stats = _reference(data, block, max_line)
+    assert got == want
+    for name in ("lines", "other", "unread", "kinds", "unread_examples"):
+        assert getattr(got_stats, name) == getattr(want_stats, name), name
+
+
+def test_scanner_classifies_the_benchmark_log_hot_lines(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 3000)
+    data = path.read_bytes()
+    fast = scan(data[:-1])
+    assert fast is not None and not fast.slow.any()
+    _same(tmp_path, monkeypatch, data, block=64 * 1024)
+
+
+def test_scanner_equals_the_per_line_parser_on_every_era(tmp_path, monkeypatch) -> None:
+    lines = [line for era in lf.ERAS for line in _era_log(era).lines]
+    _same(tmp_path, monkeypatch, ("\n".join(lines * 3) + "\n").encode())
+
+
+def test_scanner_equals_the_per_line_parser_on_every_stamp_and_body(tmp_path, monkeypatch) -> None:
+    _same(tmp_path, monkeypatch, ("\n".join(LINES) + "\n").encode(), block=2048)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(LINES), st.integers(0, 200), st.sampled_from(["", "\r", "\x1b[0m", "\xff",
+                                                                                          "]", " ", "x"])),
+                max_size=60),
+       st.sampled_from([64, 256, 4096]), st.sampled_from([80, 1 << 20]), st.booleans())
+def test_scanner_equals_the_per_line_parser_on_cut_and_garbled_lines(tmp_path, monkeypatch, cuts, block: int,
+                                                                      max_line: int, newline: bool) -> None:
+    text = "\n".join(line[:cut] + junk + line[cut:] if cut % 3 == 0 else line[:cut] + junk
+                     for line, cut, junk in cuts)
+    _same(tmp_path, monkeypatch, text.encode("utf-8", "surrogateescape") + (b"\n" if newline else b""),
+          block, max_line)
