@@ -5,6 +5,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from diagnose.advice import launch_command
 from diagnose.bench_input import BenchInput, read_bench
 from diagnose.config import ServerConfig
@@ -60,9 +62,10 @@ class Diagnosis:
         return any(rank_of(f.severity) >= rank_of(threshold) for f in self.findings)
 
 
-def _rows(paths: Sequence[str | Path], lines: Iterable[str] | None, stats: ParseStats) -> Iterator[list[Row]]:
+def _rows(paths: Sequence[str | Path], lines: Iterable[str] | None, stats: ParseStats,
+          read: list[pd.DataFrame]) -> Iterator[list[Row]]:
     for i, path in enumerate(paths):
-        yield from row_batches(path, i, stats)
+        yield from row_batches(path, i, stats, read)
     if lines is not None:
         parser = Parser(len(paths), stats)
         batch: list[str] = []
@@ -91,7 +94,8 @@ def analyze(
     `metrics` is a scrape file/URL (or parsed `Metrics`), `bench` a `toolkit bench` JSONL file.
     Raises `ValueError` for unreadable metrics/bench inputs and `OSError` for unreadable logs."""
     stats = ParseStats()
-    timeline = build_timeline(_rows(paths, lines, stats), window)
+    read: list[pd.DataFrame] = []
+    timeline = build_timeline(_rows(paths, lines, stats, read), window, read)
     scrape = read_metrics(metrics) if isinstance(metrics, str) else metrics
     run = read_bench(bench) if isinstance(bench, str) else bench
     ctx = Context(timeline, scrape, run)

@@ -12,10 +12,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from diagnose.columns import hot_frame
 from diagnose.events import Event
 from diagnose.reader import LineReader, decode_lines, open_log
 from diagnose.scan import KINDS, FastLines, scan
@@ -91,6 +94,16 @@ class _Block:
 Row = tuple  # (kind, line, time, rank, text, source): an `Event` before it is wrapped
 
 
+class Block(NamedTuple):
+    """One raw block parsed: rows in line order, its line count, the scanner's hot lines and the block's text
+    (None and "" when the block took the per-line path)."""
+
+    rows: list[Row]
+    count: int
+    fast: FastLines | None
+    text: str
+
+
 class Parser:
     """Turns lines into event rows. One instance per source; it keeps only a bounded stamp cache and at most
     one open multi-line record, so memory does not grow with the log."""
@@ -140,26 +153,28 @@ class Parser:
         stats.kinds.update(map(itemgetter(0), rows))
         stats.lines = max(stats.lines, no)
         return rows
-    def feed_bytes(self, data: bytes, first_line: int = 1) -> tuple[list[Row], int]:
-        """Rows for a raw block of lines (no trailing newline) numbered from `first_line`, and its line count."""
+    def feed_bytes(self, data: bytes, first_line: int = 1, hot_rows: bool = True) -> Block:
+        """A raw block of lines (no trailing newline) numbered from `first_line`: its rows in line order, and
+        the scanner's hot lines. With `hot_rows=False` the hot lines are counted but left out of the rows."""
         fast = scan(data)
         if fast is None:
             lines = decode_lines(data)
-            return self.feed(lines, first_line), len(lines)
+            return Block(self.feed(lines, first_line), len(lines), None, "")
         rows: list[Row] = []
         text = data.decode("ascii")
         for begin, end, is_slow in _runs(fast.slow):
             if is_slow:
                 rows += self._feed_slow(text, fast, begin, end, first_line)
             else:
-                rows += self._feed_fast(text, fast, begin, end, first_line)
-        return rows, len(fast.slow)
+                rows += self._feed_fast(text, fast, begin, end, first_line, hot_rows)
+        return Block(rows, len(fast.slow), fast, text)
 
     def _feed_slow(self, text: str, fast: FastLines, begin: int, end: int, first_line: int) -> list[Row]:
         starts, ends = fast.line_starts, fast.line_ends
         return self.feed(text[starts[begin]: ends[end - 1]].split("\n"), first_line + begin)
 
-    def _feed_fast(self, text: str, fast: FastLines, begin: int, end: int, first_line: int) -> list[Row]:
+    def _feed_fast(self, text: str, fast: FastLines, begin: int, end: int, first_line: int,
+                   hot_rows: bool) -> list[Row]:
         rows: list[Row] = []
         if self._block is not None:
             # NOTE: an open multi-line record decides for itself whether the next line continues it.
@@ -168,7 +183,8 @@ class Parser:
         lo, hi = np.searchsorted(fast.index, [begin, end])
         if lo == hi:
             return rows
-        rows += fast.rows(text, lo, hi, first_line, self.source)
+        if hot_rows:
+            rows += fast.rows(text, lo, hi, first_line, self.source)
         self._stamped = True
         codes, counts = np.unique(fast.kind[lo:hi], return_counts=True)
         self.stats.kinds.update({KINDS[c]: n for c, n in zip(codes.tolist(), counts.tolist())})
@@ -257,16 +273,20 @@ def _events(rows: list[Row]) -> Iterator[Event]:
     return map(Event._make, rows)
 
 
-def row_batches(path: str | Path, source: int = 0, stats: ParseStats | None = None) -> Iterator[list[Row]]:
-    """Row batches (one per ~1 MiB read) from a plain or gzip file, or stdin for `-`."""
+def row_batches(path: str | Path, source: int = 0, stats: ParseStats | None = None,
+                frames: list[pd.DataFrame] | None = None) -> Iterator[list[Row]]:
+    """Row batches (one per ~4 MiB read) from a plain or gzip file, or stdin for `-`. With `frames`, the fields
+    of the decode and prefill lines the scanner reads are appended there, one frame per block."""
     parser = Parser(source, stats)
     with open_log(path) as stream:
         reader = LineReader(stream)
         no = 1
         for data in reader.raw_blocks():
-            rows, count = parser.feed_bytes(data, no)
-            yield rows
-            no += count
+            block = parser.feed_bytes(data, no)
+            if frames is not None and block.fast is not None:
+                frames.append(hot_frame(block.fast, no, source))
+            yield block.rows
+            no += block.count
         for cut in reader.cut:
             parser.stats.note_unread(cut, f"<line longer than {reader.max_line} bytes, cut>")
         parser.stats.unread += reader.num_cut - len(reader.cut)

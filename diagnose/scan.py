@@ -30,6 +30,7 @@ _DECODE_NEXT = b" #running-req: "
 _PREFILL = b"] Prefill batch"
 _ACCESS = b"] INFO:     "
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_LABEL_LENGTHS = np.array([len(_DECODE) + 2, len(_PREFILL) + 2, len(_ACCESS)])  # `] Decode batch. `
 
 
 @dataclass(slots=True)
@@ -42,9 +43,11 @@ class FastLines:
     rank: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    body: np.ndarray  # byte offset after the label: `] Label. ` for batch lines, `] INFO:     ` for access
     slow: np.ndarray
     line_starts: np.ndarray
     line_ends: np.ndarray
+    raw: Bytes
 
     def rows(self, text: str, lo: int, hi: int, first_line: int, source: int) -> list[tuple]:
         """Parser rows `(kind, line, time, rank, text, source)` of hot lines lo..hi; `text` is the block."""
@@ -60,9 +63,12 @@ class Bytes:
 
     def __init__(self, data: bytes) -> None:
         self.data = np.frombuffer(data + bytes(self.PAD), np.uint8)
+        self._word = np.ndarray((len(self.data) - 7,), np.dtype("<u8"), self.data, 0, (1,))
 
     def words(self, pos: np.ndarray, count: int) -> np.ndarray:
         """The `count` little-endian 64-bit words starting at each offset in `pos`, one row each."""
+        if count == 1:
+            return self._word[np.minimum(pos, len(self._word) - 1)][:, None]
         windows = sliding_window_view(self.data, 8 * count)
         return windows[np.minimum(pos, len(windows) - 1)].view("<u8")
 
@@ -90,7 +96,9 @@ def scan(data: bytes) -> FastLines | None:
     kind[~good] = -1
     _verify(data, raw, kind, starts, ends, close)
     hot = np.flatnonzero(kind >= 0)
-    return FastLines(hot, kind[hot], time[hot], rank[hot], starts[hot], ends[hot], kind < 0, starts, ends)
+    body = starts[hot] + close[hot] + _LABEL_LENGTHS[kind[hot]]
+    return FastLines(hot, kind[hot], time[hot], rank[hot], starts[hot], ends[hot], body, kind < 0, starts, ends,
+                     raw)
 
 
 # -- bytes in words -------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ window spans the idle time (LOG_FORMATS §6), so no rule reads its throughput.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import compress
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -163,14 +165,28 @@ def _int(*values: object) -> int | None:
 
 # -- frames ---------------------------------------------------------------------------------------------
 
-def batch_frame(rows: list[Row]) -> pd.DataFrame:
-    """Decode/prefill rows with their fields as columns (numeric where the log printed numbers)."""
+def _keys(sources: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    return sources.astype(np.int64) * (1 << 40) + lines.astype(np.int64)
+
+
+def batch_frame(rows: list[Row], read: list[pd.DataFrame] = ()) -> pd.DataFrame:
+    """Decode/prefill rows with their fields as columns (numeric where the log printed numbers). `read` holds
+    frames of rows whose fields the block reader already read (`diagnose.columns`); the others are parsed."""
+    done = pd.concat(read, ignore_index=True) if read else None
+    if done is not None and len(done):
+        keys = _keys(np.fromiter(map(itemgetter(5), rows), np.int64, len(rows)),
+                     np.fromiter(map(itemgetter(1), rows), np.int64, len(rows)))
+        read_keys = _keys(done["source"].to_numpy(), done["line"].to_numpy())
+        done = done[np.isin(read_keys, keys)]
+        rows = list(compress(rows, ~np.isin(keys, read_keys)))
     records = []
     for kind, line, time, rank, text, source in rows:
         rec = parse_fields(kind, text)
         rec.update(kind=kind, line=line, time=time, rank=rank, source=source)
         records.append(rec)
     df = pd.DataFrame.from_records(records)
+    if done is not None and len(done):
+        df = pd.concat([done, df], ignore_index=True) if len(df) else done.reset_index(drop=True)
     for col in df.columns:
         if col in ("kind", "rank", "cuda_graph") or pd.api.types.is_numeric_dtype(df[col]):
             continue
@@ -239,25 +255,27 @@ def _decorate(df: pd.DataFrame, config: ServerConfig, rank: str, spans: list[Pha
 
 
 def _spans(d: pd.DataFrame, seg: np.ndarray, phase: np.ndarray, rank: str, out: list[PhaseSpan]) -> None:
+    """Runs of equal (segment, phase) over the decode lines, with an idle span between segments."""
+    if len(d) == 0:
+        return
     times, lines = d["time"].to_numpy(float), d["line"].to_numpy()
-    prev_end: tuple[float | None, int] | None = None
-    for i in range(len(d)):
-        new_seg = i > 0 and seg[i] != seg[i - 1]
-        if new_seg and prev_end is not None:
-            out.append(PhaseSpan(rank, "idle", prev_end[0], _t(times[i]), prev_end[1], int(lines[i])))
-        if i == 0 or new_seg or phase[i] != phase[i - 1]:
-            out.append(PhaseSpan(rank, str(phase[i]), _t(times[i]), _t(times[i]), int(lines[i]), int(lines[i])))
-        last = out[-1]
-        out[-1] = last._replace(end=_t(times[i]), last_line=int(lines[i]))
-        prev_end = (_t(times[i]), int(lines[i]))
+    new_seg = np.concatenate([[False], seg[1:] != seg[:-1]])
+    starts = np.flatnonzero(np.concatenate([[True], new_seg[1:] | (phase[1:] != phase[:-1])]))
+    stops = np.concatenate([starts[1:], [len(d)]]) - 1
+    for a, b in zip(starts.tolist(), stops.tolist()):
+        if new_seg[a]:
+            out.append(PhaseSpan(rank, "idle", _t(times[a - 1]), _t(times[a]), int(lines[a - 1]), int(lines[a])))
+        out.append(PhaseSpan(rank, str(phase[a]), _t(times[a]), _t(times[b]), int(lines[a]), int(lines[b])))
 
 
 def _t(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
-def build_timeline(batches: Iterable[list[Row]], window: tuple[float, float] | None = None) -> Timeline:
-    """Group rows by kind (keeping config kinds whatever the window), read the config, build rank frames."""
+def build_timeline(batches: Iterable[list[Row]], window: tuple[float, float] | None = None,
+                   read: list[pd.DataFrame] | None = None) -> Timeline:
+    """Group rows by kind (keeping config kinds whatever the window), read the config, build rank frames.
+    `read`: frames of decode/prefill fields already read by the block reader (filled while `batches` runs)."""
     events: dict[str, list[Row]] = {}
     for rows in batches:
         for row in rows:
@@ -271,7 +289,7 @@ def build_timeline(batches: Iterable[list[Row]], window: tuple[float, float] | N
     frames: dict[str, pd.DataFrame] = {}
     spans: list[PhaseSpan] = []
     if batch_rows:
-        df = batch_frame(batch_rows)
+        df = batch_frame(batch_rows, read or [])
         for rank, part in df.groupby("rank", sort=True):
             if (part["kind"] == "decode").any():
                 frames[str(rank)] = _decorate(part, config, str(rank), spans)

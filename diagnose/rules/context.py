@@ -50,4 +50,4 @@ def pow2_at_least(n: float, cap: int) -> int:
 
 
 def ranks_of(rows: pd.DataFrame) -> tuple[str, ...]:
-    return tuple(sorted({str(r) for r in rows["rank"]})) if "rank" in rows else ()
+    return tuple(sorted(str(r) for r in pd.unique(rows["rank"]))) if "rank" in rows else ()

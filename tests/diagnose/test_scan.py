@@ -109,3 +109,44 @@ def test_scanner_equals_the_per_line_parser_on_cut_and_garbled_lines(tmp_path, m
                      for line, cut, junk in cuts)
     _same(tmp_path, monkeypatch, text.encode("utf-8", "surrogateescape") + (b"\n" if newline else b""),
           block, max_line)
+
+
+def _frames_equal(a, b) -> None:
+    assert sorted(a.timeline.frames) == sorted(b.timeline.frames)
+    for rank, left in a.timeline.frames.items():
+        right = b.timeline.frames[rank]
+        assert sorted(left.columns) == sorted(right.columns)
+        left, right = left[sorted(left.columns)], right[sorted(left.columns)]
+        for col in left.columns:
+            x, y = left[col].tolist(), right[col].tolist()
+            assert [None if v != v else v for v in x] == [None if v != v else v for v in y], col
+
+
+def _analyses(tmp_path, lines: list[str]):
+    from diagnose import analyze
+
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    return analyze([path]), analyze(lines=lines)
+
+
+def test_block_read_fields_equal_parse_fields_in_the_timeline(tmp_path) -> None:
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 5000)
+    lines = path.read_text().splitlines()
+    for era in lf.ERAS:
+        lines += _era_log(era).lines
+    lines += LINES + [s + b for s in STAMPS[:4] for b in (
+        "Decode batch. #running-req: 3, #token: 9, token usage: 0.10, accept len: 1.50, cuda graph: False, "
+        "gen throughput (token/s): 12.00, #queue-req: 0, ",
+        "Decode batch, #running-req: 3, #full token: 9, full token usage: 0.10, #swa token: 5, swa token usage: 0.70, "
+        "mystery: 5, gen throughput (token/s): 12.5, #queue-req: 1",
+        "Decode batch, #running-req: -3, #token: 12345678, token usage: 1.5%, gen throughput (token/s): 0.001, "
+        "#queue-req: 1 ",
+        "Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, cache hit rate: 12.50%, token usage: 0.01, "
+        "#running-req: 0, #queue-req: 0, #pending-token: 7, cuda graph: True, input throughput (token/s): 5.25",
+        "Prefill batch. #new-seq: 1,  #new-token: 64, #running-req: 0, #queue-req: 0.5.1")]
+    scanned, per_line = _analyses(tmp_path, lines)
+    assert scanned.stats.kinds == per_line.stats.kinds
+    _frames_equal(scanned, per_line)
+    assert [f.id for f in scanned.findings] == [f.id for f in per_line.findings]
