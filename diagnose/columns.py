@@ -7,11 +7,15 @@ it with `parse_fields`: every line's fields equal what `parse_fields` gives.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from diagnose.fields import canonical
 from diagnose.scan import ACCESS, KINDS, PREFILL, Bytes, FastLines, _finds, _first_byte, _literal
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _KEYS = ("#running-req", "#running_req", "#queue-req", "#token", "#full token", "#gpu token", "token usage",
          "full token usage", "gpu token usage", "swa token usage", "#swa token", "mamba usage", "mamba num",
@@ -43,6 +47,8 @@ def batch_fields(fast: FastLines) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 def hot_frame(fast: FastLines, first_line: int, source: int) -> pd.DataFrame:
     """The decode and prefill lines of a scanned block that read completely here: kind, line, time, rank,
     source and their fields as columns (numbers as float, `cuda_graph` as bool)."""
+    import pandas as pd
+
     rows, columns = batch_fields(fast)
     frame = pd.DataFrame({"kind": KINDS[fast.kind[rows]], "line": fast.index[rows] + first_line,
                           "time": fast.time[rows], "rank": fast.rank[rows], "source": source, **columns})
@@ -175,7 +181,7 @@ def _column(columns: dict[str, np.ndarray], name: str, n: int) -> np.ndarray:
 def _fold_usages(columns: dict[str, np.ndarray]) -> None:
     """`token_usage` is the largest pool usage a line prints, as `parse_fields` takes it."""
     usages = [columns[name] for name in _USAGES if name in columns]
-    if len(usages) > 1:
+    if usages:
         columns["token_usage"] = np.fmax.reduce(usages)
 
 

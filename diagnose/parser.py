@@ -12,11 +12,10 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from diagnose.columns import hot_frame
 from diagnose.events import Event
@@ -91,17 +90,21 @@ class _Block:
         return True
 
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 Row = tuple  # (kind, line, time, rank, text, source): an `Event` before it is wrapped
 
 
 class Block(NamedTuple):
-    """One raw block parsed: rows in line order, its line count, the scanner's hot lines and the block's text
-    (None and "" when the block took the per-line path)."""
+    """One raw block parsed: rows in line order, its line count, the scanner's hot lines, the block's text
+    (None and "" when the block took the per-line path) and its bytes."""
 
     rows: list[Row]
     count: int
     fast: FastLines | None
     text: str
+    data: bytes
 
 
 class Parser:
@@ -159,7 +162,7 @@ class Parser:
         fast = scan(data)
         if fast is None:
             lines = decode_lines(data)
-            return Block(self.feed(lines, first_line), len(lines), None, "")
+            return Block(self.feed(lines, first_line), len(lines), None, "", data)
         rows: list[Row] = []
         text = data.decode("ascii")
         for begin, end, is_slow in _runs(fast.slow):
@@ -167,7 +170,7 @@ class Parser:
                 rows += self._feed_slow(text, fast, begin, end, first_line)
             else:
                 rows += self._feed_fast(text, fast, begin, end, first_line, hot_rows)
-        return Block(rows, len(fast.slow), fast, text)
+        return Block(rows, len(fast.slow), fast, text, data)
 
     def _feed_slow(self, text: str, fast: FastLines, begin: int, end: int, first_line: int) -> list[Row]:
         starts, ends = fast.line_starts, fast.line_ends
@@ -281,7 +284,9 @@ def row_batches(path: str | Path, source: int = 0, stats: ParseStats | None = No
     with open_log(path) as stream:
         reader = LineReader(stream)
         no = 1
-        for data in reader.raw_blocks():
+        for data, cut in reader.raw_blocks():
+            if cut:
+                reader.note_cut(no)
             block = parser.feed_bytes(data, no)
             if frames is not None and block.fast is not None:
                 frames.append(hot_frame(block.fast, no, source))

@@ -42,11 +42,18 @@ class LineReader:
         self.num_cut = 0
 
     def blocks(self) -> Iterator[list[str]]:
-        return map(decode_lines, self.raw_blocks())
+        lineno = 0
+        for data, cut in self.raw_blocks():
+            lines = decode_lines(data)
+            lineno += len(lines)
+            if cut:
+                self.note_cut(lineno)
+            yield lines
 
-    def raw_blocks(self) -> Iterator[bytes]:
-        """Byte blocks of whole lines, each without its last newline (a block of n lines has n - 1 newlines)."""
-        pending, skipping, lineno = b"", False, 0
+    def raw_blocks(self) -> Iterator[tuple[bytes, bool]]:
+        """(block, cut): byte blocks of whole lines, each without its last newline (a block of n lines has
+        n - 1 newlines); `cut` marks the one-line block of a line cut at `max_line` (the caller notes it)."""
+        pending, skipping = b"", False
         while True:
             chunk = self.stream.read(self.block)
             if not chunk:
@@ -61,18 +68,15 @@ class LineReader:
             if last < 0:
                 pending = data
             else:
-                lineno += data.count(b"\n", 0, last) + 1
-                yield data[:last]
+                yield data[:last], False
                 pending = data[last + 1:]
             if len(pending) > self.max_line:
-                lineno += 1
-                self._note_cut(lineno)
-                yield pending[: self.max_line]
+                yield pending[: self.max_line], True
                 pending, skipping = b"", True
         if pending:
-            yield pending
+            yield pending, False
 
-    def _note_cut(self, lineno: int) -> None:
+    def note_cut(self, lineno: int) -> None:
         self.num_cut += 1
         if len(self.cut) < 100:
             self.cut.append(lineno)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
-import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from diagnose.stamp import midnight
@@ -193,10 +192,8 @@ def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mixed = np.zeros(len(keys), np.uint64)
     for k, column in enumerate(keys.T):
         mixed = (mixed ^ column) * np.uint64(0x9E3779B97F4A7C15 + 2 * k)
-    codes, _ = pd.factorize(mixed)
-    first = np.full(codes.max(initial=-1) + 1, len(codes), np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    return codes, first
+    _, first, codes = np.unique(mixed, return_index=True, return_inverse=True)
+    return codes.ravel(), first
 
 
 _STAMP = b"[0000-00-00 00:00:00"
