@@ -1,9 +1,10 @@
 """Attention with torch's scaled_dot_product_attention over K/V from the paged pool (CPU and CUDA).
 
-Decode keeps the running batch's K/V in a dense per-layer copy, [batch, kv_heads, capacity, dim], extended in
-place each step: steady-state decode then reads each cached byte once instead of gathering it from scattered
-slots every step. The copy is rebuilt (one gather) whenever the batch's requests change, and skipped when it
-would exceed DENSE_DECODE_BUDGET_BYTES.
+Decode reads the running requests' K/V from a dense arena, [rows, kv_heads, capacity, dim] per layer, in which
+each request owns one row for its whole life: a new request's cached tokens are gathered from the pool once,
+each step appends one token per row, and a finished request's row is filled by moving the last one, so live
+rows are always [0, n) and attention reads them in place. Gathering every request's scattered slots every step
+would read each byte twice. Above DECODE_ARENA_BUDGET_BYTES decode falls back to that gather.
 """
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ import torch.nn.functional as F
 from runtime.attention.base import AttentionBackend, AttentionLayer
 from runtime.forward_batch import ForwardBatch
 
-DENSE_DECODE_BUDGET_BYTES = 1 << 30
-DENSE_CAPACITY_STEP = 128  # tokens of headroom added per rebuild, so most steps only append
+DECODE_ARENA_BUDGET_BYTES = 1 << 30
+ARENA_LENGTH_HEADROOM = 128  # tokens added when the arena grows, so most steps only append
 
 
 @dataclass
 class _DecodeMetadata:
-    kv_slots: torch.Tensor | None  # [batch, max_len] slots, padded with slot 0 (when not using the dense copy)
-    mask: torch.Tensor  # [batch, 1, 1, max_len] True where a token is real
-    positions: torch.Tensor  # [batch] where each request's new token goes
+    mask: torch.Tensor  # [batch, 1, 1, max_len] True where a token is real (arena row order when arena rows exist)
+    positions: torch.Tensor  # [batch] where each request's new token goes (batch order)
     max_len: int
-    dense: bool
+    kv_slots: torch.Tensor | None = None  # gather path: [batch, max_len] slots, padded with slot 0
+    rows: torch.Tensor | None = None  # arena path: the arena row of each request (batch order)
 
 
 @dataclass
@@ -34,90 +35,118 @@ class _ExtendMetadata:
     token_offsets: list[int]  # per request: first row of its new tokens in the flattened batch
 
 
-class _DenseDecodeCache:
-    """The running batch's K/V, contiguous per request and layer."""
+class _DecodeArena:
+    """Per-layer dense K/V of the running requests, one row per request, live rows packed at [0, n)."""
 
     def __init__(self) -> None:
-        self.request_ids: tuple[str, ...] | None = None
-        self.lengths: list[int] = []
+        self.row_of: dict[str, int] = {}
+        self.cached: dict[str, int] = {}  # tokens of each request held in its row
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
 
     @property
-    def capacity(self) -> int:
-        return self.k[0].shape[2] if self.k else 0
-
-    def can_extend(self, batch: ForwardBatch) -> bool:
-        return (
-            batch.request_ids is not None
-            and batch.request_ids == self.request_ids
-            and all(new == old + 1 for new, old in zip(batch.seq_lens_cpu, self.lengths))
-            and max(batch.seq_lens_cpu) <= self.capacity
-        )
-
-    def rebuild(self, batch: ForwardBatch) -> None:
-        """Gather the cached tokens (all but each request's new one) from the pool."""
-        pool = batch.kv_pool
-        capacity = max(batch.seq_lens_cpu) + DENSE_CAPACITY_STEP
-        cached = [length - 1 for length in batch.seq_lens_cpu]
-        rows = batch.req_to_token[batch.req_pool_indices, : max(max(cached), 1)].to(torch.int64)
-        rows = rows.masked_fill(torch.arange(rows.shape[1], device=rows.device)[None, :] >= torch.tensor(
-            cached, device=rows.device)[:, None], 0)
-        self.k, self.v = [], []
-        for k_buffer, v_buffer in zip(pool.k_buffer, pool.v_buffer):
-            self.k.append(self._dense(k_buffer, rows, capacity))
-            self.v.append(self._dense(v_buffer, rows, capacity))
-        self.request_ids = batch.request_ids
-        self.lengths = list(batch.seq_lens_cpu)
-
-    @staticmethod
-    def _dense(buffer: torch.Tensor, rows: torch.Tensor, capacity: int) -> torch.Tensor:
-        batch, length = rows.shape
-        dense = buffer.new_zeros(batch, buffer.shape[1], capacity, buffer.shape[2])
-        gathered = buffer.index_select(0, rows.reshape(-1)).view(batch, length, buffer.shape[1], buffer.shape[2])
-        dense[:, :, :length] = gathered.transpose(1, 2)
-        return dense
-
-    def advance(self, batch: ForwardBatch) -> None:
-        self.lengths = list(batch.seq_lens_cpu)
+    def shape(self) -> tuple[int, int]:
+        return (self.k[0].shape[0], self.k[0].shape[2]) if self.k else (0, 0)
 
     def clear(self) -> None:
         self.__init__()
 
+    def sync(self, batch: ForwardBatch) -> torch.Tensor:
+        """Make the arena hold exactly this batch's requests; returns each request's row (batch order)."""
+        ids = batch.request_ids
+        for rid in [r for r in self.row_of if r not in set(ids)]:
+            self._release(rid)
+        self._ensure_capacity(batch, len(ids), max(batch.seq_lens_cpu))
+        stale = []
+        for rid, length in zip(ids, batch.seq_lens_cpu):
+            if rid not in self.row_of:
+                self.row_of[rid] = len(self.row_of)
+                stale.append(rid)
+            elif self.cached[rid] != length - 1:  # it grew outside decode (a mixed prefill step)
+                stale.append(rid)
+        self._gather(batch, set(stale))
+        for rid, length in zip(ids, batch.seq_lens_cpu):
+            self.cached[rid] = length
+        return torch.tensor([self.row_of[rid] for rid in ids], device=batch.seq_lens.device)
 
-def dense_bytes(batch: ForwardBatch) -> int:
+    def _release(self, rid: str) -> None:
+        row, last = self.row_of.pop(rid), len(self.row_of)
+        del self.cached[rid]
+        if row == last:
+            return
+        mover = next(r for r, i in self.row_of.items() if i == last)
+        for buffers in (self.k, self.v):
+            for buffer in buffers:
+                buffer[row] = buffer[last]
+        self.row_of[mover] = row
+
+    def _ensure_capacity(self, batch: ForwardBatch, rows: int, length: int) -> None:
+        have_rows, have_len = self.shape
+        if rows <= have_rows and length <= have_len:
+            return
+        new_rows = max(rows, have_rows + have_rows // 4)
+        new_len = max(length + ARENA_LENGTH_HEADROOM, have_len + have_len // 4)
+        live = len(self.row_of)
+        pool = batch.kv_pool
+        self.k = [self._grown(old, buf, new_rows, new_len, live) for old, buf in zip(self.k or [None] * len(pool.k_buffer), pool.k_buffer)]
+        self.v = [self._grown(old, buf, new_rows, new_len, live) for old, buf in zip(self.v or [None] * len(pool.v_buffer), pool.v_buffer)]
+
+    @staticmethod
+    def _grown(old: torch.Tensor | None, pool_buffer: torch.Tensor, rows: int, length: int, live: int) -> torch.Tensor:
+        arena = pool_buffer.new_zeros(rows, pool_buffer.shape[1], length, pool_buffer.shape[2])
+        if old is not None and live:
+            arena[:live, :, : old.shape[2]] = old[:live]
+        return arena
+
+    def _gather(self, batch: ForwardBatch, stale: set[str]) -> None:
+        """Copy the cached tokens (all but the new one) of `stale` requests from the pool into their rows."""
+        picks = [i for i, rid in enumerate(batch.request_ids) if rid in stale]
+        if not picks:
+            return
+        cached = [batch.seq_lens_cpu[i] - 1 for i in picks]
+        width = max(cached)
+        pool_rows = batch.req_pool_indices[picks]
+        slots = batch.req_to_token[pool_rows, :width].to(torch.int64)
+        slots = slots.masked_fill(torch.arange(width, device=slots.device)[None, :] >= torch.tensor(
+            cached, device=slots.device)[:, None], 0)
+        rows = torch.tensor([self.row_of[batch.request_ids[i]] for i in picks], device=slots.device)
+        flat = slots.reshape(-1)
+        for arena, buffer in zip(self.k + self.v, batch.kv_pool.k_buffer + batch.kv_pool.v_buffer):
+            gathered = buffer.index_select(0, flat).view(len(picks), width, buffer.shape[1], buffer.shape[2])
+            arena[rows, :, :width] = gathered.transpose(1, 2)
+
+
+def arena_bytes(batch: ForwardBatch) -> int:
     k = batch.kv_pool.k_buffer[0]
     per_token = 2 * len(batch.kv_pool.k_buffer) * k.shape[1] * k.shape[2] * k.element_size()
-    return per_token * batch.batch_size * (max(batch.seq_lens_cpu) + DENSE_CAPACITY_STEP)
+    return per_token * batch.batch_size * (max(batch.seq_lens_cpu) + ARENA_LENGTH_HEADROOM)
 
 
 class TorchNativeBackend(AttentionBackend):
     name = "torch_native"
 
     def __init__(self) -> None:
-        self._dense = _DenseDecodeCache()
+        self._arena = _DecodeArena()
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         if batch.mode.is_decode:
             batch.attn_metadata = self._decode_metadata(batch)
         else:
-            self._dense.clear()
             batch.attn_metadata = self._extend_metadata(batch)
 
     def _decode_metadata(self, batch: ForwardBatch) -> _DecodeMetadata:
         max_len = max(batch.seq_lens_cpu)
         positions = batch.seq_lens - 1
-        real = torch.arange(max_len, device=positions.device)[None, :] < batch.seq_lens[:, None]
-        use_dense = batch.request_ids is not None and dense_bytes(batch) <= DENSE_DECODE_BUDGET_BYTES
-        if not use_dense:
-            self._dense.clear()
-            rows = batch.req_to_token[batch.req_pool_indices, :max_len].to(torch.int64)
-            return _DecodeMetadata(rows.masked_fill(~real, 0), real[:, None, None, :], positions, max_len, False)
-        if self._dense.can_extend(batch):
-            self._dense.advance(batch)
-        else:
-            self._dense.rebuild(batch)
-        return _DecodeMetadata(None, real[:, None, None, :], positions, max_len, True)
+        if batch.request_ids is None or arena_bytes(batch) > DECODE_ARENA_BUDGET_BYTES:
+            self._arena.clear()
+            real = torch.arange(max_len, device=positions.device)[None, :] < batch.seq_lens[:, None]
+            slots = batch.req_to_token[batch.req_pool_indices, :max_len].to(torch.int64).masked_fill(~real, 0)
+            return _DecodeMetadata(real[:, None, None, :], positions, max_len, kv_slots=slots)
+        rows = self._arena.sync(batch)
+        lengths = torch.empty_like(batch.seq_lens)
+        lengths[rows] = batch.seq_lens
+        real = torch.arange(max_len, device=positions.device)[None, :] < lengths[:, None]
+        return _DecodeMetadata(real[:, None, None, :], positions, max_len, rows=rows)
 
     @staticmethod
     def _extend_metadata(batch: ForwardBatch) -> _ExtendMetadata:
@@ -132,23 +161,27 @@ class TorchNativeBackend(AttentionBackend):
     def forward_decode(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         batch.kv_pool.set_kv(layer.layer_id, batch.out_cache_loc, k, v)
         meta: _DecodeMetadata = batch.attn_metadata
-        if meta.dense:
-            keys, values = self._append_dense(layer.layer_id, meta, k, v)
-        else:
+        if meta.rows is None:
             keys = batch.kv_pool.k_buffer[layer.layer_id][meta.kv_slots].transpose(1, 2)
             values = batch.kv_pool.v_buffer[layer.layer_id][meta.kv_slots].transpose(1, 2)
+            return self._attend(q, keys, values, meta.mask, layer)
+        arena_k, arena_v = self._arena.k[layer.layer_id], self._arena.v[layer.layer_id]
+        arena_k[meta.rows, :, meta.positions] = k.to(arena_k.dtype)
+        arena_v[meta.rows, :, meta.positions] = v.to(arena_v.dtype)
+        live = len(meta.rows)
+        in_row_order = torch.empty_like(q)
+        in_row_order[meta.rows] = q
+        out = self._attend(in_row_order, arena_k[:live, :, : meta.max_len], arena_v[:live, :, : meta.max_len],
+                           meta.mask, layer)
+        return out[meta.rows]
+
+    @staticmethod
+    def _attend(q, keys, values, mask, layer: AttentionLayer) -> torch.Tensor:
         out = F.scaled_dot_product_attention(
-            q.unsqueeze(2), keys.to(q.dtype), values.to(q.dtype), attn_mask=meta.mask,
-            scale=layer.scaling, enable_gqa=layer.num_heads != layer.num_kv_heads,
+            q.unsqueeze(2), keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=layer.scaling,
+            enable_gqa=layer.num_heads != layer.num_kv_heads,
         )
         return out.squeeze(2)
-
-    def _append_dense(self, layer_id: int, meta: _DecodeMetadata, k, v) -> tuple[torch.Tensor, torch.Tensor]:
-        dense_k, dense_v = self._dense.k[layer_id], self._dense.v[layer_id]
-        rows = torch.arange(dense_k.shape[0], device=dense_k.device)
-        dense_k[rows, :, meta.positions] = k.to(dense_k.dtype)
-        dense_v[rows, :, meta.positions] = v.to(dense_v.dtype)
-        return dense_k[:, :, : meta.max_len], dense_v[:, :, : meta.max_len]
 
     def forward_extend(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         batch.kv_pool.set_kv(layer.layer_id, batch.out_cache_loc, k, v)
