@@ -95,7 +95,7 @@ def _read_fields(block, batch_fields, access_fields, parse_fields) -> int:
     if fast is None:
         return len(block.rows)
     batch_rows, _ = batch_fields(fast)
-    access_rows, _ = access_fields(block.data, fast, block.text)
+    access_rows, _ = access_fields(block.data, fast)
     left = np.setdiff1d(np.arange(len(fast.index)), np.concatenate([batch_rows, access_rows]))
     text, kinds = block.text, KINDS[fast.kind[left]].tolist()
     for kind, begin, stop in zip(kinds, fast.start[left].tolist(), fast.end[left].tolist()):

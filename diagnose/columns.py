@@ -71,7 +71,7 @@ def read_batches(raw: Bytes, body: np.ndarray, end: np.ndarray, check_space: np.
         value, stop = _read_value(raw, start, _IS_BOOLEAN[np.maximum(key, 0)])
         done, after = _after(raw, stop, end[rows])
         ok = (key >= 0) & ~np.isnan(value) & ((after >= 0) | done)
-        for k in np.unique(key[ok]).tolist():
+        for k in np.flatnonzero(np.bincount(key[ok], minlength=len(_LITERALS))).tolist():
             sel = ok & (key == k)
             _column(columns, _NAMES[k], len(body))[rows[sel]] = value[sel]
         failed[rows[~ok]] = True
@@ -92,7 +92,7 @@ def _key_ids(raw: Bytes, pos: np.ndarray) -> np.ndarray:
     key = np.full(len(pos), -1, np.int64)
     at = np.minimum(np.searchsorted(_PRINTS, first), len(_PRINTS) - 1)
     hit = _PRINTS[at] == first
-    for group in np.unique(at[hit]).tolist():
+    for group in np.flatnonzero(np.bincount(at[hit], minlength=len(_PRINTS))).tolist():
         sel = np.flatnonzero(hit & (at == group))
         for k in _GROUPS[group]:
             key[sel[_literal_at(raw, pos[sel], _LITERALS[k])]] = k
@@ -200,8 +200,8 @@ _WHITESPACE = (b"\t", b"\x0b", b"\x0c")
 _HTTP = b" HTTP/"
 
 
-def access_fields(data: bytes, fast: FastLines, text: str) -> tuple[np.ndarray, dict[str, object]]:
-    """(indices into `fast` of the access lines read here, {client, method, path: lists of str, status}).
+def access_fields(data: bytes, fast: FastLines) -> tuple[np.ndarray, dict[str, object]]:
+    """(indices into `fast` of the access lines read here, {client, method, path: Arrow strings, status}).
 
     The line is `... INFO:     CLIENT - "METHOD PATH HTTP/V" STATUS ...`, read as `parse_fields` reads it:
     lines with other whitespace than spaces, or another form, are left to it."""
@@ -223,9 +223,9 @@ def access_fields(data: bytes, fast: FastLines, text: str) -> tuple[np.ndarray, 
     if any(w in data for w in _WHITESPACE):
         ok[:] = False
     take = np.flatnonzero(ok)
-    cut = _slicer(text)
-    return rows[take], {"client": cut(client[take], dash[take]), "method": cut(method[take], method_end[take]),
-                        "path": cut(path[take], path_end[take]), "status": status[take]}
+    return rows[take], {"client": _strings(raw, client[take], dash[take]),
+                        "method": _strings(raw, method[take], method_end[take]),
+                        "path": _strings(raw, path[take], path_end[take]), "status": status[take]}
 
 
 def _first_of(raw: Bytes, pos: np.ndarray, byte: int, words: int) -> np.ndarray:
@@ -249,7 +249,12 @@ def _read_status(raw: Bytes, pos: np.ndarray) -> np.ndarray:
     return np.where(three, _parse8(word, np.full(len(pos), 3)), -1)
 
 
-def _slicer(text: str):
-    def cut(begin: np.ndarray, stop: np.ndarray) -> list[str]:
-        return list(map(text.__getitem__, map(slice, begin.tolist(), stop.tolist())))
-    return cut
+def _strings(raw: Bytes, begin: np.ndarray, stop: np.ndarray):
+    """The ASCII text of each [begin, stop) as an Arrow string array, built without a Python object per row."""
+    import pyarrow as pa
+
+    lengths = stop - begin
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    index = np.repeat(begin - offsets[:-1], lengths) + np.arange(offsets[-1])
+    chars = raw.data[index]
+    return pa.StringArray.from_buffers(len(begin), pa.py_buffer(offsets), pa.py_buffer(chars.tobytes()))
