@@ -187,6 +187,8 @@ def batch_frame(rows: list[Row], read: list[pd.DataFrame] = ()) -> pd.DataFrame:
     df = pd.DataFrame.from_records(records)
     if done is not None and len(done):
         df = pd.concat([done, df], ignore_index=True) if len(df) else done.reset_index(drop=True)
+    for col in ("kind", "rank"):
+        df[col] = df[col].astype("category")
     for col in df.columns:
         if col in ("kind", "rank", "cuda_graph") or pd.api.types.is_numeric_dtype(df[col]):
             continue
@@ -272,25 +274,32 @@ def _t(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
+def _kept(row: Row, window: tuple[float, float]) -> bool:
+    t = row[2]
+    return row[0] not in SERIES_KINDS or (t is not None and window[0] <= t <= window[1])
+
+
+def _group(rows: list[Row], events: dict[str, list[Row]]) -> None:
+    """Append `rows` to their kind's list, in order (one pass per kind present)."""
+    kinds = list(map(itemgetter(0), rows))
+    for kind in dict.fromkeys(kinds):
+        events.setdefault(kind, []).extend(compress(rows, map(kind.__eq__, kinds)))
+
+
 def build_timeline(batches: Iterable[list[Row]], window: tuple[float, float] | None = None,
                    read: list[pd.DataFrame] | None = None) -> Timeline:
     """Group rows by kind (keeping config kinds whatever the window), read the config, build rank frames.
     `read`: frames of decode/prefill fields already read by the block reader (filled while `batches` runs)."""
     events: dict[str, list[Row]] = {}
     for rows in batches:
-        for row in rows:
-            if window is not None and row[0] in SERIES_KINDS:
-                t = row[2]
-                if t is None or not (window[0] <= t <= window[1]):
-                    continue
-            events.setdefault(row[0], []).append(row)
+        _group(rows if window is None else [r for r in rows if _kept(r, window)], events)
     config = read_config(events)
     batch_rows = events.get("decode", []) + events.get("prefill", [])
     frames: dict[str, pd.DataFrame] = {}
     spans: list[PhaseSpan] = []
     if batch_rows:
         df = batch_frame(batch_rows, read or [])
-        for rank, part in df.groupby("rank", sort=True):
+        for rank, part in df.groupby("rank", sort=True, observed=True):
             if (part["kind"] == "decode").any():
                 frames[str(rank)] = _decorate(part, config, str(rank), spans)
     interval = config.arg("decode_log_interval", 40)
