@@ -58,6 +58,7 @@ class Timeline:
     events: dict[str, list[Row]]
     phases: list[PhaseSpan] = field(default_factory=list)
     decode_log_interval: int = 40
+    _batches: dict[tuple[str, str | None], pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @property
     def ranks(self) -> list[str]:
@@ -67,10 +68,13 @@ class Timeline:
         return self.events.get(kind, [])
 
     def batches(self, kind: str, phase: str | None = None) -> pd.DataFrame:
-        """All ranks' rows of one batch kind, optionally one phase only."""
-        parts = [f[f["kind"] == kind] for f in self.frames.values()]
-        df = pd.concat(parts) if parts else _empty()
-        return df[df["phase"] == phase] if phase is not None else df
+        """All ranks' rows of one batch kind, optionally one phase only (computed once; callers filter it,
+        never modify it)."""
+        if (kind, phase) not in self._batches:
+            parts = [f[f["kind"] == kind] for f in self.frames.values()]
+            df = pd.concat(parts) if parts else _empty()
+            self._batches[(kind, phase)] = df[df["phase"] == phase] if phase is not None else df
+        return self._batches[(kind, phase)]
 
     def steady_decode(self) -> pd.DataFrame:
         return self.batches("decode", "steady")
