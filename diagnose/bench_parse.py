@@ -97,7 +97,7 @@ def _read_fields(block, batch_fields, access_fields, parse_fields) -> int:
     batch_rows, _ = batch_fields(fast)
     access_rows, _ = access_fields(block.data, fast)
     left = np.setdiff1d(np.arange(len(fast.index)), np.concatenate([batch_rows, access_rows]))
-    text, kinds = block.text, KINDS[fast.kind[left]].tolist()
+    text, kinds = block.text or block.data.decode("ascii"), KINDS[fast.kind[left]].tolist()
     for kind, begin, stop in zip(kinds, fast.start[left].tolist(), fast.end[left].tolist()):
         parse_fields(kind, text[begin:stop])
     return len(block.rows) + len(fast.index)
@@ -192,8 +192,9 @@ def _report(results: dict[str, dict]) -> None:
         if "error" in r:
             print(f"{name:56s} could not run: {r['error']}")
             continue
+        how = f"  ({r['how']})" if "how" in r else ""
         print(f"{name:56s} {r['lines'] / r['seconds']:>11,.0f} lines/s  {r['seconds']:6.2f} s  peak RSS "
-              f"{r['peak_rss_mb']:6.1f} MiB  events {sum(r['events'].values()):,}" + (f"  ({r['how']})" if "how" in r else ""))
+              f"{r['peak_rss_mb']:6.1f} MiB  events {sum(r['events'].values()):,}{how}")
     theirs = results.get("sglang", {})
     for mode in ("classify", "fields", "analyze"):
         ours = results.get(mode, {})

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from diagnose.fields import canonical
-from diagnose.scan import ACCESS, KINDS, PREFILL, Bytes, FastLines, _finds, _first_byte, _literal
+from diagnose.scan import ACCESS, KINDS, PREFILL, Bytes, FastLines, finds, first_byte, has_literal
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,7 +103,7 @@ def _literal_at(raw: Bytes, pos: np.ndarray, literal: bytes) -> np.ndarray:
     """Whether `literal` starts at each offset (its first eight bytes already matched)."""
     ok = np.ones(len(pos), bool)
     for k in range(8, len(literal), 8):
-        ok &= _literal(raw.words(pos + k, 1), literal[k:k + 8])
+        ok &= has_literal(raw.words(pos + k, 1), literal[k:k + 8])
     return ok
 
 
@@ -114,7 +114,7 @@ def _read_value(raw: Bytes, start: np.ndarray, boolean: np.ndarray) -> tuple[np.
     if not boolean.any():
         return number, stop
     words = raw.words(start, 1)
-    true, false = _literal(words, _TRUE), _literal(words, _FALSE)
+    true, false = has_literal(words, _TRUE), has_literal(words, _FALSE)
     flag = np.where(true, 1.0, np.where(false, 0.0, np.nan))
     return np.where(boolean, flag, number), np.where(boolean, start + np.where(true, 4, 5), stop)
 
@@ -154,7 +154,8 @@ def _parse8(word: np.ndarray, count: np.ndarray) -> np.ndarray:
     """The number the first `count` (1..8) digit bytes of each word spell (0 where count is 0 or 8+)."""
     count = np.clip(count, 1, 8).astype(np.uint64)
     shift = (np.uint64(8) - count) * np.uint64(8)
-    x = np.where(shift == 0, word, (word << (shift % np.uint64(64))) | (np.uint64(0x3030303030303030) >> (np.uint64(64) - shift) % np.uint64(64)))
+    zeros = np.uint64(0x3030303030303030) >> (np.uint64(64) - shift) % np.uint64(64)
+    x = np.where(shift == 0, word, (word << (shift % np.uint64(64))) | zeros)
     x = x - np.uint64(0x3030303030303030)
     x = (x * np.uint64(10) + (x >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
     x = (x * np.uint64(100) + (x >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
@@ -212,12 +213,12 @@ def access_fields(data: bytes, fast: FastLines) -> tuple[np.ndarray, dict[str, o
     method = dash + 4
     method_end = method + _first_of(raw, method, ord(" "), 2)
     path = method_end + 1
-    path_end = _finds(data, b" ", path, end)
+    path_end = finds(data, b" ", path, end)
     version = path_end + len(_HTTP)
     quote = version + _first_of(raw, version, ord('"'), 1)
     status = _read_status(raw, quote + 2)
     ok = (method_end > method) & _all_in(raw, method, method_end, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    ok &= (path_end > path) & _literal(raw.words(path_end, 1), _HTTP)
+    ok &= (path_end > path) & has_literal(raw.words(path_end, 1), _HTTP)
     ok &= (quote > version) & _all_in(raw, version, quote, b"0123456789.") & (_bytes_at(raw, quote + 1) == ord(" "))
     ok &= (status >= 0) & (quote + 5 <= end) & (dash - client <= 100)
     if any(w in data for w in _WHITESPACE):
@@ -230,7 +231,7 @@ def access_fields(data: bytes, fast: FastLines) -> tuple[np.ndarray, dict[str, o
 
 def _first_of(raw: Bytes, pos: np.ndarray, byte: int, words: int) -> np.ndarray:
     """Offset from `pos` of the first `byte` within `words` words (-1 -> a large offset: no match)."""
-    found = _first_byte(raw.words(pos, words), byte)
+    found = first_byte(raw.words(pos, words), byte)
     return np.where(found >= 0, found, 1 << 20)
 
 

@@ -97,8 +97,8 @@ Row = tuple  # (kind, line, time, rank, text, source): an `Event` before it is w
 
 
 class Block(NamedTuple):
-    """One raw block parsed: rows in line order, its line count, the scanner's hot lines, the block's text
-    (None and "" when the block took the per-line path) and its bytes."""
+    """One raw block parsed: rows in line order, its line count, the scanner's hot lines (None when the block
+    took the per-line path), the block's text when it was decoded ("" otherwise) and its bytes."""
 
     rows: list[Row]
     count: int
@@ -164,7 +164,7 @@ class Parser:
             lines = decode_lines(data)
             return Block(self.feed(lines, first_line), len(lines), None, "", data)
         rows: list[Row] = []
-        text = data.decode("ascii")
+        text = data.decode("ascii") if hot_rows or fast.slow.any() else ""
         for begin, end, is_slow in _runs(fast.slow):
             if is_slow:
                 rows += self._feed_slow(text, fast, begin, end, first_line)

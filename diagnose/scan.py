@@ -88,7 +88,7 @@ def scan(data: bytes) -> FastLines | None:
     starts, ends = line_bounds(data)
     raw = Bytes(data)
     head = raw.words(starts, HEAD // 8)
-    close = _first_byte(head, ord("]"), TAG)
+    close = first_byte(head, ord("]"), TAG)
     close = np.where(close < ends - starts, close, -1)
     kind = _labels(raw, starts + np.maximum(close, 0), close >= 0)
     time, rank, good = _stamps(data, head, starts, close)
@@ -105,7 +105,7 @@ def scan(data: bytes) -> FastLines | None:
 _ONES, _HIGHS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
 
 
-def _first_byte(words: np.ndarray, byte: int, skip: int = 0) -> np.ndarray:
+def first_byte(words: np.ndarray, byte: int, skip: int = 0) -> np.ndarray:
     """Offset of the first `byte` at or after `skip` in each row of words, -1 where there is none."""
     found = np.full(len(words), -1, np.int64)
     pattern = np.uint64(byte * 0x0101010101010101)
@@ -131,7 +131,7 @@ def _prefix_mask(length: np.ndarray, k: int) -> np.ndarray:
     return np.where(bits >= np.uint64(64), _ALL, (np.uint64(1) << (bits % np.uint64(64))) - np.uint64(1))
 
 
-def _literal(words: np.ndarray, literal: bytes, offset: int = 0) -> np.ndarray:
+def has_literal(words: np.ndarray, literal: bytes, offset: int = 0) -> np.ndarray:
     """Whether `literal` is at byte `offset` of each row of words."""
     ok = np.ones(len(words), bool)
     for k in range(0, len(literal), 8):
@@ -162,13 +162,13 @@ def _dot_or_comma(words: np.ndarray, offset: int) -> np.ndarray:
 def _labels(raw: Bytes, close: np.ndarray, closed: np.ndarray) -> np.ndarray:
     """Kind code per line from the label after the `]` at `close` (-1: not a hot line)."""
     words = raw.words(close, 4)
-    dec = _literal(words, _DECODE) & _dot_or_comma(words, len(_DECODE))
-    dec &= _literal(words, _DECODE_NEXT, len(_DECODE) + 1)
-    pre = _literal(words, _PREFILL) & _dot_or_comma(words, len(_PREFILL))
+    dec = has_literal(words, _DECODE) & _dot_or_comma(words, len(_DECODE))
+    dec &= has_literal(words, _DECODE_NEXT, len(_DECODE) + 1)
+    pre = has_literal(words, _PREFILL) & _dot_or_comma(words, len(_PREFILL))
     kind = np.full(len(close), -1, np.int8)
     kind[closed & dec] = DECODE
     kind[closed & pre] = PREFILL
-    kind[closed & _literal(words, _ACCESS)] = ACCESS
+    kind[closed & has_literal(words, _ACCESS)] = ACCESS
     return kind
 
 
@@ -221,7 +221,8 @@ def _read_tags(data: bytes, starts: np.ndarray, length: np.ndarray, head: np.nda
     # NOTE: the per-line reader adds the fraction to the time of day before the date, in float arithmetic.
     time += tod + frac
     tag = np.where(millis, TAG + 4, TAG)
-    names = list(map(_rank_name, map(data.__getitem__, map(slice, (starts + tag).tolist(), (starts + length).tolist()))))
+    tags = map(data.__getitem__, map(slice, (starts + tag).tolist(), (starts + length).tolist()))
+    names = list(map(_rank_name, tags))
     good &= np.array([name is not None for name in names], bool) & (length >= tag)
     return time, np.array([name or "" for name in names], dtype=object), good
 
@@ -242,7 +243,7 @@ def _rank_name(tag: bytes) -> str | None:
 
 # -- per-line checks the layout cannot settle -----------------------------------------------------------
 
-def _finds(data: bytes, needle: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def finds(data: bytes, needle: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.fromiter(map(data.find, repeat(needle), starts.tolist(), ends.tolist()), np.int64, len(starts))
 
 
@@ -251,21 +252,21 @@ def _verify(data: bytes, raw: Bytes, kind: np.ndarray, starts, ends, close: np.n
     after its client token and `HTTP/`; and neither may hold another batch label, which the per-line reader
     tests first. One count of ` batch` over the block settles the last when every one is a label."""
     pre = np.flatnonzero(kind == PREFILL)
-    kind[pre[_finds(data, b"running", starts[pre], ends[pre]) < 0]] = -1
+    kind[pre[finds(data, b"running", starts[pre], ends[pre]) < 0]] = -1
     _verify_access(data, raw, kind, starts, ends, close)
     labels = int(((kind == DECODE) | (kind == PREFILL)).sum())
     if data.count(b" batch") > labels:
         rows = np.flatnonzero(kind == PREFILL)
-        kind[rows[_finds(data, b"Decode batch", starts[rows], ends[rows]) >= 0]] = -1
+        kind[rows[finds(data, b"Decode batch", starts[rows], ends[rows]) >= 0]] = -1
         rows = np.flatnonzero(kind == ACCESS)
-        kind[rows[_finds(data, b" batch", starts[rows], ends[rows]) >= 0]] = -1
+        kind[rows[finds(data, b" batch", starts[rows], ends[rows]) >= 0]] = -1
 
 
 def _verify_access(data: bytes, raw: Bytes, kind: np.ndarray, starts, ends, close: np.ndarray) -> None:
     rows = np.flatnonzero(kind == ACCESS)
     client = starts[rows] + close[rows] + len(_ACCESS)
-    space = _first_byte(raw.words(client, 4), ord(" "))
+    space = first_byte(raw.words(client, 4), ord(" "))
     dash = client + space
-    good = (space > 0) & (dash < ends[rows]) & _literal(raw.words(dash, 1), b' - "')
-    good &= _finds(data, b"HTTP/", dash, ends[rows]) >= 0
+    good = (space > 0) & (dash < ends[rows]) & has_literal(raw.words(dash, 1), b' - "')
+    good &= finds(data, b"HTTP/", dash, ends[rows]) >= 0
     kind[rows[~good]] = -1

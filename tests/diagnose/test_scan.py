@@ -42,7 +42,8 @@ BODIES = [
     "context_len=65536, available_gpu_mem=13.50 GB",
     "some other line",
 ]
-LINES = [stamp + body for stamp in STAMPS for body in BODIES] + ["", "\x00\x01", "caf\u00e9 Decode batch. #running-req: 1"]
+LINES = [stamp + body for stamp in STAMPS for body in BODIES]
+LINES += ["", "\x00\x01", "caf\u00e9 Decode batch. #running-req: 1"]
 
 
 def _reference(data: bytes, block: int, max_line: int) -> tuple[list, ParseStats]:
