@@ -23,6 +23,9 @@ from diagnose.reader import LineReader, decode_lines, open_log
 from diagnose.scan import KINDS, FastLines, scan
 from diagnose.stamp import HAS_STAMP, Stamp, read_stamp
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 MAX_BLOCK_LINES = 200
 MAX_BLOCK_CHARS = 64 * 1024
 MAX_EXAMPLES = 20
@@ -90,9 +93,6 @@ class _Block:
         return True
 
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 Row = tuple  # (kind, line, time, rank, text, source): an `Event` before it is wrapped
 
 
@@ -156,6 +156,7 @@ class Parser:
         stats.kinds.update(map(itemgetter(0), rows))
         stats.lines = max(stats.lines, no)
         return rows
+
     def feed_bytes(self, data: bytes, first_line: int = 1, hot_rows: bool = True) -> Block:
         """A raw block of lines (no trailing newline) numbered from `first_line`: its rows in line order, and
         the scanner's hot lines. With `hot_rows=False` the hot lines are counted but left out of the rows."""

@@ -34,7 +34,7 @@ def open_log(path: str | Path) -> Iterator[BinaryIO]:
 
 
 class LineReader:
-    """Yields blocks of decoded lines; counts lines that were cut at `MAX_LINE`."""
+    """Yields blocks of lines (raw or decoded); counts lines that were cut at `MAX_LINE`."""
 
     def __init__(self, stream: BinaryIO, max_line: int | None = None, block: int | None = None) -> None:
         self.stream, self.max_line, self.block = stream, max_line or MAX_LINE, block or BLOCK
