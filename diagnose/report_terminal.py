@@ -60,7 +60,7 @@ def _config(d: Diagnosis) -> Table:
         "tp / dp": f"{cfg.tp_size} / {cfg.dp_size}", "max_total_num_tokens": cfg.max_total_num_tokens,
         "max_running_requests": cfg.max_running_requests, "chunked_prefill_size": cfg.chunked_prefill_size,
         "context_len": cfg.context_len, "available mem (GB)": cfg.available_mem_gb,
-        "GPU mem before weights (GB)": cfg.gpu_mem_gb, "weights per GPU (GB)": cfg.weight_mem_gb,
+        "memory before weights (GB)": cfg.gpu_mem_gb, "weights per device (GB)": cfg.weight_mem_gb,
     }
     for k, v in rows.items():
         if v is not None:
