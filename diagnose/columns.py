@@ -121,19 +121,25 @@ def _read_value(raw: Bytes, start: np.ndarray, boolean: np.ndarray) -> tuple[np.
 
 def _read_number(raw: Bytes, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     negative = _bytes_at(raw, start) == ord("-")
-    at = start + negative
+    at = start + negative if negative.any() else start
     whole = raw.words(at, 1)[:, 0]
     digits = _digit_run(whole)
-    dot = _bytes_at(raw, at + digits) == ord(".")
-    fraction = raw.words(at + digits + 1, 1)[:, 0]
-    places = np.where(dot, _digit_run(fraction), 0)
-    mantissa = _parse8(whole, digits) * _POW10[places] + np.where(dot, _parse8(fraction, places), 0)
-    value = mantissa / _POW10[places].astype(np.float64)
-    stop = at + digits + np.where(dot, places + 1, 0)
+    value = _parse8(whole, digits).astype(np.float64)
+    stop = at + digits
+    good = (digits >= 1) & (digits < 8)
+    dot = np.flatnonzero(_bytes_at(raw, stop) == ord("."))
+    if len(dot):
+        fraction = raw.words(stop[dot] + 1, 1)[:, 0]
+        places = _digit_run(fraction)
+        scale = _POW10[places]
+        value[dot] = (_parse8(whole[dot], digits[dot]) * scale + _parse8(fraction, places)) / scale.astype(np.float64)
+        stop[dot] += places + 1
+        good[dot] &= (places >= 1) & (places < 8)
     percent = _bytes_at(raw, stop) == ord("%")
-    value = np.where(negative, -value, value)
-    value = np.where(percent, value / 100, value)
-    good = (digits >= 1) & (digits < 8) & (~dot | ((places >= 1) & (places < 8)))
+    if negative.any():
+        value = np.where(negative, -value, value)
+    if percent.any():
+        value = np.where(percent, value / 100, value)
     return np.where(good, value, np.nan), stop + percent
 
 
