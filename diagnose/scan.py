@@ -17,18 +17,18 @@ from itertools import repeat
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from diagnose.stamp import midnight
 
 KINDS = np.array(["decode", "prefill", "access"], dtype=object)
 DECODE, PREFILL, ACCESS = 0, 1, 2
 HEAD = 48     # bytes of each line read for its stamp and rank tag
 TAG = 20      # the rank tag starts after `[YYYY-mm-dd HH:MM:SS` (24 with `.fff`)
+MAX_TAG = 24  # longest rank tag text read here (" DP1 PP0 TP3 EP3" is 16); longer ones take the per-line path
+FEW = 8       # distinct tag texts matched one by one before sorting
 _RANK = re.compile(r"(?:\s+[A-Z][A-Z_]*\d+)*\s*")
 _DECODE = b"] Decode batch"
 _DECODE_NEXT = b" #running-req: "
 _PREFILL = b"] Prefill batch"
 _ACCESS = b"] INFO:     "
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _LABEL_LENGTHS = np.array([len(_DECODE) + 2, len(_PREFILL) + 2, len(_ACCESS)])  # `] Decode batch. `
 
 
@@ -125,12 +125,6 @@ def _keep_from(first: int) -> np.uint64:
     return np.uint64((1 << (8 * first)) - 1) if first > 0 else np.uint64(0)
 
 
-def _prefix_mask(length: np.ndarray, k: int) -> np.ndarray:
-    """Per row, the mask of word k's bytes that lie before `length`."""
-    bits = np.clip(length - 8 * k, 0, 8).astype(np.uint64) * np.uint64(8)
-    return np.where(bits >= np.uint64(64), _ALL, (np.uint64(1) << (bits % np.uint64(64))) - np.uint64(1))
-
-
 def has_literal(words: np.ndarray, literal: bytes, offset: int = 0) -> np.ndarray:
     """Whether `literal` is at byte `offset` of each row of words."""
     ok = np.ones(len(words), bool)
@@ -172,18 +166,96 @@ def _labels(raw: Bytes, close: np.ndarray, closed: np.ndarray) -> np.ndarray:
     return kind
 
 
-# -- stamp and rank, once per distinct tag --------------------------------------------------------------
+# -- stamp and rank ------------------------------------------------------------------------------------
+
+_STAMP = b"[0000-00-00 00:00:00"
+
+
+def _word_masks(offset: int) -> tuple[np.uint64, np.uint64, np.uint64]:
+    """(mask of the stamp's fixed bytes, their value, mask of its digit bytes) in the stamp's word at offset."""
+    fixed = value = digits = 0
+    for k, c in enumerate(_STAMP[offset:offset + 8]):
+        if c == ord("0"):
+            digits |= 0xFF << (8 * k)
+        else:
+            fixed |= 0xFF << (8 * k)
+            value |= c << (8 * k)
+    return np.uint64(fixed), np.uint64(value), np.uint64(digits)
+
+
+_MASKS = [_word_masks(offset) for offset in (0, 8, 16)]
+
+
+def _all_digits(word: np.ndarray, digits: np.uint64) -> np.ndarray:
+    """Whether every byte of `word` under the `digits` mask is an ASCII digit."""
+    high = digits & np.uint64(0xF0F0F0F0F0F0F0F0)
+    threes = digits & np.uint64(0x3030303030303030)
+    sixes = digits & np.uint64(0x0606060606060606)
+    return ((word & high) == threes) & ((((word & digits) + sixes) & high) == threes)
+
+
+def _digit(word: np.ndarray, k: int) -> np.ndarray:
+    return ((word >> np.uint64(8 * k)) & np.uint64(0x0F)).astype(np.int64)
+
+
+def _days(year: np.ndarray, month: np.ndarray) -> np.ndarray:
+    """Days from 1970-01-01 to the first of each month (proleptic Gregorian, as `calendar.timegm`)."""
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * np.where(month > 2, month - 3, month + 9) + 2) // 5
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+
 
 def _stamps(data: bytes, head: np.ndarray, starts: np.ndarray, close: np.ndarray):
     """(time, rank, the stamp is a good dated one) per line, from the text before its `]`."""
-    length = np.maximum(close, 0)
-    # NOTE: a tag closes at byte TAG or later, so the first TAG // 8 words lie wholly inside it.
-    keys = np.stack([head[:, k] if 8 * k + 8 <= TAG else head[:, k] & _prefix_mask(length, k)
-                     for k in range(head.shape[1])] + [length.astype(np.uint64)], axis=1)
+    w0, w1, w2, w3 = (np.ascontiguousarray(head[:, k]) for k in range(4))
+    good = close >= 0
+    for word, (fixed, value, digits) in zip((w0, w1, w2), _MASKS):
+        good &= ((word & fixed) == value) & _all_digits(word, digits)
+    year = _digit(w0, 1) * 1000 + _digit(w0, 2) * 100 + _digit(w0, 3) * 10 + _digit(w0, 4)
+    month, day = _digit(w0, 6) * 10 + _digit(w0, 7), _digit(w1, 1) * 10 + _digit(w1, 2)
+    good &= (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
+    tod = (_digit(w1, 4) * 10 + _digit(w1, 5)) * 3600 + (_digit(w1, 7) * 10 + _digit(w2, 0)) * 60
+    tod += _digit(w2, 2) * 10 + _digit(w2, 3)
+    sep = (w2 >> np.uint64(32)) & np.uint64(0xFF)
+    millis = ((sep == np.uint64(ord("."))) | (sep == np.uint64(ord(",")))) & _all_digits(w2, np.uint64(0xFFFFFF << 40))
+    millis &= ~_all_digits(w3, np.uint64(0xFF))
+    frac = np.where(millis, (_digit(w2, 5) * 100 + _digit(w2, 6) * 10 + _digit(w2, 7)) / 1000.0, 0.0)
+    midnight = (_days(np.where(good, year, 1970), np.where(good, month, 1)) + np.where(good, day, 1) - 1) * 86400
+    # NOTE: the per-line reader adds the fraction to the time of day before the date, in float arithmetic.
+    time = midnight.astype(np.float64) + (tod + frac)
+    rank, named = _ranks(data, head, starts, np.where(millis, TAG + 4, TAG), close)
+    return time, rank, good & named
+
+
+# Per tag length (-1..MAX_TAG, index length + 1) and word k, the mask of the word's bytes inside the tag.
+_TAG_MASKS = np.array([[(1 << (8 * max(0, min(8, n - 8 * k)))) - 1 for k in range(3)] for n in range(-1, 25)],
+                      dtype=np.uint64)
+
+
+def _ranks(data: bytes, head: np.ndarray, starts, tag: np.ndarray, close: np.ndarray):
+    """(rank name, the tag text is one) per line, parsed once per distinct tag text `[tag, close)`."""
+    length = np.clip(close - tag, -1, MAX_TAG)
+    masks = _TAG_MASKS[length + 1]
+    words = [_tag_word(head, tag, k) & masks[:, k] for k in range(3)]
+    keys = np.stack(words + [length.astype(np.uint64)], axis=1)
     codes, first = _factorize(keys)
-    time, rank, good = _read_tags(data, starts[first], length[first], head[first])
-    same = (keys == keys[first][codes]).all(axis=1)
-    return time[codes], rank[codes], good[codes] & same & (close >= 0)
+    same = np.ones(len(keys), bool)
+    for column in keys.T:
+        same &= column == column[first[codes]]
+    tags = map(data.__getitem__, map(slice, (starts + tag)[first].tolist(), (starts + tag + length)[first].tolist()))
+    names = [_rank_name(text) if n >= 0 else None for text, n in zip(tags, length[first].tolist())]
+    named = np.array([name is not None for name in names], bool)
+    fits = close - tag <= MAX_TAG
+    return np.array([name or "" for name in names], dtype=object)[codes], named[codes] & same & fits
+
+
+def _tag_word(head: np.ndarray, tag: np.ndarray, k: int) -> np.ndarray:
+    """Word k of the tag text, which starts at byte 20 or 24 of the line."""
+    lo, hi = head[:, 2 + k], head[:, 3 + k]
+    shifted = (lo >> np.uint64(32)) | (hi << np.uint64(32))
+    return np.where(tag == TAG + 4, hi, shifted) if (tag != TAG).any() else shifted
 
 
 def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,39 +264,15 @@ def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mixed = np.zeros(len(keys), np.uint64)
     for k, column in enumerate(keys.T):
         mixed = (mixed ^ column) * np.uint64(0x9E3779B97F4A7C15 + 2 * k)
+    codes, first = np.full(len(keys), -1, np.int64), []
+    for code in range(FEW):
+        rest = np.flatnonzero(codes < 0)
+        if len(rest) == 0:
+            return codes, np.array(first, np.int64)
+        first.append(rest[0])
+        codes[rest[mixed[rest] == mixed[rest[0]]]] = code
     _, first, codes = np.unique(mixed, return_index=True, return_inverse=True)
     return codes.ravel(), first
-
-
-_STAMP = b"[0000-00-00 00:00:00"
-_STAMP_FIXED = [(i, c) for i, c in enumerate(_STAMP) if c != ord("0")]
-_STAMP_DIGITS = [i for i, c in enumerate(_STAMP) if c == ord("0")]
-
-
-def _read_tags(data: bytes, starts: np.ndarray, length: np.ndarray, head: np.ndarray):
-    """(time, rank, good) for distinct tag texts `data[start:start+length]` (plus `] `), as `read_stamp`
-    reads them: a dated stamp, optional milliseconds, then rank tags."""
-    raw = np.ascontiguousarray(head).view(np.uint8).reshape(len(head), -1).astype(np.int64)
-    digit = (raw >= ord("0")) & (raw <= ord("9"))
-    good = digit[:, _STAMP_DIGITS].all(axis=1)
-    for i, c in _STAMP_FIXED:
-        good &= raw[:, i] == c
-    value = raw - ord("0")
-    year = value[:, 1] * 1000 + value[:, 2] * 100 + value[:, 3] * 10 + value[:, 4]
-    month, day = value[:, 6] * 10 + value[:, 7], value[:, 9] * 10 + value[:, 10]
-    good &= (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
-    tod = (value[:, 12] * 10 + value[:, 13]) * 3600 + (value[:, 15] * 10 + value[:, 16]) * 60
-    tod += value[:, 18] * 10 + value[:, 19]
-    millis = np.isin(raw[:, TAG], (ord("."), ord(","))) & digit[:, TAG + 1:TAG + 4].all(axis=1) & ~digit[:, TAG + 4]
-    frac = np.where(millis, (value[:, TAG + 1] * 100 + value[:, TAG + 2] * 10 + value[:, TAG + 3]) / 1000.0, 0.0)
-    time = midnight(np.where(good, year, 1970), np.where(good, month, 1)) + (np.where(good, day, 1) - 1) * 86400.0
-    # NOTE: the per-line reader adds the fraction to the time of day before the date, in float arithmetic.
-    time += tod + frac
-    tag = np.where(millis, TAG + 4, TAG)
-    tags = map(data.__getitem__, map(slice, (starts + tag).tolist(), (starts + length).tolist()))
-    names = list(map(_rank_name, tags))
-    good &= np.array([name is not None for name in names], bool) & (length >= tag)
-    return time, np.array([name or "" for name in names], dtype=object), good
 
 
 _RANK_NAMES: dict[bytes, str | None] = {}

@@ -11,8 +11,6 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
-import numpy as np
-
 _TIME = r"(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?Z?"
 _TAG = re.compile(r"\[" + _TIME + r"((?:\s+[A-Z][A-Z_]*\d+)*)\s*\]")
 _RANKS_ONLY = re.compile(r"\[((?:\s*(?:DP|PP|TP|EP|CP|ATTN_CP|ATTN_TP|ATTN_DP|MOE_DP|MOE_TP|MOE_EP)\d+)+)\s*\]")
@@ -32,12 +30,6 @@ NO_STAMP = Stamp(None, "", False)
 @lru_cache(maxsize=512)
 def _midnight(y: int, mo: int, d: int) -> float:
     return float(calendar.timegm((y, mo, d, 0, 0, 0, 0, 0, 0)))
-
-
-def midnight(year: np.ndarray, month: np.ndarray) -> np.ndarray:
-    """Unix seconds (float) of the first of each month, proleptic Gregorian, as `calendar.timegm` counts."""
-    months = (year - 1970) * 12 + (month - 1)
-    return months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) * 86400.0
 
 
 def _seconds(g: tuple[str | None, ...]) -> tuple[float, bool]:

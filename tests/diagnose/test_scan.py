@@ -151,3 +151,12 @@ def test_block_read_fields_equal_parse_fields_in_the_timeline(tmp_path) -> None:
     assert scanned.stats.kinds == per_line.stats.kinds
     _frames_equal(scanned, per_line)
     assert [f.id for f in scanned.findings] == [f.id for f in per_line.findings]
+
+
+def test_scanner_dates_equal_the_per_line_reader_across_the_calendar(tmp_path, monkeypatch) -> None:
+    dates = [f"{y:04d}-{m:02d}-{d:02d}" for y in (1, 4, 100, 1600, 1900, 1969, 1970, 2000, 2024, 2025, 9999)
+             for m in (1, 2, 3, 12) for d in (1, 28, 29, 30, 31)]
+    lines = [f"[{date} 23:59:59{ms} TP0] Decode batch, #running-req: 1, #token: 2, token usage: 0.00, "
+             "gen throughput (token/s): 1.00, #queue-req: 0" for date in dates for ms in ("", ".999")]
+    assert not scan("\n".join(lines).encode()).slow.any()
+    _same(tmp_path, monkeypatch, ("\n".join(lines) + "\n").encode())
