@@ -99,7 +99,9 @@ def _read_fields(block, batch_fields, access_fields, parse_fields) -> int:
         return len(block.rows)
     batch_rows, _ = batch_fields(fast)
     access_rows, _ = access_fields(block.data, fast)
-    left = np.setdiff1d(np.arange(len(fast.index)), np.concatenate([batch_rows, access_rows]))
+    unread = np.ones(len(fast.index), bool)
+    unread[batch_rows] = unread[access_rows] = False
+    left = np.flatnonzero(unread)
     text, kinds = block.text or block.data.decode("ascii"), KINDS[fast.kind[left]].tolist()
     for kind, begin, stop in zip(kinds, fast.start[left].tolist(), fast.end[left].tolist()):
         parse_fields(kind, text[begin:stop])

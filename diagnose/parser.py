@@ -190,8 +190,8 @@ class Parser:
         if hot_rows:
             rows += fast.rows(text, lo, hi, first_line, self.source)
         self._stamped = True
-        codes, counts = np.unique(fast.kind[lo:hi], return_counts=True)
-        self.stats.kinds.update({KINDS[c]: n for c, n in zip(codes.tolist(), counts.tolist())})
+        counts = np.bincount(fast.kind[lo:hi], minlength=len(KINDS)).tolist()
+        self.stats.kinds.update({kind: n for kind, n in zip(KINDS.tolist(), counts) if n})
         self.stats.lines = max(self.stats.lines, first_line + end - 1)
         return rows
 
