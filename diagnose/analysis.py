@@ -5,12 +5,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
 from diagnose.advice import launch_command
 from diagnose.bench_input import BenchInput, read_bench
 from diagnose.config import ServerConfig
 from diagnose.findings import SEVERITIES, Finding, rank_of
+from diagnose.hotlines import HotBlock
 from diagnose.metrics_input import Metrics, read_metrics
 from diagnose.parser import ParseStats, Parser, Row, row_batches
 from diagnose.rules import Context, run_rules
@@ -63,9 +62,9 @@ class Diagnosis:
 
 
 def _rows(paths: Sequence[str | Path], lines: Iterable[str] | None, stats: ParseStats,
-          read: list[pd.DataFrame]) -> Iterator[list[Row]]:
+          hot: list[HotBlock]) -> Iterator[list[Row]]:
     for i, path in enumerate(paths):
-        yield from row_batches(path, i, stats, read)
+        yield from row_batches(path, i, stats, hot)
     if lines is not None:
         parser = Parser(len(paths), stats)
         batch: list[str] = []
@@ -94,8 +93,8 @@ def analyze(
     `metrics` is a scrape file/URL (or parsed `Metrics`), `bench` a `toolkit bench` JSONL file.
     Raises `ValueError` for unreadable metrics/bench inputs and `OSError` for unreadable logs."""
     stats = ParseStats()
-    read: list[pd.DataFrame] = []
-    timeline = build_timeline(_rows(paths, lines, stats, read), window, read)
+    hot: list[HotBlock] = []
+    timeline = build_timeline(_rows(paths, lines, stats, hot), window, hot)
     scrape = read_metrics(metrics) if isinstance(metrics, str) else metrics
     run = read_bench(bench) if isinstance(bench, str) else bench
     ctx = Context(timeline, scrape, run)

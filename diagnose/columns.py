@@ -44,15 +44,15 @@ def batch_fields(fast: FastLines) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return rows[read], {name: values[read] for name, values in columns.items()}
 
 
-def hot_frame(fast: FastLines, first_line: int, source: int) -> pd.DataFrame:
-    """The decode and prefill lines of a scanned block that read completely here: kind, line, time, rank,
-    source and their fields as columns (numbers as float, `cuda_graph` as bool)."""
+def hot_frame(fast: FastLines, first_line: int, source: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """The decode and prefill lines of a scanned block that read completely here (kind, line, time, rank,
+    source and their fields as columns: numbers as float, `cuda_graph` as bool), and their indices in `fast`."""
     import pandas as pd
 
     rows, columns = batch_fields(fast)
     frame = pd.DataFrame({"kind": KINDS[fast.kind[rows]], "line": fast.index[rows] + first_line,
                           "time": fast.time[rows], "rank": fast.rank[rows], "source": source, **columns})
-    return frame
+    return frame, rows
 
 
 def read_batches(raw: Bytes, body: np.ndarray, end: np.ndarray, check_space: np.ndarray):

@@ -12,19 +12,17 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
 
-from diagnose.columns import hot_frame
 from diagnose.events import Event
+from diagnose.hotlines import HotBlock
 from diagnose.reader import LineReader, decode_lines, open_log
 from diagnose.scan import KINDS, FastLines, scan
 from diagnose.stamp import HAS_STAMP, Stamp, read_stamp
 
-if TYPE_CHECKING:
-    import pandas as pd
 
 MAX_BLOCK_LINES = 200
 MAX_BLOCK_CHARS = 64 * 1024
@@ -183,6 +181,7 @@ class Parser:
         if self._block is not None:
             # NOTE: an open multi-line record decides for itself whether the next line continues it.
             rows += self._feed_slow(text, fast, begin, begin + 1, first_line)
+            fast.routed.append(begin)
             begin += 1
         lo, hi = np.searchsorted(fast.index, [begin, end])
         if lo == hi:
@@ -278,9 +277,9 @@ def _events(rows: list[Row]) -> Iterator[Event]:
 
 
 def row_batches(path: str | Path, source: int = 0, stats: ParseStats | None = None,
-                frames: list[pd.DataFrame] | None = None) -> Iterator[list[Row]]:
-    """Row batches (one per ~4 MiB read) from a plain or gzip file, or stdin for `-`. With `frames`, the fields
-    of the decode and prefill lines the scanner reads are appended there, one frame per block."""
+                hot: list[HotBlock] | None = None) -> Iterator[list[Row]]:
+    """Row batches (one per ~4 MiB read) from a plain or gzip file, or stdin for `-`. With `hot`, the scanner's
+    hot lines are not made into rows but kept there as blocks (with their decode/prefill fields read)."""
     parser = Parser(source, stats)
     with open_log(path) as stream:
         reader = LineReader(stream)
@@ -288,9 +287,9 @@ def row_batches(path: str | Path, source: int = 0, stats: ParseStats | None = No
         for data, cut in reader.raw_blocks():
             if cut:
                 reader.note_cut(no)
-            block = parser.feed_bytes(data, no)
-            if frames is not None and block.fast is not None:
-                frames.append(hot_frame(block.fast, no, source))
+            block = parser.feed_bytes(data, no, hot_rows=hot is None)
+            if hot is not None and block.fast is not None:
+                hot.append(HotBlock.read(data, block.fast, no, source))
             yield block.rows
             no += block.count
         for cut in reader.cut:

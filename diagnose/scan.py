@@ -11,7 +11,7 @@ once per distinct tag text (a block holds a few hundred), labels are compared ei
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 
 import numpy as np
@@ -47,6 +47,7 @@ class FastLines:
     line_starts: np.ndarray
     line_ends: np.ndarray
     raw: Bytes
+    routed: list[int] = field(default_factory=list)  # hot lines the parser read line by line (as rows)
 
     def rows(self, text: str, lo: int, hi: int, first_line: int, source: int) -> list[tuple]:
         """Parser rows `(kind, line, time, rank, text, source)` of hot lines lo..hi; `text` is the block."""

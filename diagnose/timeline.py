@@ -7,7 +7,7 @@ window spans the idle time (LOG_FORMATS §6), so no rule reads its throughput.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import compress
 from operator import itemgetter
 from dataclasses import dataclass, field
@@ -19,6 +19,7 @@ import pandas as pd
 from diagnose.config import ServerConfig
 from diagnose.eras import era_of
 from diagnose.fields import parse_fields
+from diagnose.hotlines import Events, HotBlock
 from diagnose.parser import Row
 
 Phase = Literal["idle", "ramp", "steady", "drain"]
@@ -55,7 +56,7 @@ class Timeline:
 
     config: ServerConfig
     frames: dict[str, pd.DataFrame]
-    events: dict[str, list[Row]]
+    events: Mapping[str, list[Row]]
     phases: list[PhaseSpan] = field(default_factory=list)
     decode_log_interval: int = 40
     _batches: dict[tuple[str, str | None], pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -116,7 +117,7 @@ def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def read_config(events: dict[str, list[Row]]) -> ServerConfig:
+def read_config(events: Mapping[str, list[Row]]) -> ServerConfig:
     """Server configuration from `server_args=` and the startup lines (first occurrence of each)."""
     args = _first(events.get("server_args", []))
     pool = _first(events.get("pool", []))
@@ -139,8 +140,7 @@ def read_config(events: dict[str, list[Row]]) -> ServerConfig:
         weights = round(begins[0] - float(load_end["avail_mem"]), 2)
     kv_gb = sum(v for v in (_num(kv.get(k)) for k in ("k_size", "v_size", "kv_size")) if v is not None) or None
     graph_mem = sum(v for v in (_num(g.get("mem_usage")) for g in graph_end) if v is not None) or None
-    texts = {k: rows[0][4] for k, rows in events.items() if rows}
-    texts.update({f"{k}#last": rows[-1][4] for k, rows in events.items() if rows})
+    texts = events.edge_texts() if isinstance(events, Events) else _edge_texts(events)
     return ServerConfig(
         args=args,
         max_total_num_tokens=_int(pool.get("max_total_num_tokens"), kv.get("tokens")),
@@ -160,6 +160,12 @@ def read_config(events: dict[str, list[Row]]) -> ServerConfig:
     )
 
 
+def _edge_texts(events: Mapping[str, list[Row]]) -> dict[str, str]:
+    texts = {k: rows[0][4] for k, rows in events.items() if rows}
+    texts.update({f"{k}#last": rows[-1][4] for k, rows in events.items() if rows})
+    return texts
+
+
 def _int(*values: object) -> int | None:
     for v in values:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
@@ -169,20 +175,10 @@ def _int(*values: object) -> int | None:
 
 # -- frames ---------------------------------------------------------------------------------------------
 
-def _keys(sources: np.ndarray, lines: np.ndarray) -> np.ndarray:
-    return sources.astype(np.int64) * (1 << 40) + lines.astype(np.int64)
-
-
 def batch_frame(rows: list[Row], read: list[pd.DataFrame] = ()) -> pd.DataFrame:
-    """Decode/prefill rows with their fields as columns (numeric where the log printed numbers). `read` holds
-    frames of rows whose fields the block reader already read (`diagnose.columns`); the others are parsed."""
+    """Decode/prefill rows with their fields as columns (numeric where the log printed numbers), after the
+    frames in `read` of lines whose fields the block reader already read (`diagnose.columns`)."""
     done = pd.concat(read, ignore_index=True) if read else None
-    if done is not None and len(done):
-        keys = _keys(np.fromiter(map(itemgetter(5), rows), np.int64, len(rows)),
-                     np.fromiter(map(itemgetter(1), rows), np.int64, len(rows)))
-        read_keys = _keys(done["source"].to_numpy(), done["line"].to_numpy())
-        done = done[np.isin(read_keys, keys)]
-        rows = list(compress(rows, ~np.isin(keys, read_keys)))
     records = []
     for kind, line, time, rank, text, source in rows:
         rec = parse_fields(kind, text)
@@ -291,18 +287,22 @@ def _group(rows: list[Row], events: dict[str, list[Row]]) -> None:
 
 
 def build_timeline(batches: Iterable[list[Row]], window: tuple[float, float] | None = None,
-                   read: list[pd.DataFrame] | None = None) -> Timeline:
+                   hot: list[HotBlock] | None = None) -> Timeline:
     """Group rows by kind (keeping config kinds whatever the window), read the config, build rank frames.
-    `read`: frames of decode/prefill fields already read by the block reader (filled while `batches` runs)."""
-    events: dict[str, list[Row]] = {}
+    `hot`: the hot lines kept as blocks (filled while `batches` runs), their fields already read."""
+    grouped: dict[str, list[Row]] = {}
     for rows in batches:
-        _group(rows if window is None else [r for r in rows if _kept(r, window)], events)
+        _group(rows if window is None else [r for r in rows if _kept(r, window)], grouped)
+    blocks = [block.within(window) for block in hot or []]
+    events = Events(grouped, blocks)
     config = read_config(events)
-    batch_rows = events.get("decode", []) + events.get("prefill", [])
+    unread = [row for block in blocks for row in block.rows(only=block.unread)]
+    batch_rows = grouped.get("decode", []) + grouped.get("prefill", []) + unread
+    read = [block.frame for block in blocks if len(block.frame)]
     frames: dict[str, pd.DataFrame] = {}
     spans: list[PhaseSpan] = []
-    if batch_rows:
-        df = batch_frame(batch_rows, read or [])
+    if batch_rows or read:
+        df = batch_frame(batch_rows, read)
         for rank, part in df.groupby("rank", sort=True, observed=True):
             if (part["kind"] == "decode").any():
                 frames[str(rank)] = _decorate(part, config, str(rank), spans)

@@ -151,6 +151,23 @@ def test_block_read_fields_equal_parse_fields_in_the_timeline(tmp_path) -> None:
     assert scanned.stats.kinds == per_line.stats.kinds
     _frames_equal(scanned, per_line)
     assert [f.id for f in scanned.findings] == [f.id for f in per_line.findings]
+    assert dict(scanned.timeline.events) == dict(per_line.timeline.events)
+    assert scanned.config == per_line.config
+
+
+def test_hot_lines_kept_as_blocks_equal_rows_within_a_window(tmp_path) -> None:
+    from diagnose import analyze
+    from diagnose.export import events_frame
+
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 3000)
+    lines = path.read_text().splitlines() + _era_log("0.4.9").lines
+    path.write_text("\n".join(lines) + "\n")
+    window = (lf.T0 + 10, lf.T0 + 40)
+    scanned, per_line = analyze([path], window=window), analyze(lines=lines, window=window)
+    _frames_equal(scanned, per_line)
+    assert dict(scanned.timeline.events) == dict(per_line.timeline.events)
+    assert events_frame(scanned.timeline).equals(events_frame(per_line.timeline))
 
 
 def test_scanner_dates_equal_the_per_line_reader_across_the_calendar(tmp_path, monkeypatch) -> None:
