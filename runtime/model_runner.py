@@ -11,6 +11,7 @@ import torch
 from runtime.attention.base import AttentionBackend
 from runtime.attention.registry import create_backend, resolve_backend_name
 from runtime.cuda_graph_runner import CudaGraphRunner, capture_batch_sizes
+from runtime.cpu_threads import CpuThreadPolicy
 from runtime.device_memory import available_memory_gib, resolve_device, total_memory_mib
 from runtime.forward_batch import ForwardBatch
 from runtime.memory.allocator import TokenAllocator
@@ -79,6 +80,7 @@ class ModelRunner:
     def __init__(self, args: ServerArgs, source: ModelSource | None = None) -> None:
         self.args = args
         self.device = resolve_device(args.device)
+        self.cpu_threads = CpuThreadPolicy() if self.device.type == "cpu" else None
         self.source = source or resolve_model_source(
             args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
         )
@@ -181,6 +183,8 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Float32 logits [batch, vocab] for each request's last new token. A decode batch that a captured graph
         holds replays it; its logits are then a view valid until the next forward."""
+        if self.cpu_threads is not None:
+            self.cpu_threads.apply(batch.mode.is_decode)
         graphs = self.graph_runner
         self.last_forward_used_cuda_graph = graphs is not None and graphs.can_run(batch)
         if self.last_forward_used_cuda_graph:
