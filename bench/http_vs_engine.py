@@ -1,0 +1,115 @@
+"""Online throughput over HTTP (`toolkit serve` + `toolkit bench --rate inf`) vs the in-process Engine on the
+same workload, and the HTTP overhead of a one-token request, measured one after the other on this machine.
+
+    python -m bench.http_vs_engine [--num-prompts 64 --input-len 256 --output-len 128] [--save]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+ONE_TOKEN_TRIALS = 20
+
+
+def _toolkit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "toolkit.cli", *args]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_run(args, workdir: Path) -> dict:
+    import requests
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(_toolkit("serve", "--port", str(port), "--log-level", "warning"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(1200):
+            try:
+                if requests.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.25)
+        out = workdir / "http.jsonl"
+        subprocess.run(_toolkit(
+            "bench", "--base-url", url, "--backend", "sglang", "--dataset", "random", "--rate", "inf",
+            "--num-prompts", str(args.num_prompts), "--random-input-len", str(args.input_len),
+            "--random-output-len", str(args.output_len), "--random-range-ratio", "1", "--warmup-requests", "2",
+            "--no-progress", "--output-file", str(out)), check=True, stdout=subprocess.DEVNULL)
+        record = json.loads(out.read_text().splitlines()[-1])
+        latencies = []
+        for _ in range(ONE_TOKEN_TRIALS):
+            start = time.perf_counter()
+            requests.post(f"{url}/generate", json={"input_ids": [1000, 2000, 3000, 4000],
+                                                   "sampling_params": {"max_new_tokens": 1}}, timeout=60)
+            latencies.append(time.perf_counter() - start)
+        return {"output_throughput": record["output_throughput"], "duration": record["duration"],
+                "completed": record["completed"], "one_token_ms": statistics.median(latencies) * 1e3}
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def engine_run(args) -> dict:
+    from bench.offline import random_requests
+    from runtime import Engine
+
+    engine = Engine(log_level="warning")
+    requests_ = random_requests(args.num_prompts, args.input_len, args.output_len, 1.0,
+                                engine.runner.config.vocab_size, 1, set(engine.tokenizer.all_special_ids))
+    engine.generate(input_ids=[[1000, 2000]], sampling_params={"max_new_tokens": 2})
+    params = {"max_new_tokens": args.output_len, "temperature": 0.0, "ignore_eos": True}
+    start = time.perf_counter()
+    results = engine.generate(input_ids=[r.input_ids for r in requests_], sampling_params=params)
+    duration = time.perf_counter() - start
+    output_tokens = sum(r["meta_info"]["completion_tokens"] for r in results)
+    latencies = []
+    for _ in range(ONE_TOKEN_TRIALS):
+        start = time.perf_counter()
+        engine.generate(input_ids=[1000, 2000, 3000, 4000], sampling_params={"max_new_tokens": 1})
+        latencies.append(time.perf_counter() - start)
+    return {"output_throughput": output_tokens / duration, "duration": duration,
+            "one_token_ms": statistics.median(latencies) * 1e3}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--save", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        http = http_run(args, Path(workdir))
+    engine = engine_run(args)
+    ratio = http["output_throughput"] / engine["output_throughput"]
+    print(f"HTTP (toolkit serve, bench --rate inf): {http['output_throughput']:8.1f} output tok/s")
+    print(f"in-process Engine:                      {engine['output_throughput']:8.1f} output tok/s")
+    print(f"ratio HTTP / Engine: {ratio:.2f}")
+    print(f"one-token request: HTTP {http['one_token_ms']:.1f} ms vs Engine {engine['one_token_ms']:.1f} ms "
+          f"(HTTP overhead {http['one_token_ms'] - engine['one_token_ms']:.1f} ms, median of {ONE_TOKEN_TRIALS})")
+    if args.save:
+        RESULTS.mkdir(exist_ok=True)
+        record = {"command": "python -m bench.http_vs_engine", "device": "cpu",
+                  "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "workload": vars(args), "http": http, "engine": engine, "ratio": ratio}
+        (RESULTS / "http_vs_engine_cpu.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
