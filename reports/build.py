@@ -6,18 +6,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diagnose.analysis import Diagnosis, analyze
+from diagnose.bench_input import BenchInput, BenchRun
 from reports.inputs import ReportError, bench_window, check_log
 from reports.page import context
 from reports.render import render_html
 
 
 def diagnose_log(records: Sequence[dict], server_log: str | Path) -> Diagnosis:
-    """The log's diagnosis, cut to the runs' time window when the records carry one.
-
-    The records are not passed as `bench=` evidence: the client verdict section already judges the client from
-    each run's own schedule, and diagnose's `client.bottleneck` compares with the nominal rate instead."""
+    """The log's diagnosis over the runs' time window, with the runs as client-side evidence."""
+    bench = BenchInput("bench records", tuple(BenchRun.from_record(r) for r in records)) if records else None
     try:
-        return analyze([check_log(server_log)], window=bench_window(records))
+        return analyze([check_log(server_log)], bench=bench, window=bench_window(records))
     except (OSError, EOFError) as exc:
         raise ReportError(f"{server_log}: cannot read ({exc})") from None
 

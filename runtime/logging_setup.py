@@ -19,7 +19,7 @@ class _RankTag(logging.Filter):
 
 
 def configure_logging(level: str = "info", log_file: str | None = None, rank_tag: str = "") -> None:
-    """Route the `runtime` logger (and friends) to stderr and, with --log-file, to that file too."""
+    """Route the `runtime` logger to stderr at `level` and, with --log-file, to that file at INFO or below."""
     formatter = logging.Formatter(LOG_FORMAT, datefmt=DATE_FORMAT)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
@@ -32,7 +32,8 @@ def configure_logging(level: str = "info", log_file: str | None = None, rank_tag
     for handler in handlers:
         handler.setFormatter(formatter)
         handler.addFilter(_RankTag(rank_tag))
-        handler.setLevel(threshold)
+        # NOTE: the file keeps INFO whatever --log-level says: its batch lines are what `toolkit diagnose` reads.
+        handler.setLevel(min(threshold, logging.INFO) if isinstance(handler, logging.FileHandler) else threshold)
         handler.toolkit_owned = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     # NOTE: the logger passes INFO so in-process observers (tests, the demo) see the SGLang lines; each
