@@ -1,9 +1,10 @@
 """How many CPU threads each kind of step uses.
 
-Decode steps are memory-bound (weights and KV read once per step): extra threads add little, and every op's
-OpenMP barrier stalls for a whole scheduler time slice whenever another process (the HTTP front end, a bench
-client) holds one of the cores — on 2 cores that made decode 15x slower. Prefill is compute-bound and scales,
-so it keeps every core. TOOLKIT_CPU_DECODE_THREADS overrides the decode count.
+Prefill is compute-bound and keeps every core. Decode is memory-bound: a second thread gains ~15-20% on an
+idle 2-core machine, but each op's OpenMP barrier then stalls for a whole scheduler time slice whenever another
+process holds a core (on 2 cores that made decode steps 3x slower). The offline Engine owns the machine and
+decodes on every core; the server's scheduler shares it with the HTTP front end (and usually the client), so it
+decodes on all but one. TOOLKIT_CPU_DECODE_THREADS overrides both.
 """
 from __future__ import annotations
 
@@ -12,17 +13,17 @@ import os
 import torch
 
 
-def decode_threads(cores: int) -> int:
+def decode_threads(cores: int, shares_cores: bool) -> int:
     configured = os.environ.get("TOOLKIT_CPU_DECODE_THREADS")
     if configured:
         return max(1, int(configured))
-    return max(1, cores // 2)
+    return max(1, cores - 1) if shares_cores else cores
 
 
 class CpuThreadPolicy:
-    def __init__(self) -> None:
+    def __init__(self, shares_cores: bool = False) -> None:
         self.prefill = torch.get_num_threads()
-        self.decode = min(self.prefill, decode_threads(self.prefill))
+        self.decode = min(self.prefill, decode_threads(self.prefill, shares_cores))
 
     def apply(self, is_decode: bool) -> None:
         wanted = self.decode if is_decode else self.prefill

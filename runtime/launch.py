@@ -57,14 +57,15 @@ class LaunchedScheduler:
     scheduler: Scheduler
 
 
-def launch_scheduler(args: ServerArgs) -> LaunchedScheduler:
+def launch_scheduler(args: ServerArgs, shares_cores: bool = False) -> LaunchedScheduler:
+    """`shares_cores`: other processes of ours (the HTTP front end) run beside the model on this host."""
     args = with_device_defaults(args)
     if args.random_seed is not None:
         torch.manual_seed(args.random_seed)
     logger.info(f"server_args={args}")
     source = model_source(args)
     tokenizer = load_tokenizer(source.tokenizer_path)
-    runner = ModelRunner(args, source)
+    runner = ModelRunner(args, source, shares_cores=shares_cores)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     scheduler = Scheduler(args, runner, eos_token_ids(source, tokenizer), decode)
     return LaunchedScheduler(args, source, tokenizer, runner, scheduler)

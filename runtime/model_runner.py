@@ -77,10 +77,10 @@ def build_model(config: ModelConfig, max_positions: int, device: torch.device, d
 
 
 class ModelRunner:
-    def __init__(self, args: ServerArgs, source: ModelSource | None = None) -> None:
+    def __init__(self, args: ServerArgs, source: ModelSource | None = None, shares_cores: bool = False) -> None:
         self.args = args
         self.device = resolve_device(args.device)
-        self.cpu_threads = CpuThreadPolicy() if self.device.type == "cpu" else None
+        self.cpu_threads = CpuThreadPolicy(shares_cores) if self.device.type == "cpu" else None
         self.source = source or resolve_model_source(
             args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
         )

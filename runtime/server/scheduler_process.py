@@ -40,7 +40,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: IpcEndpoints, parent_pid:
     outbox = context.socket(zmq.PUSH)
     outbox.connect(endpoints.from_scheduler)
     try:
-        launched = launch_scheduler(args)
+        launched = launch_scheduler(args, shares_cores=True)
         outbox.send_pyobj(_ready_message(launched))
         SchedulerLoop(launched.scheduler, inbox, outbox, parent_pid).run()
     except Exception:
