@@ -26,6 +26,7 @@ from runtime.memory_planning import (
 )
 from runtime.model_loader.config import ModelConfig
 from runtime.model_loader.loader import ModelSource, resolve_model_source
+from runtime.models.cpu_packing import pack_for_cpu
 from runtime.models.decoder import CausalLM
 from runtime.models.registry import MODEL_CLASSES
 from runtime.models.weights import init_dummy_weights, load_weights
@@ -107,6 +108,8 @@ class ModelRunner:
             init_dummy_weights(model, self.args.random_seed or 0)
         else:
             load_weights(model, self.source.weights())
+        if self.device.type == "cpu":
+            pack_for_cpu(model)
         self.avail_after_weights = available_memory_gib(self.device)
         usage = self.avail_before_weights - self.avail_after_weights
         logger.info(

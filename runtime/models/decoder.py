@@ -9,7 +9,7 @@ from torch import nn
 from runtime.attention.base import AttentionLayer
 from runtime.forward_batch import ForwardBatch
 from runtime.model_loader.config import ModelConfig
-from runtime.models.layers import MergedLinear, RMSNorm, silu_and_mul
+from runtime.models.layers import PACKED_MAX_ROWS, Linear, MergedLinear, RMSNorm, silu_and_mul
 from runtime.models.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -24,7 +24,7 @@ class Attention(nn.Module):
             {"q": config.q_size, "k": config.kv_size, "v": config.kv_size},
             bias=config.attention_bias,
         )
-        self.o_proj = nn.Linear(config.q_size, config.hidden_size, bias=False)
+        self.o_proj = Linear(config.q_size, config.hidden_size, bias=False)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.layer = AttentionLayer(
@@ -51,7 +51,7 @@ class MLP(nn.Module):
         super().__init__()
         size = config.intermediate_size
         self.gate_up_proj = MergedLinear(config.hidden_size, {"gate": size, "up": size}, bias=False)
-        self.down_proj = nn.Linear(size, config.hidden_size, bias=False)
+        self.down_proj = Linear(size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
@@ -104,11 +104,19 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = DecoderModel(config, max_positions)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.packed_tied_head: torch.Tensor | None = None  # set by pack_for_cpu for a tied head
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
         return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.lm_head is not None:
+            return self.lm_head(hidden)
+        if self.packed_tied_head is not None and hidden.shape[0] <= PACKED_MAX_ROWS:
+            return torch.ops.mkldnn._linear_pointwise(hidden, self.packed_tied_head, None, "none", [], "")
+        return F.linear(hidden, self.lm_head_weight)
+
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        return F.linear(self.model(batch), self.lm_head_weight).float()
+        return self.logits(self.model(batch)).float()

@@ -26,7 +26,23 @@ class RMSNorm(nn.Module):
         return self.forward(summed), summed
 
 
-class MergedLinear(nn.Linear):
+PACKED_MAX_ROWS = 512  # above this many rows the plain kernel is as fast as the packed one (or faster)
+
+
+class Linear(nn.Linear):
+    """nn.Linear that, once `pack_for_cpu` gave it a oneDNN-packed copy of its weight, uses that copy for small
+    batches: bf16 AMX kernels otherwise re-lay-out the weight on every call, which doubles decode's weight
+    traffic."""
+
+    packed_weight: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_weight is not None and x.shape[0] <= PACKED_MAX_ROWS:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
+class MergedLinear(Linear):
     """A linear layer whose output rows concatenate several checkpoint matrices (qkv, gate/up)."""
 
     def __init__(self, in_features: int, shard_sizes: dict[str, int], bias: bool) -> None:

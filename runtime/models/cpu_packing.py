@@ -1,0 +1,33 @@
+"""oneDNN-packed copies of the linear weights for CPU decode (see `layers.Linear`)."""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from runtime.models.decoder import CausalLM
+from runtime.models.layers import Linear
+
+logger = logging.getLogger("runtime")
+PACKABLE_DTYPES = (torch.bfloat16, torch.float16)  # float32 keeps MKL's kernel: parity tests pin its results
+MAX_PACKED_BYTES = 4 << 30  # the packed copy doubles weight memory; big models keep only the plain weights
+DECODE_BATCH_HINT = 64
+
+
+def weight_bytes(model: CausalLM) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def pack_for_cpu(model: CausalLM) -> bool:
+    """Give every linear layer (and a tied LM head) a packed weight; returns whether it did."""
+    dtype = model.model.embed_tokens.weight.dtype
+    if dtype not in PACKABLE_DTYPES or weight_bytes(model) > MAX_PACKED_BYTES or not torch.backends.mkldnn.is_available():
+        return False
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, Linear):
+                module.packed_weight = torch.ops.mkldnn._reorder_linear_weight(module.weight, DECODE_BATCH_HINT)
+        if model.lm_head is None:
+            model.packed_tied_head = torch.ops.mkldnn._reorder_linear_weight(model.lm_head_weight, DECODE_BATCH_HINT)
+    logger.info("CPU decode uses oneDNN-packed linear weights")
+    return True
