@@ -13,10 +13,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.to(torch.float32)
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        # NOTE: Hugging Face's order: normalize in float32, cast back, then scale (F.rms_norm fuses the first part).
+        normalized = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=self.eps)
+        return self.weight * normalized.to(x.dtype)
 
     def forward_with_residual(
         self, x: torch.Tensor, residual: torch.Tensor

@@ -33,11 +33,6 @@ def _llama3_scaled(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, rope: RopeConfig, max_positions: int) -> None:
         super().__init__()
@@ -56,8 +51,17 @@ class RotaryEmbedding(nn.Module):
         self.sin_cache = angles.sin().to(device)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tables for a batch's positions, [tokens, 1, dim] each; gathered once and shared by all layers."""
-        return self.cos_cache[positions].unsqueeze(1).to(dtype), self.sin_cache[positions].unsqueeze(1).to(dtype)
+        """The first halves of the tables (both halves are equal) for a batch's positions, [tokens, 1, dim/2],
+        gathered once and shared by all layers."""
+        half = self.head_dim // 2
+        cos = self.cos_cache[positions, :half].unsqueeze(1).to(dtype)
+        return cos, self.sin_cache[positions, :half].unsqueeze(1).to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # NOTE: x*cos + rotate_half(x)*sin, half by half: the same float operations, without building rotate_half(x).
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
 
 
 def apply_rotary(
@@ -65,4 +69,4 @@ def apply_rotary(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q: [tokens, heads, dim], k: [tokens, kv_heads, dim]."""
     cos, sin = cos_sin
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
