@@ -110,15 +110,22 @@ def run(args: ServerArgs, num_prompts: int, random_input_len: int, random_output
         "device": str(engine.runner.device),
         "dtype": str(engine.runner.dtype).replace("torch.", ""),
         "attention_backend": engine.runner.attention_backend_name,
-        "successful_requests": len(results),
+        **throughput_record(len(results), latency, input_tokens, output_tokens),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def throughput_record(requests: int, latency: float, input_tokens: int, output_tokens: int) -> dict:
+    """The `bench_offline_throughput` counters and rates of one timed run."""
+    return {
+        "successful_requests": requests,
         "total_latency": latency,
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
-        "request_throughput": len(results) / latency,
+        "request_throughput": requests / latency,
         "input_throughput": input_tokens / latency,
         "output_throughput": output_tokens / latency,
         "total_throughput": (input_tokens + output_tokens) / latency,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from bench.gpu.decode_roofline import DRY_RUN_SETTINGS
+from bench.offline import throughput_record
 from bench.gpu.provenance import run_metadata, write_result
 
 MODULE = "bench.gpu.offline_throughput"
@@ -148,14 +149,7 @@ def run(workload: Workload, opts: argparse.Namespace, device: torch.device) -> d
         "max_running_requests": engine.scheduler.max_running_requests,
         "decode_steps": counter.decode_steps,
         "graph_decode_steps": counter.graph_steps,
-        "successful_requests": len(results),
-        "total_latency_s": latency,
-        "total_input_tokens": input_tokens,
-        "total_output_tokens": output_tokens,
-        "request_throughput": len(results) / latency,
-        "input_throughput": input_tokens / latency,
-        "output_throughput": output_tokens / latency,
-        "total_throughput": (input_tokens + output_tokens) / latency,
+        **throughput_record(len(results), latency, input_tokens, output_tokens),
     }
 
 
@@ -165,7 +159,7 @@ def print_summary(record: dict) -> None:
     print(f"{record['benchmark']}: {workload['model']} x {workload['num_prompts']} prompts on "
           f"{record['meta']['device']} ({record['attention_backend']}, {graphs}): "
           f"output {record['output_throughput']:.1f} tok/s, total {record['total_throughput']:.1f} tok/s, "
-          f"{record['total_latency_s']:.2f} s")
+          f"{record['total_latency']:.2f} s")
 
 
 if __name__ == "__main__":
