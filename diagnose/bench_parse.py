@@ -65,7 +65,8 @@ def write_log(path: str, n: int, seed: int = 0) -> None:
 
 
 def _classify(path: str, fields: bool) -> dict:
-    from diagnose.columns import access_fields, batch_fields
+    from diagnose.blocks import scanned_blocks
+    from diagnose.columns import access_fields
     from diagnose.fields import parse_fields
     from diagnose.parser import ParseStats, Parser
     from diagnose.reader import LineReader, open_log
@@ -78,11 +79,11 @@ def _classify(path: str, fields: bool) -> dict:
     read = 0
     with open_log(path) as stream:
         no = 1
-        for data, _ in LineReader(stream).raw_blocks():
-            block = parser.feed_bytes(data, no, hot_rows=False)
+        for scanned in scanned_blocks(LineReader(stream), read_fields=fields):
+            block = parser.feed_scanned(scanned.data, scanned.fast, no, hot_rows=False)
             no += block.count
             if fields:
-                read += _read_fields(block, batch_fields, access_fields, parse_fields)
+                read += _read_fields(block, scanned.fields, access_fields, parse_fields)
         rows = parser.finish()
         if fields:
             read += sum(len(parse_fields(r[0], r[4])) >= 0 for r in rows)
@@ -90,14 +91,15 @@ def _classify(path: str, fields: bool) -> dict:
             "events": dict(stats.kinds), "read": read}
 
 
-def _read_fields(block, batch_fields, access_fields, parse_fields) -> int:
-    """Every field of every event of a block; returns how many events were read."""
+def _read_fields(block, batch, access_fields, parse_fields) -> int:
+    """Every field of every event of a block (`batch`: its decode/prefill fields, read while scanning);
+    returns how many events were read."""
     for kind, _, _, _, text, _ in block.rows:
         parse_fields(kind, text)
     fast = block.fast
     if fast is None:
         return len(block.rows)
-    batch_rows, _ = batch_fields(fast)
+    batch_rows, _ = batch
     access_rows, _ = access_fields(block.data, fast)
     unread = np.ones(len(fast.index), bool)
     unread[batch_rows] = unread[access_rows] = False

@@ -37,19 +37,24 @@ _POW10 = 10 ** np.arange(19, dtype=np.int64)
 _TRUE, _FALSE = b"True", b"False"
 
 
-def batch_fields(fast: FastLines) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+BatchFields = tuple[np.ndarray, dict[str, np.ndarray]]
+
+
+def batch_fields(fast: FastLines) -> BatchFields:
     """(indices into `fast` of the decode and prefill lines read here, their fields by canonical name)."""
     rows = np.flatnonzero(fast.kind != ACCESS)
     read, columns = read_batches(fast.raw, fast.body[rows], fast.end[rows], fast.kind[rows] == PREFILL)
     return rows[read], {name: values[read] for name, values in columns.items()}
 
 
-def hot_frame(fast: FastLines, first_line: int, source: int) -> tuple[pd.DataFrame, np.ndarray]:
+def hot_frame(fast: FastLines, first_line: int, source: int,
+              fields: BatchFields | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """The decode and prefill lines of a scanned block that read completely here (kind, line, time, rank,
-    source and their fields as columns: numbers as float, `cuda_graph` as bool), and their indices in `fast`."""
+    source and their fields as columns: numbers as float, `cuda_graph` as bool), and their indices in `fast`.
+    `fields` is `batch_fields(fast)` when the caller has read them already."""
     import pandas as pd
 
-    rows, columns = batch_fields(fast)
+    rows, columns = fields if fields is not None else batch_fields(fast)
     frame = pd.DataFrame({"kind": KINDS[fast.kind[rows]], "line": fast.index[rows] + first_line,
                           "time": fast.time[rows], "rank": fast.rank[rows], "source": source, **columns})
     return frame, rows

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from diagnose.columns import hot_frame
+from diagnose.columns import BatchFields, hot_frame
 from diagnose.scan import ACCESS, KINDS, FastLines
 
 if TYPE_CHECKING:
@@ -53,10 +53,12 @@ class HotBlock:
     unread: np.ndarray
 
     @classmethod
-    def read(cls, data: bytes, fast: FastLines, first_line: int, source: int) -> HotBlock:
+    def read(cls, data: bytes, fast: FastLines, first_line: int, source: int,
+             fields: BatchFields | None = None) -> HotBlock:
+        """The block's hot lines; `fields` is `batch_fields(fast)` when the caller has read them already."""
         keep = np.ones(len(fast.index), bool)
         keep[np.searchsorted(fast.index, fast.routed)] = False
-        frame, read = hot_frame(fast, first_line, source)
+        frame, read = hot_frame(fast, first_line, source, fields)
         frame = frame[keep[read]]
         unread = fast.kind != ACCESS
         unread[read] = False

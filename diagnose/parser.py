@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from diagnose.blocks import scanned_blocks
 from diagnose.events import Event
 from diagnose.hotlines import HotBlock
 from diagnose.reader import LineReader, decode_lines, open_log
@@ -158,7 +159,10 @@ class Parser:
     def feed_bytes(self, data: bytes, first_line: int = 1, hot_rows: bool = True) -> Block:
         """A raw block of lines (no trailing newline) numbered from `first_line`: its rows in line order, and
         the scanner's hot lines. With `hot_rows=False` the hot lines are counted but left out of the rows."""
-        fast = scan(data)
+        return self.feed_scanned(data, scan(data), first_line, hot_rows)
+
+    def feed_scanned(self, data: bytes, fast: FastLines | None, first_line: int = 1, hot_rows: bool = True) -> Block:
+        """`feed_bytes` for a block the caller has already scanned (`fast = scan(data)`)."""
         if fast is None:
             lines = decode_lines(data)
             return Block(self.feed(lines, first_line), len(lines), None, "", data)
@@ -284,12 +288,12 @@ def row_batches(path: str | Path, source: int = 0, stats: ParseStats | None = No
     with open_log(path) as stream:
         reader = LineReader(stream)
         no = 1
-        for data, cut in reader.raw_blocks():
-            if cut:
+        for scanned in scanned_blocks(reader, read_fields=hot is not None):
+            if scanned.cut:
                 reader.note_cut(no)
-            block = parser.feed_bytes(data, no, hot_rows=hot is None)
+            block = parser.feed_scanned(scanned.data, scanned.fast, no, hot_rows=hot is None)
             if hot is not None and block.fast is not None:
-                hot.append(HotBlock.read(data, block.fast, no, source))
+                hot.append(HotBlock.read(block.data, block.fast, no, source, scanned.fields))
             yield block.rows
             no += block.count
         for cut in reader.cut:
