@@ -15,7 +15,9 @@ Record schema (one JSON object per run; numbers that could not be measured are n
 - goodput (with `--slo`): `slo` ({"ttft"|"tpot"|"e2e": ms}), `goodput` (req/s meeting every SLO),
   `slo_attainment` (fraction of sent requests meeting every SLO);
 - client verdict: `scheduled_rate`, `achieved_rate` (req/s as sent), `dispatch_ratio`, `send_lag_p50_ms`,
-  `send_lag_p99_ms`, `send_lag_max_ms`, `concurrency_wait_p99_ms`, `client_bottleneck`, `client_verdict`;
+  `send_lag_p99_ms`, `send_lag_max_ms`, `concurrency_wait_p99_ms`, `send_lag_limit_ms` (the lag past which
+  the client counts as the bottleneck: 10 ms, or a tenth of the mean scheduled gap when longer),
+  `client_bottleneck`, `client_verdict`;
 - the window, for cutting server logs: `started_at`, `ended_at` (unix seconds), `started_at_iso`, `ended_at_iso`
   (local time with offset), `server_log` (the `--server-log` path or null);
 - server side: `scraped_metrics` ([{"t": unix seconds, "metrics": {sample name: value}}]), `scrape_error`;

@@ -9,6 +9,7 @@ from bench.outcome import RequestOutcome
 
 KEPT_UP_RATIO = 0.99
 LAG_TOLERANCE_MS = 10.0
+LAG_GAP_FRACTION = 0.1  # lateness under a tenth of the mean gap between sends leaves the arrival process intact
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,7 @@ class ClientVerdict:
     send_lag_p99_ms: float | None
     send_lag_max_ms: float | None
     concurrency_wait_p99_ms: float | None
+    send_lag_limit_ms: float
     client_bottleneck: bool
     client_verdict: str
 
@@ -55,6 +57,13 @@ def _sentence(v: dict, n: int, max_concurrency: int | None, burst: bool) -> str:
     return f"The client kept up: {achieved:.1f} req/s sent of {scheduled:.1f} req/s scheduled ({lag})."
 
 
+def send_lag_limit_ms(scheduled_rate: float | None) -> float:
+    """The send lag past which the client, not the server, shaped the load: a fixed tolerance for scheduler
+    jitter, or a tenth of the mean gap between scheduled sends when that is longer."""
+    gap_ms = 1000.0 / scheduled_rate if scheduled_rate else 0.0
+    return max(LAG_TOLERANCE_MS, LAG_GAP_FRACTION * gap_ms)
+
+
 def judge(outcomes: list[RequestOutcome], start: float, max_concurrency: int | None = None) -> ClientVerdict:
     sent = [o for o in outcomes if o.dispatched > 0]
     scheduled = np.array([o.scheduled for o in sent])
@@ -74,9 +83,10 @@ def judge(outcomes: list[RequestOutcome], start: float, max_concurrency: int | N
         "send_lag_max_ms": _ms(lag, 100),
         "concurrency_wait_p99_ms": _ms(wait, 99),
     }
+    v["send_lag_limit_ms"] = lag_limit = send_lag_limit_ms(scheduled_rate)
     # NOTE: a rate shortfall counts only once it amounts to real lateness; over a short span a millisecond of
     # jitter on the last send would otherwise read as a slow client.
-    fell_behind = ratio is not None and ratio < KEPT_UP_RATIO and v["send_lag_max_ms"] > LAG_TOLERANCE_MS
-    v["client_bottleneck"] = bool(not burst and sent and (fell_behind or v["send_lag_p99_ms"] > LAG_TOLERANCE_MS))
+    fell_behind = ratio is not None and ratio < KEPT_UP_RATIO and v["send_lag_max_ms"] > lag_limit
+    v["client_bottleneck"] = bool(not burst and sent and (fell_behind or v["send_lag_p99_ms"] > lag_limit))
     v["client_verdict"] = _sentence(v, len(sent), max_concurrency, burst) if sent else "No request was sent."
     return ClientVerdict(**v)

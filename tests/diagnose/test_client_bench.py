@@ -107,3 +107,15 @@ def test_bench_jsonl_written_by_the_bench_package_is_read_with_its_verdict(tmp_p
     assert runs[1].client_bottleneck is None and not runs[1].has_verdict
     d = analyze(lines=Log().decode_series(5).lines, bench=str(path))
     assert [f.id for f in d.findings if f.id.startswith("client")] == ["client.bottleneck"]
+
+
+
+@pytest.mark.parametrize("share,fires", [(0.8, False), (1.2, True)])
+def test_send_lag_is_judged_against_the_gap_between_sends_at_low_rates(share: float, fires: bool) -> None:
+    # NOTE: at ~1 req/s the mean gap is ~1 s: lateness up to a tenth of it leaves the arrival process intact.
+    limit = bench_record(1.0, 400)["send_lag_limit_ms"]
+    assert limit > 5 * LAG_TOLERANCE_MS
+    record = bench_record(1.0, 400, lag_ms=share * limit)
+    assert record["send_lag_limit_ms"] == pytest.approx(100.0 / record["scheduled_rate"])
+    assert record["client_bottleneck"] is fires
+    assert bool(client_findings(record)) is fires
