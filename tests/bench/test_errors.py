@@ -74,14 +74,23 @@ def test_ctrl_c_cancels_in_flight_requests_and_keeps_the_finished_ones():
     workload = Workload([Prompt(t, 2, 2) for t in texts], np.array([0, 0, 0, 0.05, 0.05, 0.05, 10, 10, 10.0]),
                         1.0, "constant")
 
+    async def ctrl_c_once_the_slow_ones_are_in_flight(stub: StubServer) -> None:
+        for _ in range(500):  # at most 5 s
+            if len(stub.served) == 6 and stub.in_flight == 3:
+                break
+            await asyncio.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
     async def run():
         async with StubServer(scripts) as stub:
-            asyncio.get_running_loop().call_later(0.4, os.kill, os.getpid(), signal.SIGINT)
+            interrupt = asyncio.ensure_future(ctrl_c_once_the_slow_ones_are_in_flight(stub))
             target = Target(stub.base_url, "sglang")
-            return await measure(target, RunSettings(request_timeout=30, warmup_requests=0), workload)
+            measured = await measure(target, RunSettings(request_timeout=30, warmup_requests=0), workload)
+            await interrupt
+            return measured
 
     run = eventloop.run(run()).run
-    assert run.interrupted and run.duration < 2.0
+    assert run.interrupted and run.duration < 6.0
     summary = summarize(run.outcomes, run.duration)
     assert (summary["num_requests"], summary["completed"], summary["cancelled"], summary["failed"]) == (6, 3, 3, 0)
     assert [o.error for o in run.outcomes[3:6]] == [CANCELLED] * 3
