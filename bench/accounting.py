@@ -1,7 +1,7 @@
 """Per-token accounting of a streamed response: how many tokens each event carried, summing to the true total."""
 from __future__ import annotations
 
-from bench.backends import StreamTokens
+from toolkit.bench.backends import StreamTokens
 
 
 def reconcile(estimates: list[int], total: int) -> list[int]:

@@ -5,8 +5,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bench.datasets import Prompt
-from bench.sse import StreamError
+from toolkit.bench.datasets import Prompt
+from toolkit.bench.sse import StreamError
 
 Backend = Literal["sglang", "openai", "openai-chat"]
 BACKENDS: tuple[str, ...] = ("sglang", "openai", "openai-chat")

@@ -6,12 +6,12 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.backends import Backend, RequestOptions, request_body
-from bench.client import Client, auth_headers
-from bench.outcome import RequestOutcome
-from bench.runner import Progress, Runner, RunResult
-from bench.scrape import MetricsScraper
-from bench.workload import Workload
+from toolkit.bench.backends import Backend, RequestOptions, request_body
+from toolkit.bench.client import Client, auth_headers
+from toolkit.bench.outcome import RequestOutcome
+from toolkit.bench.runner import Progress, Runner, RunResult
+from toolkit.bench.scrape import MetricsScraper
+from toolkit.bench.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)

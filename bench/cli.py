@@ -79,8 +79,8 @@ def bench(
     progress: bool = typer.Option(True, help="Show a live progress bar on a terminal.", rich_help_panel=_OUT),
 ) -> None:
     """Load-test an SGLang, vLLM or OpenAI-compatible server at an exact request rate and report what it did."""
-    from bench.command import BenchOptions, run
-    from bench.datasets import DatasetSpec
+    from toolkit.bench.command import BenchOptions, run
+    from toolkit.bench.datasets import DatasetSpec
 
     spec = DatasetSpec(
         name=dataset, path=dataset_path, seed=seed, random_input_len=random_input_len,

@@ -4,11 +4,11 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter
 
-from bench.accounting import token_counts
-from bench.backends import ENDPOINTS, Backend, StreamTokens, read_tokens
-from bench.http import HttpClient, ProtocolError
-from bench.outcome import CANCELLED, RequestOutcome
-from bench.sse import StreamError, split_events
+from toolkit.bench.accounting import token_counts
+from toolkit.bench.backends import ENDPOINTS, Backend, StreamTokens, read_tokens
+from toolkit.bench.http import HttpClient, ProtocolError
+from toolkit.bench.outcome import CANCELLED, RequestOutcome
+from toolkit.bench.sse import StreamError, split_events
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:

@@ -9,17 +9,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import eventloop
-from bench.arrivals import ARRIVALS
-from bench.backends import ALIASES, BACKENDS
-from bench.benchmark import RunSettings, Target, measure
-from bench.datasets import DATASETS, DatasetError, DatasetSpec
-from bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
-from bench.output import append_record, print_summary
-from bench.record import build_record
-from bench.sweep import Step, sweep
-from bench.target import TargetError, resolve_model
-from bench.workload import LoadSpec, build_workload
+from toolkit.bench import eventloop
+from toolkit.bench.arrivals import ARRIVALS
+from toolkit.bench.backends import ALIASES, BACKENDS
+from toolkit.bench.benchmark import RunSettings, Target, measure
+from toolkit.bench.datasets import DATASETS, DatasetError, DatasetSpec
+from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
+from toolkit.bench.output import append_record, print_summary
+from toolkit.bench.record import build_record
+from toolkit.bench.sweep import Step, sweep
+from toolkit.bench.target import TargetError, resolve_model
+from toolkit.bench.workload import LoadSpec, build_workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +79,8 @@ def _check(opts: BenchOptions) -> None:
 
 
 def _load_tokenizer(path: str | None, console: Console):
-    from runtime.model_loader.errors import ModelLoadError
-    from runtime.model_loader.tokenizer import load_tokenizer
+    from toolkit.runtime.model_loader.errors import ModelLoadError
+    from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 
     with console.status("loading the tokenizer"):
         try:
@@ -112,7 +112,7 @@ class _LiveProgress:
 
 
 def _config(opts: BenchOptions, target: Target, settings: RunSettings) -> dict:
-    from toolkit import __version__
+    from toolkit.version import __version__
 
     spec = opts.dataset
     return {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.outcome import CANCELLED, RequestOutcome
+from toolkit.bench.outcome import CANCELLED, RequestOutcome
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 

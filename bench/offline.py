@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from runtime.server_args import ServerArgs, SuggestingArgumentParser, add_cli_args
+from toolkit.runtime.server_args import ServerArgs, SuggestingArgumentParser, add_cli_args
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ def random_requests(num: int, input_len: int, output_len: int, range_ratio: floa
 
 def jsonl_requests(path: Path, tokenizer, default_output_len: int, limit: int) -> list[OfflineRequest]:
     """The `custom` dataset's JSONL (`{"prompt", "output_len"}` or a messages list), as token ids."""
-    from bench.datasets.base import DatasetError
-    from bench.datasets.custom import read_rows
+    from toolkit.bench.datasets.base import DatasetError
+    from toolkit.bench.datasets.custom import read_rows
 
     try:
         rows = read_rows(path)[:limit]
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
 
 def run(args: ServerArgs, num_prompts: int, random_input_len: int, random_output_len: int,
         random_range_ratio: float, dataset_path: Path | None, seed: int, output_file: Path | None = None) -> dict:
-    from runtime.engine import Engine
+    from toolkit.runtime.engine import Engine
 
     engine = Engine(**asdict(args))
     tokenizer = engine.tokenizer

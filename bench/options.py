@@ -5,7 +5,7 @@ import json
 import math
 import re
 
-from bench.metrics import SLO_METRICS
+from toolkit.bench.metrics import SLO_METRICS
 
 
 class UsageError(ValueError):

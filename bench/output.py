@@ -35,9 +35,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bench.metrics import request_metrics
-from bench.outcome import RequestOutcome
-from bench.runner import RunResult
+from toolkit.bench.metrics import request_metrics
+from toolkit.bench.outcome import RequestOutcome
+from toolkit.bench.runner import RunResult
 
 
 def _iso(unix: float) -> str:

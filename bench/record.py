@@ -1,12 +1,12 @@
 """Assembles one run's record (schema in `bench.output`) from its configuration and measurement."""
 from __future__ import annotations
 
-from bench.benchmark import Measurement
-from bench.metrics import summarize
-from bench.options import rate_label
-from bench.output import request_row, window
-from bench.verdict import judge
-from bench.workload import Workload
+from toolkit.bench.benchmark import Measurement
+from toolkit.bench.metrics import summarize
+from toolkit.bench.options import rate_label
+from toolkit.bench.output import request_row, window
+from toolkit.bench.verdict import judge
+from toolkit.bench.workload import Workload
 
 
 def build_record(config: dict, measurement: Measurement, workload: Workload, *, slo_ms: dict[str, float],

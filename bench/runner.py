@@ -11,8 +11,8 @@ from time import perf_counter, time
 
 import numpy as np
 
-from bench.client import Client
-from bench.outcome import CANCELLED, RequestOutcome
+from toolkit.bench.client import Client
+from toolkit.bench.outcome import CANCELLED, RequestOutcome
 
 _START_LEAD_S = 0.01
 _TICK_S = 0.25

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from bench.client import auth_headers
+from toolkit.bench.client import auth_headers
 
 _PROBE_TIMEOUT_S = 10.0
 

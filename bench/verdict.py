@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bench.outcome import RequestOutcome
+from toolkit.bench.outcome import RequestOutcome
 
 KEPT_UP_RATIO = 0.99
 LAG_TOLERANCE_MS = 10.0

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.arrivals import Arrival, schedule
-from bench.datasets import DatasetSpec, Prompt, build_prompts
-from bench.datasets.trace import prompts_for, read_trace, window
+from toolkit.bench.arrivals import Arrival, schedule
+from toolkit.bench.datasets import DatasetSpec, Prompt, build_prompts
+from toolkit.bench.datasets.trace import prompts_for, read_trace, window
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from diagnose.analysis import Diagnosis, analyze
+    from toolkit.diagnose.analysis import Diagnosis, analyze
 
 __all__ = ["Diagnosis", "analyze"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from diagnose import analysis
+        from toolkit.diagnose import analysis
 
         return getattr(analysis, name)
     raise AttributeError(name)

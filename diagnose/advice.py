@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from diagnose.fields import Value
-from diagnose.findings import Finding
+from toolkit.diagnose.fields import Value
+from toolkit.diagnose.findings import Finding
 
 LAUNCHER = "python -m sglang.launch_server"
 # (argument, value that needs no flag)

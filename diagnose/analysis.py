@@ -5,15 +5,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnose.advice import launch_command
-from diagnose.bench_input import BenchInput, read_bench
-from diagnose.config import ServerConfig
-from diagnose.findings import SEVERITIES, Finding, rank_of
-from diagnose.hotlines import HotBlock
-from diagnose.metrics_input import Metrics, read_metrics
-from diagnose.parser import ParseStats, Parser, Row, row_batches
-from diagnose.rules import Context, run_rules
-from diagnose.timeline import Timeline, build_timeline
+from toolkit.diagnose.advice import launch_command
+from toolkit.diagnose.bench_input import BenchInput, read_bench
+from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.findings import SEVERITIES, Finding, rank_of
+from toolkit.diagnose.hotlines import HotBlock
+from toolkit.diagnose.metrics_input import Metrics, read_metrics
+from toolkit.diagnose.parser import ParseStats, Parser, Row, row_batches
+from toolkit.diagnose.rules import Context, run_rules
+from toolkit.diagnose.timeline import Timeline, build_timeline
 
 _VERDICTS = {
     "critical": "CRITICAL",

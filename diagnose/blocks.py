@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from diagnose.columns import BatchFields, batch_fields
-from diagnose.reader import LineReader
-from diagnose.scan import FastLines, scan
+from toolkit.diagnose.columns import BatchFields, batch_fields
+from toolkit.diagnose.reader import LineReader
+from toolkit.diagnose.scan import FastLines, scan
 
 WORKERS = min(2, os.cpu_count() or 1)
 

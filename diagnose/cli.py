@@ -46,7 +46,7 @@ def diagnose(
     _check_inputs(logs, fmt, fail_on, export, bench)
     from rich.console import Console
 
-    from diagnose.analysis import analyze
+    from toolkit.diagnose.analysis import analyze
 
     try:
         result = analyze(logs, metrics=metrics, bench=bench)
@@ -54,28 +54,28 @@ def diagnose(
         _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     err = Console(stderr=True, highlight=False)
     if plots:
-        from diagnose.plots import write_plots
+        from toolkit.diagnose.plots import write_plots
 
         for path in write_plots(result.timeline, plots):
             err.print(f"plot: {path}", markup=False)
     if export:
-        from diagnose.export import write_events
+        from toolkit.diagnose.export import write_events
 
         err.print(f"events: {write_events(result.timeline, export)}", markup=False)
     if html:
-        from reports.build import render_report, write_html
-        from reports.inputs import ReportError
+        from toolkit.reports.build import render_report, write_html
+        from toolkit.reports.inputs import ReportError
 
         try:
             err.print(f"html: {write_html(render_report([], result), html)}", markup=False)
         except ReportError as exc:
             _fail(str(exc))
     if fmt == "json":
-        from diagnose.report_json import render_json
+        from toolkit.diagnose.report_json import render_json
 
         typer.echo(render_json(result))
     else:
-        from diagnose.report_terminal import render
+        from toolkit.diagnose.report_terminal import render
 
         render(result, Console(highlight=False))
     if fail_on is not None and result.fails(fail_on):

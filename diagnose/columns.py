@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from diagnose.fields import canonical
-from diagnose.scan import ACCESS, KINDS, PREFILL, Bytes, FastLines, finds, first_byte, has_literal
+from toolkit.diagnose.fields import canonical
+from toolkit.diagnose.scan import ACCESS, KINDS, PREFILL, Bytes, FastLines, finds, first_byte, has_literal
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.fields import Value
+from toolkit.diagnose.fields import Value
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class ServerConfig:
 
     @property
     def schedule_policy(self) -> str | None:
-        from diagnose.eras import default_schedule_policy
+        from toolkit.diagnose.eras import default_schedule_policy
 
         return self.arg("schedule_policy") or default_schedule_policy(self.era)
 
@@ -62,7 +62,7 @@ class ServerConfig:
 
     @property
     def cuda_graph_max_bs(self) -> int | None:
-        from diagnose.eras import default_cuda_graph_max_bs
+        from toolkit.diagnose.eras import default_cuda_graph_max_bs
 
         v = self.arg("cuda_graph_max_bs")
         if isinstance(v, int):

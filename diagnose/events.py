@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from diagnose.fields import Value, parse_fields
+from toolkit.diagnose.fields import Value, parse_fields
 
 Kind = Literal[
     "decode",            # Decode batch ... (every decode_log_interval steps)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from diagnose.fields import parse_fields
-from diagnose.timeline import Timeline
+from toolkit.diagnose.fields import parse_fields
+from toolkit.diagnose.timeline import Timeline
 
 FORMATS = (".csv", ".parquet")
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from diagnose.columns import BatchFields, hot_frame
-from diagnose.scan import ACCESS, KINDS, FastLines
+from toolkit.diagnose.columns import BatchFields, hot_frame
+from toolkit.diagnose.scan import ACCESS, KINDS, FastLines
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from diagnose.blocks import scanned_blocks
-from diagnose.events import Event
-from diagnose.hotlines import HotBlock
-from diagnose.reader import LineReader, decode_lines, open_log
-from diagnose.scan import KINDS, FastLines, scan
-from diagnose.stamp import HAS_STAMP, Stamp, read_stamp
+from toolkit.diagnose.blocks import scanned_blocks
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.hotlines import HotBlock
+from toolkit.diagnose.reader import LineReader, decode_lines, open_log
+from toolkit.diagnose.scan import KINDS, FastLines, scan
+from toolkit.diagnose.stamp import HAS_STAMP, Stamp, read_stamp
 
 
 MAX_BLOCK_LINES = 200

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from diagnose.timeline import Timeline
+from toolkit.diagnose.timeline import Timeline
 
 
 def _safe_name(rank: str) -> str:

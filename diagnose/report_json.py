@@ -5,10 +5,10 @@ import json
 import math
 from typing import Any
 
-from diagnose.analysis import Diagnosis
-from diagnose.events import KINDS
-from diagnose.findings import Finding
-from diagnose.timeline import distribution
+from toolkit.diagnose.analysis import Diagnosis
+from toolkit.diagnose.events import KINDS
+from toolkit.diagnose.findings import Finding
+from toolkit.diagnose.timeline import distribution
 
 SCHEMA = "toolkit.diagnose/1"
 

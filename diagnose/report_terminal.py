@@ -9,8 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from diagnose.analysis import Diagnosis
-from diagnose.findings import Finding
+from toolkit.diagnose.analysis import Diagnosis
+from toolkit.diagnose.findings import Finding
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

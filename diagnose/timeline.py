@@ -16,11 +16,11 @@ from typing import Literal, NamedTuple
 import numpy as np
 import pandas as pd
 
-from diagnose.config import ServerConfig
-from diagnose.eras import era_of
-from diagnose.fields import parse_fields
-from diagnose.hotlines import Events, HotBlock
-from diagnose.parser import Row
+from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.eras import era_of
+from toolkit.diagnose.fields import parse_fields
+from toolkit.diagnose.hotlines import Events, HotBlock
+from toolkit.diagnose.parser import Row
 
 Phase = Literal["idle", "ramp", "steady", "drain"]
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from reports.build import build_report, render_report
+    from toolkit.reports.build import build_report, render_report
 
 __all__ = ["build_report", "render_report"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from reports import build
+        from toolkit.reports import build
 
         return getattr(build, name)
     raise AttributeError(name)

@@ -5,11 +5,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from diagnose.analysis import Diagnosis, analyze
-from diagnose.bench_input import BenchInput, BenchRun
-from reports.inputs import ReportError, bench_window, check_log
-from reports.page import context
-from reports.render import render_html
+from toolkit.diagnose.analysis import Diagnosis, analyze
+from toolkit.diagnose.bench_input import BenchInput, BenchRun
+from toolkit.reports.inputs import ReportError, bench_window, check_log
+from toolkit.reports.page import context
+from toolkit.reports.render import render_html
 
 
 def diagnose_log(records: Sequence[dict], server_log: str | Path) -> Diagnosis:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from reports.bench_rows import Run
+from toolkit.reports.bench_rows import Run
 
 MIN_SWEEP_POINTS = 2
 
@@ -81,7 +81,7 @@ def sweep_image(rows: Sequence[Run]) -> Image | None:
 
 def timeline_images(timeline) -> list[tuple[str, Image]]:
     """(rank, image) per rank of a diagnose timeline: token usage, requests, gen throughput, retractions."""
-    from diagnose.plots import plot_pngs
+    from toolkit.diagnose.plots import plot_pngs
 
     return [(rank, Image(data_uri(png), f"Server timeline of rank {rank or '(single)'}: token usage, running and "
                                         "queued requests, gen throughput with retractions marked"))

@@ -30,8 +30,8 @@ def report(
             _fail(f"{flag} {given}: no such file")
     from pathlib import Path
 
-    from reports.build import build_report
-    from reports.inputs import ReportError, read_all
+    from toolkit.reports.build import build_report
+    from toolkit.reports.inputs import ReportError, read_all
 
     try:
         path = build_report(read_all(bench), server_log, out, title, bench_sources=bench)
@@ -39,6 +39,6 @@ def report(
         _fail(str(exc))
     typer.echo(f"report: {path}")
     if open_:
-        from reports.viewer import show
+        from toolkit.reports.viewer import show
 
         show(Path(path), typer.echo)

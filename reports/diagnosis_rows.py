@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 
-from diagnose.analysis import Diagnosis
-from diagnose.findings import Finding
+from toolkit.diagnose.analysis import Diagnosis
+from toolkit.diagnose.findings import Finding
 
 MAX_LINES_SHOWN = 12
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from diagnose.bench_input import to_log_clock
+from toolkit.diagnose.bench_input import to_log_clock
 
 
 class ReportError(ValueError):

@@ -4,9 +4,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from diagnose.analysis import Diagnosis
-from reports import bench_rows, diagnosis_rows
-from reports.charts import sweep_image, timeline_images
+from toolkit.diagnose.analysis import Diagnosis
+from toolkit.reports import bench_rows, diagnosis_rows
+from toolkit.reports.charts import sweep_image, timeline_images
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("config", "Configuration"), ("verdict", "Client verdict"), ("tables", "Latency and throughput"),
@@ -26,7 +26,7 @@ def default_title(records: Sequence[dict], diagnosis: Diagnosis | None) -> str:
 
 def context(records: Sequence[dict], diagnosis: Diagnosis | None, title: str | None = None,
             bench_sources: Sequence[str] = ()) -> dict:
-    from toolkit import __version__
+    from toolkit.version import __version__
 
     rows = bench_rows.runs(records)
     return {

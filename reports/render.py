@@ -23,7 +23,7 @@ def num(value: object, digits: int = 2) -> str:
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("reports", "templates"),
+        loader=PackageLoader("toolkit.reports", "templates"),
         autoescape=select_autoescape(enabled_extensions=("html", "jinja"), default_for_string=True, default=True),
         undefined=StrictUndefined,
         trim_blocks=True,

@@ -15,7 +15,7 @@ __all__ = ["Engine"]
 
 def __getattr__(name: str) -> Any:
     if name == "Engine":
-        from runtime.engine import Engine
+        from toolkit.runtime.engine import Engine
 
         return Engine
     raise AttributeError(f"module 'runtime' has no attribute {name!r}")

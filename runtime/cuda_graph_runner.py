@@ -18,11 +18,11 @@ from typing import Protocol
 
 import torch
 
-from runtime.attention.base import AttentionBackend
-from runtime.device_memory import available_memory_gib
-from runtime.forward_batch import ForwardBatch, ForwardMode
-from runtime.memory.kv_pool import KVPool
-from runtime.memory.req_to_token import ReqToTokenPool
+from toolkit.runtime.attention.base import AttentionBackend
+from toolkit.runtime.device_memory import available_memory_gib
+from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
+from toolkit.runtime.memory.kv_pool import KVPool
+from toolkit.runtime.memory.req_to_token import ReqToTokenPool
 
 logger = logging.getLogger("runtime")
 

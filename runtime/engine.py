@@ -6,12 +6,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.launch import launch_scheduler
-from runtime.logging_setup import configure_logging
-from runtime.sampling.sampling_params import SamplingParams
-from runtime.scheduler.request import FinishReason
-from runtime.scheduler.scheduler import GenerateInput, TokenOutput, context_length_error, token_id_error
-from runtime.server_args import ServerArgs
+from toolkit.runtime.launch import launch_scheduler
+from toolkit.runtime.logging_setup import configure_logging
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.scheduler.request import FinishReason
+from toolkit.runtime.scheduler.scheduler import GenerateInput, TokenOutput, context_length_error, token_id_error
+from toolkit.runtime.server_args import ServerArgs
 
 Prompt = str | list[str] | None
 InputIds = list[int] | list[list[int]] | None

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from runtime.attention.base import AttentionBackend
-    from runtime.memory.kv_pool import KVPool
+    from toolkit.runtime.attention.base import AttentionBackend
+    from toolkit.runtime.memory.kv_pool import KVPool
 
 
 class ForwardMode(IntEnum):

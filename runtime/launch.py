@@ -6,13 +6,13 @@ import logging
 
 import torch
 
-from runtime.device_memory import resolve_device, total_memory_mib
-from runtime.memory_planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults
-from runtime.model_loader.loader import ModelSource, resolve_model_source
-from runtime.model_loader.tokenizer import load_tokenizer
-from runtime.model_runner import ModelRunner
-from runtime.scheduler.scheduler import Scheduler
-from runtime.server_args import ServerArgs
+from toolkit.runtime.device_memory import resolve_device, total_memory_mib
+from toolkit.runtime.memory_planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults
+from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
+from toolkit.runtime.model_loader.tokenizer import load_tokenizer
+from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.scheduler.scheduler import Scheduler
+from toolkit.runtime.server_args import ServerArgs
 
 logger = logging.getLogger("runtime")
 

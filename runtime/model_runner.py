@@ -8,29 +8,29 @@ from collections.abc import Iterator
 
 import torch
 
-from runtime.attention.base import AttentionBackend
-from runtime.attention.registry import create_backend, resolve_backend_name
-from runtime.cuda_graph_runner import CudaGraphRunner, capture_batch_sizes
-from runtime.cpu_threads import CpuThreadPolicy
-from runtime.device_memory import available_memory_gib, resolve_device, total_memory_mib
-from runtime.forward_batch import ForwardBatch
-from runtime.memory.allocator import TokenAllocator
-from runtime.memory.kv_pool import KVPool
-from runtime.memory.req_to_token import ReqToTokenPool
-from runtime.memory_planning import (
+from toolkit.runtime.attention.base import AttentionBackend
+from toolkit.runtime.attention.registry import create_backend, resolve_backend_name
+from toolkit.runtime.cuda_graph_runner import CudaGraphRunner, capture_batch_sizes
+from toolkit.runtime.cpu_threads import CpuThreadPolicy
+from toolkit.runtime.device_memory import available_memory_gib, resolve_device, total_memory_mib
+from toolkit.runtime.forward_batch import ForwardBatch
+from toolkit.runtime.memory.allocator import TokenAllocator
+from toolkit.runtime.memory.kv_pool import KVPool
+from toolkit.runtime.memory.req_to_token import ReqToTokenPool
+from toolkit.runtime.memory_planning import (
     PoolPlan,
     cuda_defaults,
     plan_cpu_pool,
     plan_cuda_pool,
     req_to_token_pool_size,
 )
-from runtime.model_loader.config import ModelConfig
-from runtime.model_loader.loader import ModelSource, resolve_model_source
-from runtime.models.cpu_packing import pack_for_cpu
-from runtime.models.decoder import CausalLM
-from runtime.models.registry import MODEL_CLASSES
-from runtime.models.weights import init_dummy_weights, load_weights
-from runtime.server_args import ServerArgs
+from toolkit.runtime.model_loader.config import ModelConfig
+from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
+from toolkit.runtime.models.cpu_packing import pack_for_cpu
+from toolkit.runtime.models.decoder import CausalLM
+from toolkit.runtime.models.registry import MODEL_CLASSES
+from toolkit.runtime.models.weights import init_dummy_weights, load_weights
+from toolkit.runtime.server_args import ServerArgs
 
 logger = logging.getLogger("runtime")
 

@@ -294,7 +294,7 @@ def default_served_model_name(args: ServerArgs) -> str:
     if args.served_model_name:
         return args.served_model_name
     if not args.model_path:
-        from runtime.model_loader.embedded import EMBEDDED_MODEL_NAME
+        from toolkit.runtime.model_loader.embedded import EMBEDDED_MODEL_NAME
 
         return EMBEDDED_MODEL_NAME
     path = Path(args.model_path)

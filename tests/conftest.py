@@ -22,7 +22,7 @@ CHAT_PROMPTS = [
 
 @pytest.fixture(scope="session")
 def embedded_tokenizer():
-    from runtime.model_loader.tokenizer import load_tokenizer
+    from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 
     return load_tokenizer(None)
 
@@ -43,7 +43,7 @@ def embedded_reference():
     """transformers' own model loaded from the embedded GGUF, float32: the ground truth."""
     from transformers import AutoModelForCausalLM
 
-    from runtime.model_loader.embedded import embedded_model_path
+    from toolkit.runtime.model_loader.embedded import embedded_model_path
 
     path = embedded_model_path()
     return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from toolkit import __version__
+from toolkit.version import __version__
 from toolkit.cli import app
 
 

@@ -1,9 +1,8 @@
-"""toolkit: an LLM-serving runtime bundled with a load generator and a log doctor."""
-from __future__ import annotations
+"""toolkit: an LLM-serving runtime bundled with a load generator and a log doctor.
 
-from importlib.metadata import PackageNotFoundError, version
+Subpackages: `toolkit.runtime` (serve), `toolkit.bench` (load generation), `toolkit.diagnose` (log doctor),
+`toolkit.reports` (HTML), `toolkit.traces` (workload data); `toolkit.cli` composes the command line.
+"""
+from toolkit.version import __version__
 
-try:
-    __version__ = version("toolkit")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+source"
+__all__ = ["__version__"]

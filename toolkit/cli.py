@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from toolkit import __version__
+from toolkit.version import __version__
 
 app = typer.Typer(
     name="toolkit",
@@ -39,7 +39,7 @@ _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 @app.command("serve", context_settings=_PASSTHROUGH, add_help_option=False)
 def serve(ctx: typer.Context) -> None:
     """Launch the SGLang-compatible HTTP server (same flags as sglang.launch_server)."""
-    from runtime.server.serve import main as serve_main
+    from toolkit.runtime.server.serve import main as serve_main
 
     raise typer.Exit(serve_main(ctx.args))
 
@@ -47,16 +47,16 @@ def serve(ctx: typer.Context) -> None:
 @app.command("bench-offline", context_settings=_PASSTHROUGH, add_help_option=False)
 def bench_offline(ctx: typer.Context) -> None:
     """Offline throughput of the in-process engine (like sglang.bench_offline_throughput)."""
-    from bench.offline import main as bench_offline_main
+    from toolkit.bench.offline import main as bench_offline_main
 
     raise typer.Exit(bench_offline_main(ctx.args))
 
 # -- registrations --
-from bench.cli import bench  # noqa: E402
+from toolkit.bench.cli import bench  # noqa: E402
 app.command("bench")(bench)
-from diagnose.cli import diagnose  # noqa: E402
+from toolkit.diagnose.cli import diagnose  # noqa: E402
 app.command("diagnose")(diagnose)
-from reports.cli import report  # noqa: E402
+from toolkit.reports.cli import report  # noqa: E402
 app.command("report")(report)
 
 

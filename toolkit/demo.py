@@ -100,7 +100,7 @@ def _run_bench(settings: DemoSettings, server: DemoServer, records_path: Path) -
 
 
 def _write_report(settings: DemoSettings, records: list[dict], log: Path):
-    from reports.build import diagnose_log, render_report, write_html
+    from toolkit.reports.build import diagnose_log, render_report, write_html
 
     diagnosis = diagnose_log(records, log)
     title = "toolkit demo: SmolLM2-135M-Instruct on this machine"

@@ -1,8 +1,8 @@
 """Datasets by name: each turns a `DatasetSpec` and a tokenizer into prompts with exact token lengths."""
 from __future__ import annotations
 
-from bench.datasets import custom, random_prompts, shared_prefix, sharegpt, trace
-from bench.datasets.base import DatasetError, DatasetSpec, Prompt
+from toolkit.bench.datasets import custom, random_prompts, shared_prefix, sharegpt, trace
+from toolkit.bench.datasets.base import DatasetError, DatasetSpec, Prompt
 
 _SAMPLERS = {
     "random": random_prompts.sample,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from bench.datasets.base import DatasetError, DatasetSpec, Prompt, cycle_to, require_file
+from toolkit.bench.datasets.base import DatasetError, DatasetSpec, Prompt, cycle_to, require_file
 
 _USER_ROLES = ("user", "human")
 _REPLY_ROLES = ("assistant", "gpt")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.datasets.base import DEFAULT_NUM_PROMPTS, DatasetSpec, Prompt
-from bench.datasets.vocab import WordPool, pool_for
+from toolkit.bench.datasets.base import DEFAULT_NUM_PROMPTS, DatasetSpec, Prompt
+from toolkit.bench.datasets.vocab import WordPool, pool_for
 
 
 def lengths(rng: np.random.Generator, length: int, range_ratio: float, count: int) -> np.ndarray:

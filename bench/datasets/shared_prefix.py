@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.datasets.base import DatasetSpec, Prompt, cycle_to
-from bench.datasets.vocab import pool_for
+from toolkit.bench.datasets.base import DatasetSpec, Prompt, cycle_to
+from toolkit.bench.datasets.vocab import pool_for
 
 
 def sample(spec: DatasetSpec, tokenizer, count: int | None) -> list[Prompt]:

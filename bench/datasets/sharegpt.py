@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from bench.datasets.base import DEFAULT_NUM_PROMPTS, DatasetError, DatasetSpec, Prompt, cycle_to, require_file
+from toolkit.bench.datasets.base import DEFAULT_NUM_PROMPTS, DatasetError, DatasetSpec, Prompt, cycle_to, require_file
 
 _MIN_TOKENS = 2
 _BATCH = 512

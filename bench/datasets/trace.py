@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from bench.datasets.base import DEFAULT_NUM_PROMPTS, DatasetError, DatasetSpec, Prompt, cycle_to
-from bench.datasets.vocab import WordPool, pool_for
+from toolkit.bench.datasets.base import DEFAULT_NUM_PROMPTS, DatasetError, DatasetSpec, Prompt, cycle_to
+from toolkit.bench.datasets.vocab import WordPool, pool_for
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "traces"
-DEFAULT_TRACE = TRACES_DIR / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+# NOTE: the traces ship inside the package (toolkit.traces), so an installed wheel replays them from anywhere.
+DEFAULT_TRACE = Path(str(files("toolkit.traces") / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"))
 MOONCAKE_BLOCK_TOKENS = 512
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 

@@ -6,7 +6,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from bench.datasets.base import DatasetError
+from toolkit.bench.datasets.base import DatasetError
 
 _WORD = re.compile(r"^[\u0120\u2581][A-Za-z]{2,}$")
 _MAX_CANDIDATES = 8192

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from diagnose.findings import Evidence, Finding
-from diagnose.rules import (
+from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.rules import (
     client,
     crashes,
     cuda_graph,
@@ -24,7 +24,7 @@ from diagnose.rules import (
     torch_compile,
     usage,
 )
-from diagnose.rules.context import Context
+from toolkit.diagnose.rules.context import Context
 
 Rule = Callable[[Context], list[Finding]]
 

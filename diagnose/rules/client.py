@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from diagnose.bench_input import BenchRun
-from diagnose.findings import Evidence, Finding
-from diagnose.rules.context import Context
+from toolkit.diagnose.bench_input import BenchRun
+from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.rules.context import Context
 
 ACHIEVED_FRACTION = 0.9
 NOISE_SIGMAS = 3.0

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from diagnose.bench_input import BenchInput
-from diagnose.config import ServerConfig
-from diagnose.metrics_input import Metrics
-from diagnose.timeline import Timeline
+from toolkit.diagnose.bench_input import BenchInput
+from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.metrics_input import Metrics
+from toolkit.diagnose.timeline import Timeline
 
 MIN_LINES = 10  # fewer steady decode lines than this and load-shape rules stay silent
 

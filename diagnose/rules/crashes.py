@@ -8,9 +8,9 @@
 """
 from __future__ import annotations
 
-from diagnose.fields import parse_fields
-from diagnose.findings import Finding, evidence_rows
-from diagnose.rules.context import Context
+from toolkit.diagnose.fields import parse_fields
+from toolkit.diagnose.findings import Finding, evidence_rows
+from toolkit.diagnose.rules.context import Context
 
 
 def check(ctx: Context) -> list[Finding]:

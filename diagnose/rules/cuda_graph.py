@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, pow2_at_least, ranks_of
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, ranks_of
 
 OFF_FRACTION = 0.2
 MAX_SUGGESTED_BS = 1024

@@ -6,9 +6,9 @@ Then suggest `--kv-cache-dtype fp8_e5m2` (twice the tokens per GB) when the KV c
 """
 from __future__ import annotations
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, ranks_of
-from diagnose.rules.retraction import FREQUENT_PER_MIN
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, ranks_of
+from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
 
 FULL_USAGE = 0.9
 BOUND_FRACTION = 0.5

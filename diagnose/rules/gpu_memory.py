@@ -9,8 +9,8 @@ The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_me
 """
 from __future__ import annotations
 
-from diagnose.findings import Evidence, Finding
-from diagnose.rules.context import Context
+from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.rules.context import Context
 
 LOW_GB = 5.0
 GOOD_GB = 8.0

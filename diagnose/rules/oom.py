@@ -6,9 +6,9 @@
 """
 from __future__ import annotations
 
-from diagnose.fields import parse_fields
-from diagnose.findings import Finding, evidence_rows
-from diagnose.rules.context import Context
+from toolkit.diagnose.fields import parse_fields
+from toolkit.diagnose.findings import Finding, evidence_rows
+from toolkit.diagnose.rules.context import Context
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024

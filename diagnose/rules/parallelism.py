@@ -5,8 +5,8 @@ Trigger: `--tp-size` >= 2, `--dp-size` 1, and the whole model's weights (per-ran
 """
 from __future__ import annotations
 
-from diagnose.findings import Evidence, Finding
-from diagnose.rules.context import Context
+from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.rules.context import Context
 
 FITS_FRACTION = 0.5
 

@@ -6,9 +6,9 @@ is >= 30%. Smaller prefill chunks interleave with decode; mixed chunks let decod
 """
 from __future__ import annotations
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, ranks_of
-from diagnose.timeline import prefill_time_share
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, ranks_of
+from toolkit.diagnose.timeline import prefill_time_share
 
 DIP = 0.5
 DIP_FRACTION = 0.15

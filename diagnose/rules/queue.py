@@ -7,8 +7,8 @@
 """
 from __future__ import annotations
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, ranks_of
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, ranks_of
 
 EMPTY_FRACTION = 0.9
 ROOM_USAGE = 0.9

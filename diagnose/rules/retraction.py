@@ -6,9 +6,9 @@ Below that, retractions are occasional and fine: a note, no finding.
 """
 from __future__ import annotations
 
-from diagnose.fields import Value, parse_fields
-from diagnose.findings import Finding, evidence_rows
-from diagnose.rules.context import Context
+from toolkit.diagnose.fields import Value, parse_fields
+from toolkit.diagnose.findings import Finding, evidence_rows
+from toolkit.diagnose.rules.context import Context
 
 FREQUENT_PER_MIN = 1.0
 CRITICAL_PER_MIN = 10.0

@@ -5,8 +5,8 @@ token usage is < 0.8. Suggest cap x min(2, 0.9 / usage).
 """
 from __future__ import annotations
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, ranks_of
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, ranks_of
 
 PINNED = 0.98
 PINNED_FRACTION = 0.5

@@ -7,8 +7,8 @@
 """
 from __future__ import annotations
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, ranks_of
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, ranks_of
 
 HIGH_REUSE = 0.3
 QUEUED_FRACTION = 0.2

@@ -5,8 +5,8 @@ torch.compile off. Suggest `--torch-compile-max-bs` = the p90 batch as a power o
 """
 from __future__ import annotations
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, pow2_at_least, ranks_of
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, ranks_of
 
 SMALL_MODEL_GB = 16.0
 SMALL_BATCH = 16

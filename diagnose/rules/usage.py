@@ -9,9 +9,9 @@ to suggest, so no finding.
 """
 from __future__ import annotations
 
-from diagnose.findings import Finding, evidence
-from diagnose.rules.context import MIN_LINES, Context, ranks_of
-from diagnose.rules.retraction import FREQUENT_PER_MIN
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.rules.context import MIN_LINES, Context, ranks_of
+from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
 
 LOW_USAGE = 0.9
 LOW_FRACTION = 0.5

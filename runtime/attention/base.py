@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.forward_batch import ForwardBatch
+from toolkit.runtime.forward_batch import ForwardBatch
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from runtime.attention.base import AttentionBackend, AttentionLayer
-from runtime.attention.triton_ops.kv_indices import create_kv_indices
-from runtime.forward_batch import ForwardBatch
+from toolkit.runtime.attention.base import AttentionBackend, AttentionLayer
+from toolkit.runtime.attention.triton_ops.kv_indices import create_kv_indices
+from toolkit.runtime.forward_batch import ForwardBatch
 
 WORKSPACE_BYTES = 256 << 20
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from runtime.attention.base import AttentionBackend
+from toolkit.runtime.attention.base import AttentionBackend
 
 logger = logging.getLogger("runtime")
 
@@ -15,7 +15,7 @@ BackendFactory = Callable[[torch.device], AttentionBackend]
 
 
 def _torch_native(device: torch.device) -> AttentionBackend:
-    from runtime.attention.torch_native import TorchNativeBackend
+    from toolkit.runtime.attention.torch_native import TorchNativeBackend
 
     return TorchNativeBackend()
 
@@ -23,13 +23,13 @@ def _torch_native(device: torch.device) -> AttentionBackend:
 def _triton(device: torch.device) -> AttentionBackend:
     if importlib.util.find_spec("triton") is None:
         raise RuntimeError("--attention-backend triton needs the `triton` package: pip install triton")
-    from runtime.attention.triton_backend import TritonBackend
+    from toolkit.runtime.attention.triton_backend import TritonBackend
 
     return TritonBackend(device)
 
 
 def _flashinfer(device: torch.device) -> AttentionBackend:
-    from runtime.attention.flashinfer_backend import FlashInferBackend
+    from toolkit.runtime.attention.flashinfer_backend import FlashInferBackend
 
     return FlashInferBackend(device)
 

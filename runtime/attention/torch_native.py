@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from runtime.attention.base import AttentionBackend, AttentionLayer
-from runtime.forward_batch import ForwardBatch
+from toolkit.runtime.attention.base import AttentionBackend, AttentionLayer
+from toolkit.runtime.forward_batch import ForwardBatch
 
 DECODE_ARENA_BUDGET_BYTES = 1 << 30
 ARENA_LENGTH_HEADROOM = 128  # tokens added when the arena grows, so most steps only append

@@ -13,13 +13,13 @@ from itertools import accumulate
 import torch
 import triton
 
-from runtime.attention.base import AttentionBackend, AttentionLayer
-from runtime.attention.triton_ops.decode_attention import DecodeConfig, decode_attention
-from runtime.attention.triton_ops.extend_attention import ExtendConfig, extend_attention
-from runtime.attention.triton_ops.kv_indices import create_kv_indices
-from runtime.attention.triton_ops.kv_store import store_kv
-from runtime.attention.triton_ops.utils import KERNELS_INTERPRETED
-from runtime.forward_batch import ForwardBatch
+from toolkit.runtime.attention.base import AttentionBackend, AttentionLayer
+from toolkit.runtime.attention.triton_ops.decode_attention import DecodeConfig, decode_attention
+from toolkit.runtime.attention.triton_ops.extend_attention import ExtendConfig, extend_attention
+from toolkit.runtime.attention.triton_ops.kv_indices import create_kv_indices
+from toolkit.runtime.attention.triton_ops.kv_store import store_kv
+from toolkit.runtime.attention.triton_ops.utils import KERNELS_INTERPRETED
+from toolkit.runtime.forward_batch import ForwardBatch
 
 
 @dataclass

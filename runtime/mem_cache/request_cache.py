@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from runtime.mem_cache.base import PrefixCache
-from runtime.memory.allocator import TokenAllocator
-from runtime.memory.req_to_token import ReqToTokenPool
-from runtime.scheduler.request import Req
+from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.memory.allocator import TokenAllocator
+from toolkit.runtime.memory.req_to_token import ReqToTokenPool
+from toolkit.runtime.scheduler.request import Req
 
 
 class RequestCache:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields, replace
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.errors import ModelLoadError
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "LlamaForCausalLM",
@@ -15,7 +16,7 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "Qwen3ForCausalLM",
 )
 SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "llama3")
-PRESETS_DIR = Path(__file__).parent / "presets"
+PRESETS_DIR = Path(str(files("toolkit.runtime.model_loader") / "presets"))
 
 
 @dataclass(frozen=True)

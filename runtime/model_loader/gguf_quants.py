@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.errors import ModelLoadError
 
 QK = 32  # elements per block in the Q8_0/Q4_0/Q4_1 formats
 _BLOCK_BYTES = {"Q8_0": 2 + QK, "Q4_0": 2 + QK // 2, "Q4_1": 4 + QK // 2}

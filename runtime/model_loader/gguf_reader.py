@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.errors import ModelLoadError
 
 _SCALARS: dict[int, str] = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",

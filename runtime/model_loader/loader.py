@@ -7,17 +7,17 @@ from pathlib import Path
 
 import torch
 
-from runtime.model_loader.config import (
+from toolkit.runtime.model_loader.config import (
     ModelConfig,
     load_hf_config,
     load_preset,
     preset_names,
     with_context_length,
 )
-from runtime.model_loader.embedded import embedded_model_path, resolve_model_path
-from runtime.model_loader.errors import ModelLoadError
-from runtime.model_loader.gguf_file import iter_gguf_weights, open_gguf
-from runtime.model_loader.safetensors_files import iter_safetensors_weights, safetensors_files
+from toolkit.runtime.model_loader.embedded import embedded_model_path, resolve_model_path
+from toolkit.runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.gguf_file import iter_gguf_weights, open_gguf
+from toolkit.runtime.model_loader.safetensors_files import iter_safetensors_weights, safetensors_files
 
 WeightSource = Callable[[], Iterator[tuple[str, torch.Tensor]]]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.errors import ModelLoadError
 
 INDEX_NAME = "model.safetensors.index.json"
 

@@ -7,8 +7,8 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from runtime.model_loader.embedded import resolve_model_path
-from runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.embedded import resolve_model_path
+from toolkit.runtime.model_loader.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ import logging
 
 import torch
 
-from runtime.models.decoder import CausalLM
-from runtime.models.layers import Linear
+from toolkit.runtime.models.decoder import CausalLM
+from toolkit.runtime.models.layers import Linear
 
 logger = logging.getLogger("runtime")
 PACKABLE_DTYPES = (torch.bfloat16, torch.float16)  # float32 keeps MKL's kernel: parity tests pin its results

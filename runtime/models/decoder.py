@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.attention.base import AttentionLayer
-from runtime.forward_batch import ForwardBatch
-from runtime.model_loader.config import ModelConfig
-from runtime.models.layers import PACKED_MAX_ROWS, Linear, MergedLinear, RMSNorm, silu_and_mul
-from runtime.models.rotary import RotaryEmbedding, apply_rotary
+from toolkit.runtime.attention.base import AttentionLayer
+from toolkit.runtime.forward_batch import ForwardBatch
+from toolkit.runtime.model_loader.config import ModelConfig
+from toolkit.runtime.models.layers import PACKED_MAX_ROWS, Linear, MergedLinear, RMSNorm, silu_and_mul
+from toolkit.runtime.models.rotary import RotaryEmbedding, apply_rotary
 
 
 class Attention(nn.Module):

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from runtime.model_loader.config import RopeConfig
+from toolkit.runtime.model_loader.config import RopeConfig
 
 
 def inverse_frequencies(head_dim: int, rope: RopeConfig) -> torch.Tensor:

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from runtime.model_loader.errors import ModelLoadError
-from runtime.models.decoder import CausalLM
-from runtime.models.layers import MergedLinear
+from toolkit.runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.models.decoder import CausalLM
+from toolkit.runtime.models.layers import MergedLinear
 
 # checkpoint module name → (merged module name, shard)
 STACKED: dict[str, tuple[str, str]] = {

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.sampling.sampling_params import SamplingParams
 
 
 @dataclass

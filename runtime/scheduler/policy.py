@@ -6,9 +6,9 @@ from collections import defaultdict
 
 import torch
 
-from runtime.mem_cache.base import PrefixCache
-from runtime.mem_cache.radix_cache import RadixCache, TreeNode
-from runtime.scheduler.request import Req
+from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.mem_cache.radix_cache import RadixCache, TreeNode
+from toolkit.runtime.scheduler.request import Req
 
 LPM_FALLBACK_QUEUE_LEN = 128  # above this many waiting requests, lpm costs more than it saves: use fcfs
 IN_BATCH_PREFIX_CHECK_THRESHOLD = 32  # requests with a shorter cached prefix are checked against each other

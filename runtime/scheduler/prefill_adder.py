@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from enum import Enum, auto
 from typing import Iterator, Protocol
 
-from runtime.mem_cache.base import PrefixCache
-from runtime.scheduler.request import Req
+from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.scheduler.request import Req
 
 CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import torch
 
-from runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.sampling.sampling_params import SamplingParams
 
 FinishKind = Literal["stop", "length", "abort"]
 _NO_SLOTS = torch.empty(0, dtype=torch.int64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.scheduler.request import Req
+from toolkit.runtime.scheduler.request import Req
 
 RETRACT_DECODE_STEPS = 20
 

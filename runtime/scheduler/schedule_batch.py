@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runtime.forward_batch import ForwardBatch, ForwardMode
-from runtime.mem_cache.base import PrefixCache
-from runtime.memory.allocator import TokenAllocator
-from runtime.memory.req_to_token import ReqToTokenPool
-from runtime.scheduler.request import Req
+from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
+from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.memory.allocator import TokenAllocator
+from toolkit.runtime.memory.req_to_token import ReqToTokenPool
+from toolkit.runtime.scheduler.request import Req
 
 
 class KVOutOfMemoryError(RuntimeError):

@@ -11,21 +11,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtime.forward_batch import ForwardMode
-from runtime.mem_cache.base import PrefixCache
-from runtime.mem_cache.radix_cache import NoPrefixCache, RadixCache
-from runtime.mem_cache.request_cache import RequestCache
-from runtime.model_runner import ModelRunner
-from runtime.sampling.sampler import Sampler, SampleOutput, TokenHistory
-from runtime.sampling.sampling_params import SamplingParams
-from runtime.scheduler.new_token_ratio import NewTokenRatio
-from runtime.scheduler.policy import SchedulePolicy
-from runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, clipped_max_new
-from runtime.scheduler.request import FinishReason, Req
-from runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims, ratio_after_retraction
-from runtime.scheduler.schedule_batch import KVMemory, ScheduleBatch
-from runtime.scheduler.stats_log import SchedulerStats, StatsLogger
-from runtime.server_args import ServerArgs
+from toolkit.runtime.forward_batch import ForwardMode
+from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.mem_cache.radix_cache import NoPrefixCache, RadixCache
+from toolkit.runtime.mem_cache.request_cache import RequestCache
+from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.sampling.sampler import Sampler, SampleOutput, TokenHistory
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
+from toolkit.runtime.scheduler.policy import SchedulePolicy
+from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, clipped_max_new
+from toolkit.runtime.scheduler.request import FinishReason, Req
+from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims, ratio_after_retraction
+from toolkit.runtime.scheduler.schedule_batch import KVMemory, ScheduleBatch
+from toolkit.runtime.scheduler.stats_log import SchedulerStats, StatsLogger
+from toolkit.runtime.server_args import ServerArgs
 
 logger = logging.getLogger("runtime")
 

@@ -8,10 +8,10 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from runtime.sampling.sampling_params import SamplingParams
-from runtime.scheduler.request import FinishReason
-from runtime.server.protocol import GenerationPlan
-from runtime.server.tokenizer_manager import Chunk, TokenizerManager
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.scheduler.request import FinishReason
+from toolkit.runtime.server.protocol import GenerationPlan
+from toolkit.runtime.server.tokenizer_manager import Chunk, TokenizerManager
 
 
 @dataclass

@@ -7,10 +7,10 @@ import logging
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from runtime.server import native_api, openai_api
-from runtime.server.protocol import RequestError
-from runtime.server.state import ServerState
-from runtime.server.tokenizer_manager import SchedulerGone
+from toolkit.runtime.server import native_api, openai_api
+from toolkit.runtime.server.protocol import RequestError
+from toolkit.runtime.server.state import ServerState
+from toolkit.runtime.server.tokenizer_manager import SchedulerGone
 
 logger = logging.getLogger("runtime")
 MAX_BODY_BYTES = 8 * 1024 * 1024

@@ -6,7 +6,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.scheduler.scheduler import GenerateInput, TokenOutput
+from toolkit.runtime.scheduler.scheduler import GenerateInput, TokenOutput
 
 
 @dataclass(frozen=True)

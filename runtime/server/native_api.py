@@ -9,14 +9,14 @@ from typing import Any
 
 from aiohttp import web
 
-from runtime.sampling.sampling_params import SamplingParams
-from runtime.server import generation
-from runtime.server.generation import Choice
-from runtime.server.protocol import RequestError, parse_generate
-from runtime.server.sse import read_json, sse_response
-from runtime.server.state import ServerState
-from runtime.server.tokenizer_manager import Chunk, SchedulerGone
-from toolkit import __version__
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.server import generation
+from toolkit.runtime.server.generation import Choice
+from toolkit.runtime.server.protocol import RequestError, parse_generate
+from toolkit.runtime.server.sse import read_json, sse_response
+from toolkit.runtime.server.state import ServerState
+from toolkit.runtime.server.tokenizer_manager import Chunk, SchedulerGone
+from toolkit.version import __version__
 
 HEALTH_GENERATE_TIMEOUT = 20.0
 

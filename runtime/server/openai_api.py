@@ -7,12 +7,12 @@ from typing import Any
 
 from aiohttp import web
 
-from runtime.server import generation
-from runtime.server.generation import Choice
-from runtime.server.protocol import GenerationPlan, parse_chat, parse_completion
-from runtime.server.sse import read_json, sse_response
-from runtime.server.state import ServerState
-from runtime.server.tokenizer_manager import Chunk
+from toolkit.runtime.server import generation
+from toolkit.runtime.server.generation import Choice
+from toolkit.runtime.server.protocol import GenerationPlan, parse_chat, parse_completion
+from toolkit.runtime.server.sse import read_json, sse_response
+from toolkit.runtime.server.state import ServerState
+from toolkit.runtime.server.tokenizer_manager import Chunk
 
 
 def finish_reason(choice: Choice) -> str | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from runtime.sampling.sampling_params import SamplingParams, SamplingParamsError
-from runtime.scheduler.scheduler import context_length_error
+from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError
+from toolkit.runtime.scheduler.scheduler import context_length_error
 
 MAX_N = 128
 MAX_LOGPROBS = 20

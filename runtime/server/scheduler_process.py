@@ -9,10 +9,10 @@ import traceback
 
 import zmq
 
-from runtime.launch import launch_scheduler
-from runtime.logging_setup import configure_logging
-from runtime.scheduler.scheduler import GenerateInput, Scheduler
-from runtime.server.ipc import (
+from toolkit.runtime.launch import launch_scheduler
+from toolkit.runtime.logging_setup import configure_logging
+from toolkit.runtime.scheduler.scheduler import GenerateInput, Scheduler
+from toolkit.runtime.server.ipc import (
     AbortRequest,
     BatchOutput,
     FlushCacheRequest,
@@ -22,8 +22,8 @@ from runtime.server.ipc import (
     SchedulerReady,
     ShutdownRequest,
 )
-from runtime.server.watchdog import Watchdog
-from runtime.server_args import ServerArgs
+from toolkit.runtime.server.watchdog import Watchdog
+from toolkit.runtime.server_args import ServerArgs
 
 logger = logging.getLogger("runtime")
 IDLE_POLL_MS = 500  # how long an idle scheduler sleeps in recv before checking that its parent lives

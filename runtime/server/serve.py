@@ -12,18 +12,18 @@ from pathlib import Path
 
 from aiohttp import web
 
-from runtime.launch import model_source
-from runtime.logging_setup import configure_logging
-from runtime.model_loader.errors import ModelLoadError
-from runtime.model_loader.tokenizer import load_tokenizer
-from runtime.server.http_server import AccessLogger, build_app
-from runtime.server.ipc import IpcEndpoints
-from runtime.server.metrics import RequestMetrics
-from runtime.server.protocol import ValidationContext
-from runtime.server.scheduler_process import run_scheduler_process
-from runtime.server.state import ServerState
-from runtime.server.tokenizer_manager import SchedulerGone, TokenizerManager
-from runtime.server_args import ServerArgs, default_served_model_name, parse_server_args
+from toolkit.runtime.launch import model_source
+from toolkit.runtime.logging_setup import configure_logging
+from toolkit.runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.tokenizer import load_tokenizer
+from toolkit.runtime.server.http_server import AccessLogger, build_app
+from toolkit.runtime.server.ipc import IpcEndpoints
+from toolkit.runtime.server.metrics import RequestMetrics
+from toolkit.runtime.server.protocol import ValidationContext
+from toolkit.runtime.server.scheduler_process import run_scheduler_process
+from toolkit.runtime.server.state import ServerState
+from toolkit.runtime.server.tokenizer_manager import SchedulerGone, TokenizerManager
+from toolkit.runtime.server_args import ServerArgs, default_served_model_name, parse_server_args
 
 logger = logging.getLogger("runtime")
 STARTUP_TIMEOUT = 1800.0

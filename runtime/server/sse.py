@@ -6,10 +6,10 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from runtime.server import generation
-from runtime.server.generation import Choice
-from runtime.server.protocol import GenerationPlan, RequestError
-from runtime.server.tokenizer_manager import Chunk, SchedulerGone
+from toolkit.runtime.server import generation
+from toolkit.runtime.server.generation import Choice
+from toolkit.runtime.server.protocol import GenerationPlan, RequestError
+from toolkit.runtime.server.tokenizer_manager import Chunk, SchedulerGone
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:

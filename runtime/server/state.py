@@ -5,11 +5,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.server.ipc import SchedulerReady
-from runtime.server.metrics import RequestMetrics
-from runtime.server.protocol import ValidationContext
-from runtime.server.tokenizer_manager import TokenizerManager
-from runtime.server_args import ServerArgs
+from toolkit.runtime.server.ipc import SchedulerReady
+from toolkit.runtime.server.metrics import RequestMetrics
+from toolkit.runtime.server.protocol import ValidationContext
+from toolkit.runtime.server.tokenizer_manager import TokenizerManager
+from toolkit.runtime.server_args import ServerArgs
 
 
 @dataclass

@@ -13,11 +13,11 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from runtime.sampling.sampling_params import SamplingParams
-from runtime.scheduler.request import FinishReason
-from runtime.scheduler.scheduler import GenerateInput, TokenOutput
-from runtime.server.detokenizer import IncrementalDetokenizer
-from runtime.server.ipc import (
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.scheduler.request import FinishReason
+from toolkit.runtime.scheduler.scheduler import GenerateInput, TokenOutput
+from toolkit.runtime.server.detokenizer import IncrementalDetokenizer
+from toolkit.runtime.server.ipc import (
     AbortRequest,
     BatchOutput,
     FlushCacheRequest,
@@ -27,7 +27,7 @@ from runtime.server.ipc import (
     SchedulerReady,
     ShutdownRequest,
 )
-from runtime.server.metrics import RequestMetrics
+from toolkit.runtime.server.metrics import RequestMetrics
 
 logger = logging.getLogger("runtime")
 

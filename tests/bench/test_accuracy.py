@@ -10,12 +10,12 @@ import random
 import numpy as np
 import pytest
 
-from bench import eventloop
-from bench.benchmark import RunSettings, Target, measure
-from bench.datasets import Prompt
-from bench.metrics import itls, request_metrics, summarize
-from bench.outcome import RequestOutcome
-from bench.workload import Workload
+from toolkit.bench import eventloop
+from toolkit.bench.benchmark import RunSettings, Target, measure
+from toolkit.bench.datasets import Prompt
+from toolkit.bench.metrics import itls, request_metrics, summarize
+from toolkit.bench.outcome import RequestOutcome
+from toolkit.bench.workload import Workload
 from tests.bench.stub import Script, StubServer
 
 TOLERANCE_S = 0.002

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench.arrivals import schedule
+from toolkit.bench.arrivals import schedule
 
 
 def test_poisson_gaps_pass_a_ks_test_against_the_exponential():

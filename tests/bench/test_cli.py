@@ -39,7 +39,7 @@ def test_help_lists_the_flags_without_importing_the_load_generator():
     for flag in ("--base-url", "--backend", "--rate", "--arrival", "--burstiness", "--max-concurrency", "--sweep",
                  "--slo", "--scrape-metrics", "--server-log", "--output-file", "--output-details", "--dataset"):
         assert flag in result.output
-    probe = "import sys, toolkit.cli; print(any(m.startswith(('bench.command', 'aiohttp')) for m in sys.modules))"
+    probe = "import sys, toolkit.cli; print(any(m.startswith(('toolkit.bench.command', 'aiohttp')) for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False", out.stderr

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.datasets import DatasetError, DatasetSpec, build_prompts
-from bench.datasets.trace import DEFAULT_TRACE, MOONCAKE_BLOCK_TOKENS, read_trace, window
-from bench.workload import LoadSpec, build_workload
+from toolkit.bench.datasets import DatasetError, DatasetSpec, build_prompts
+from toolkit.bench.datasets.trace import DEFAULT_TRACE, MOONCAKE_BLOCK_TOKENS, read_trace, window
+from toolkit.bench.workload import LoadSpec, build_workload
 
 MOONCAKE_SAMPLE = Path(__file__).resolve().parents[2] / "traces" / "mooncake" / "sample.jsonl"
 

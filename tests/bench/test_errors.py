@@ -8,12 +8,12 @@ import signal
 import numpy as np
 import pytest
 
-from bench import eventloop
-from bench.benchmark import RunSettings, Target, measure
-from bench.datasets import Prompt
-from bench.metrics import summarize
-from bench.outcome import CANCELLED
-from bench.workload import Workload
+from toolkit.bench import eventloop
+from toolkit.bench.benchmark import RunSettings, Target, measure
+from toolkit.bench.datasets import Prompt
+from toolkit.bench.metrics import summarize
+from toolkit.bench.outcome import CANCELLED
+from toolkit.bench.workload import Workload
 from tests.bench.stub import Script, StubServer, _free_port
 
 FAILURES = {

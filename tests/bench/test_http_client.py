@@ -6,8 +6,8 @@ import contextlib
 
 import pytest
 
-from bench import eventloop
-from bench.http import HttpClient, ProtocolError
+from toolkit.bench import eventloop
+from toolkit.bench.http import HttpClient, ProtocolError
 
 
 async def _read_request(reader: asyncio.StreamReader) -> bytes:

@@ -6,12 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from bench.metrics import distribution, itls, request_metrics, summarize
-from bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
-from bench.outcome import CANCELLED, RequestOutcome
-from bench.scrape import parse_metrics
-from bench.sweep import Step, rates_below, sweep
-from bench.verdict import judge
+from toolkit.bench.metrics import distribution, itls, request_metrics, summarize
+from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
+from toolkit.bench.outcome import CANCELLED, RequestOutcome
+from toolkit.bench.scrape import parse_metrics
+from toolkit.bench.sweep import Step, rates_below, sweep
+from toolkit.bench.verdict import judge
 
 
 def _done(index, sent, token_times, counts, ended, scheduled=0.0, input_len=10, start=0.0):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.offline import main
-from bench.scheduler_overhead import TINY_LLAMA
+from toolkit.bench.offline import main
+from benchmarks.scheduler_overhead import TINY_LLAMA
 
 TINY = ["--model-path", "llama-3.2-1b", "--load-format", "dummy", "--json-model-override-args",
         json.dumps(TINY_LLAMA), "--dtype", "float32", "--log-level", "warning"]

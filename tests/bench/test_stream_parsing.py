@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from bench.accounting import reconcile, token_counts
-from bench.backends import RequestOptions, StreamTokens, read_tokens, request_body
-from bench.datasets import Prompt
-from bench.http import dechunk
-from bench.sse import StreamError, split_events
+from toolkit.bench.accounting import reconcile, token_counts
+from toolkit.bench.backends import RequestOptions, StreamTokens, read_tokens, request_body
+from toolkit.bench.datasets import Prompt
+from toolkit.bench.http import dechunk
+from toolkit.bench.sse import StreamError, split_events
 
 
 def _chunked(*payloads: bytes) -> bytes:

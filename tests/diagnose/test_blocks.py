@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diagnose import blocks
-from diagnose.blocks import scanned_blocks
-from diagnose.columns import batch_fields
-from diagnose.parser import parse_path
-from diagnose.reader import LineReader
-from diagnose.scan import scan
+from toolkit.diagnose import blocks
+from toolkit.diagnose.blocks import scanned_blocks
+from toolkit.diagnose.columns import batch_fields
+from toolkit.diagnose.parser import parse_path
+from toolkit.diagnose.reader import LineReader
+from toolkit.diagnose.scan import scan
 from tests.diagnose import logfactory as lf
 
 BLOCK = 4096
@@ -79,7 +79,7 @@ def test_a_worker_error_reaches_the_caller(monkeypatch) -> None:
 
 
 def test_parse_path_numbers_lines_across_scanned_blocks(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr("diagnose.reader.BLOCK", BLOCK)
+    monkeypatch.setattr("toolkit.diagnose.reader.BLOCK", BLOCK)
     path = tmp_path / "server.log"
     data = _log_bytes()
     path.write_bytes(data)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.arrivals import schedule
-from bench.benchmark import Measurement
-from bench.output import append_record
-from bench.outcome import RequestOutcome
-from bench.record import build_record
-from bench.runner import RunResult
-from bench.verdict import LAG_TOLERANCE_MS
-from bench.workload import Workload
-from diagnose import analyze
-from diagnose.bench_input import BenchInput, BenchRun, read_bench
+from toolkit.bench.arrivals import schedule
+from toolkit.bench.benchmark import Measurement
+from toolkit.bench.output import append_record
+from toolkit.bench.outcome import RequestOutcome
+from toolkit.bench.record import build_record
+from toolkit.bench.runner import RunResult
+from toolkit.bench.verdict import LAG_TOLERANCE_MS
+from toolkit.bench.workload import Workload
+from toolkit.diagnose import analyze
+from toolkit.diagnose.bench_input import BenchInput, BenchRun, read_bench
 from tests.diagnose.logfactory import Log
 
 START = 1000.0

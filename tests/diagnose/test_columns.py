@@ -7,9 +7,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnose.columns import _KEYS, access_fields, batch_fields
-from diagnose.fields import parse_fields
-from diagnose.scan import scan
+from toolkit.diagnose.columns import _KEYS, access_fields, batch_fields
+from toolkit.diagnose.fields import parse_fields
+from toolkit.diagnose.scan import scan
 from tests.diagnose import logfactory as lf
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

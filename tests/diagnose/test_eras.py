@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose import analyze
-from diagnose.parser import parse_lines
+from toolkit.diagnose import analyze
+from toolkit.diagnose.parser import parse_lines
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import ERAS, Log, Rank, Startup
 

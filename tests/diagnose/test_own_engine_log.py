@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from diagnose import Diagnosis, analyze
-from diagnose.parser import parse_path
+from toolkit.diagnose import Diagnosis, analyze
+from toolkit.diagnose.parser import parse_path
 from tests.runtime.engine_fixtures import random_prompts, tiny_engine
 from tests.runtime.tiny_models import TINY_CONFIGS
 from toolkit.cli import app

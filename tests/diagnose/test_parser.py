@@ -5,8 +5,8 @@ import gzip
 
 import pytest
 
-from diagnose.parser import ParseStats, parse_lines, parse_path
-from diagnose.reader import LineReader
+from toolkit.diagnose.parser import ParseStats, parse_lines, parse_path
+from toolkit.diagnose.reader import LineReader
 
 DECODE = ("Decode batch. #running-req: 233, #token: 370959, token usage: 0.82, cuda graph: True, "
           "gen throughput (token/s): 4594.01, #queue-req: 317")
@@ -167,7 +167,7 @@ def test_line_numbers_count_across_blocks(tmp_path) -> None:
     path = tmp_path / "many.log"
     lines = ["noise"] * 999 + [DECODE] + ["noise"] * 10
     path.write_text("\n".join(lines))
-    import diagnose.reader as reader
+    import toolkit.diagnose.reader as reader
 
     old = reader.BLOCK
     reader.BLOCK = 997

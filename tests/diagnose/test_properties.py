@@ -8,9 +8,9 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnose import analyze
-from diagnose.parser import ParseStats, Parser, parse_lines
-from diagnose.reader import LineReader
+from toolkit.diagnose import analyze
+from toolkit.diagnose.parser import ParseStats, Parser, parse_lines
+from toolkit.diagnose.reader import LineReader
 from tests.diagnose import logfactory as lf
 from tests.diagnose.test_eras import _era_log
 
@@ -35,7 +35,7 @@ def _parse_bytes(data: bytes, block: int = 64) -> tuple[list, ParseStats]:
 def test_random_bytes_never_raise(data: bytes) -> None:
     events, stats = _parse_bytes(data)
     for kind, _, _, _, text, _ in events:
-        from diagnose.fields import parse_fields
+        from toolkit.diagnose.fields import parse_fields
 
         parse_fields(kind, text)
     assert stats.lines <= data.count(b"\n") + 1

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from diagnose import analyze
+from toolkit.diagnose import analyze
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Rank, Startup
 

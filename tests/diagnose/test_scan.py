@@ -7,10 +7,10 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnose.bench_parse import write_log
-from diagnose.parser import ParseStats, Parser, row_batches
-from diagnose.reader import LineReader
-from diagnose.scan import scan
+from benchmarks.diagnose_parse import write_log
+from toolkit.diagnose.parser import ParseStats, Parser, row_batches
+from toolkit.diagnose.reader import LineReader
+from toolkit.diagnose.scan import scan
 from tests.diagnose import logfactory as lf
 from tests.diagnose.test_eras import _era_log
 
@@ -63,8 +63,8 @@ def _reference(data: bytes, block: int, max_line: int) -> tuple[list, ParseStats
 
 
 def _scanned(tmp_path, data: bytes, block: int, max_line: int, monkeypatch) -> tuple[list, ParseStats]:
-    monkeypatch.setattr("diagnose.reader.BLOCK", block)
-    monkeypatch.setattr("diagnose.reader.MAX_LINE", max_line)
+    monkeypatch.setattr("toolkit.diagnose.reader.BLOCK", block)
+    monkeypatch.setattr("toolkit.diagnose.reader.MAX_LINE", max_line)
     path = tmp_path / "x.log"
     path.write_bytes(data)
     stats = ParseStats()
@@ -124,7 +124,7 @@ def _frames_equal(a, b) -> None:
 
 
 def _analyses(tmp_path, lines: list[str]):
-    from diagnose import analyze
+    from toolkit.diagnose import analyze
 
     path = tmp_path / "server.log"
     path.write_text("\n".join(lines) + "\n")
@@ -156,8 +156,8 @@ def test_block_read_fields_equal_parse_fields_in_the_timeline(tmp_path) -> None:
 
 
 def test_hot_lines_kept_as_blocks_equal_rows_within_a_window(tmp_path) -> None:
-    from diagnose import analyze
-    from diagnose.export import events_frame
+    from toolkit.diagnose import analyze
+    from toolkit.diagnose.export import events_frame
 
     path = tmp_path / "mixed.log"
     write_log(str(path), 3000)

@@ -7,10 +7,10 @@ import io
 import pytest
 from rich.console import Console
 
-from diagnose import analyze
-from diagnose.report_json import to_dict
-from diagnose.report_terminal import render
-from diagnose.rules import RULES, Context
+from toolkit.diagnose import analyze
+from toolkit.diagnose.report_json import to_dict
+from toolkit.diagnose.report_terminal import render
+from toolkit.diagnose.rules import RULES, Context
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Startup
 

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from typer.testing import CliRunner
 
-from diagnose.bench_input import to_log_clock
+from toolkit.diagnose.bench_input import to_log_clock
 from tests.bench.stub import StubServer, ThreadedStub
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Startup
@@ -99,7 +99,7 @@ def server_log(records, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def report_file(records, server_log, bench_file, tmp_path_factory) -> Path:
-    from reports import build_report
+    from toolkit.reports import build_report
 
     out = tmp_path_factory.mktemp("report") / "report.html"
     return build_report(records, server_log, out, title="Stub sweep", bench_sources=[str(bench_file)])

@@ -134,7 +134,7 @@ def test_help_lists_the_flags_without_importing_the_renderer():
     for flag in ("--bench", "--server-log", "--out", "--title", "--open"):
         assert flag in result.output
     assert "--html" in invoke("diagnose", "--help", env={"COLUMNS": "200"}).output
-    probe = "import sys, toolkit.cli; print(sorted(m for m in sys.modules if m.startswith(('reports.', 'jinja2', " \
+    probe = "import sys, toolkit.cli; print(sorted(m for m in sys.modules if m.startswith(('toolkit.reports.', 'jinja2', " \
             "'matplotlib'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert out.stdout.strip() == "['reports.cli']", out.stderr
+    assert out.stdout.strip() == "['toolkit.reports.cli']", out.stderr

@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from bench.outcome import RequestOutcome
-from bench.verdict import judge
-from reports import render_report
-from reports.build import diagnose_log
-from reports.charts import x_of
-from reports.inputs import ReportError, bench_window, read_records
-from reports.render import num
-from reports.bench_rows import runs
+from toolkit.bench.outcome import RequestOutcome
+from toolkit.bench.verdict import judge
+from toolkit.reports import render_report
+from toolkit.reports.build import diagnose_log
+from toolkit.reports.charts import x_of
+from toolkit.reports.inputs import ReportError, bench_window, read_records
+from toolkit.reports.render import num
+from toolkit.reports.bench_rows import runs
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log
 from tests.reports.conftest import (ERA, ERROR_BODY, EVIL_ERROR, EVIL_MODEL, EVIL_UNREAD, RATES, SECTION_IDS,

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runtime.forward_batch import ForwardBatch, ForwardMode
-from runtime.model_runner import ModelRunner
+from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
+from toolkit.runtime.model_runner import ModelRunner
 
 
 @dataclass

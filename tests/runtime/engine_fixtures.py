@@ -5,8 +5,8 @@ import logging
 
 import torch
 
-from runtime.engine import Engine
-from runtime.model_loader.embedded import embedded_model_path
+from toolkit.runtime.engine import Engine
+from toolkit.runtime.model_loader.embedded import embedded_model_path
 
 
 class LogCapture(logging.Handler):

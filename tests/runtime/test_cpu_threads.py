@@ -1,7 +1,7 @@
 """CPU thread counts per step kind: the server leaves a core to its front end, the offline engine does not."""
 from __future__ import annotations
 
-from runtime.cpu_threads import decode_threads
+from toolkit.runtime.cpu_threads import decode_threads
 
 
 def test_engine_decodes_on_every_core_and_the_server_leaves_one(monkeypatch):

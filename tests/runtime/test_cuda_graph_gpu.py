@@ -11,11 +11,11 @@ import re
 import pytest
 import torch
 
-from runtime.cuda_graph_runner import capture_batch_sizes
-from runtime.forward_batch import ForwardMode
-from runtime.memory_planning import profile_max_num_tokens
-from runtime.model_runner import ModelRunner
-from runtime.server_args import ServerArgs
+from toolkit.runtime.cuda_graph_runner import capture_batch_sizes
+from toolkit.runtime.forward_batch import ForwardMode
+from toolkit.runtime.memory_planning import profile_max_num_tokens
+from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.server_args import ServerArgs
 from tests.runtime.driver import KVDriver
 from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model

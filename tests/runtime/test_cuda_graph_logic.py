@@ -9,21 +9,21 @@ import logging
 import pytest
 import torch
 
-from runtime.attention.flashinfer_backend import FlashInferBackend
-from runtime.attention.torch_native import TorchNativeBackend
-from runtime.attention.triton_backend import TritonBackend
-from runtime.cuda_graph_runner import (
+from toolkit.runtime.attention.flashinfer_backend import FlashInferBackend
+from toolkit.runtime.attention.torch_native import TorchNativeBackend
+from toolkit.runtime.attention.triton_backend import TritonBackend
+from toolkit.runtime.cuda_graph_runner import (
     CudaGraphRunner,
     GraphInputs,
     capture_batch_sizes,
     default_capture_batch_sizes,
     padded_batch_size,
 )
-from runtime.forward_batch import ForwardBatch, ForwardMode
-from runtime.memory.kv_pool import KVPool
-from runtime.memory.req_to_token import ReqToTokenPool
-from runtime.model_runner import ModelRunner, cuda_graph_disabled_reason
-from runtime.server_args import ServerArgs
+from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
+from toolkit.runtime.memory.kv_pool import KVPool
+from toolkit.runtime.memory.req_to_token import ReqToTokenPool
+from toolkit.runtime.model_runner import ModelRunner, cuda_graph_disabled_reason
+from toolkit.runtime.server_args import ServerArgs
 from tests.runtime.attention import fake_flashinfer
 from tests.runtime.attention.cases import Request, make_case
 from tests.runtime.driver import KVDriver
@@ -186,7 +186,7 @@ def _padded(case, backend, pad: int) -> tuple[ForwardBatch, torch.Tensor, torch.
 
 
 def test_flashinfer_graph_wrapper_is_replanned_before_replay(monkeypatch):
-    from runtime.attention import flashinfer_backend
+    from toolkit.runtime.attention import flashinfer_backend
 
     module = fake_flashinfer.install(monkeypatch)
     monkeypatch.setattr(flashinfer_backend, "check_flashinfer_usable", lambda device: None)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.model_runner import ModelRunner
-from runtime.server_args import ServerArgs
+from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.server_args import ServerArgs
 from tests.conftest import reference_greedy
 from tests.runtime.driver import KVDriver
 

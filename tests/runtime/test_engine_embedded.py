@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import Engine
+from toolkit.runtime import Engine
 from tests.conftest import reference_greedy
 
 NEW_TOKENS = 32
@@ -100,7 +100,7 @@ def test_n_returns_several_samples_per_prompt(engine):
     ({"frequency_penalty": 3}, "frequency_penalty"), ({"bogus": 1}, "bogus"), ({"stop": [""]}, "stop"),
 ])
 def test_bad_sampling_params_name_the_field(engine, bad, field):
-    from runtime.sampling.sampling_params import SamplingParamsError
+    from toolkit.runtime.sampling.sampling_params import SamplingParamsError
 
     with pytest.raises(SamplingParamsError) as error:
         engine.generate("x", bad)

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from runtime.model_loader.config import load_preset, preset_names
-from runtime.model_loader.embedded import EMBEDDED_INSTALL_COMMAND, embedded_model_path
-from runtime.model_loader.errors import ModelLoadError
-from runtime.model_loader.gguf_quants import SUPPORTED_TYPES, dequantize
-from runtime.model_loader.loader import resolve_model_source
-from runtime.model_runner import ModelRunner
-from runtime.server_args import ServerArgs
+from toolkit.runtime.model_loader.config import load_preset, preset_names
+from toolkit.runtime.model_loader.embedded import EMBEDDED_INSTALL_COMMAND, embedded_model_path
+from toolkit.runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.gguf_quants import SUPPORTED_TYPES, dequantize
+from toolkit.runtime.model_loader.loader import resolve_model_source
+from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.server_args import ServerArgs
 from tests.runtime.driver import KVDriver
 from tests.runtime.gguf_files import write_llama_gguf
 from tests.runtime.tiny_models import make_tiny_model

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from runtime.sampling.sampler import Sampler, TokenHistory, apply_penalties, filter_probs
-from runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.sampling.sampler import Sampler, TokenHistory, apply_penalties, filter_probs
+from toolkit.runtime.sampling.sampling_params import SamplingParams
 
 PROBS = torch.tensor([[0.05, 0.4, 0.1, 0.3, 0.15]])
 

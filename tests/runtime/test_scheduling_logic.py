@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.mem_cache.radix_cache import NoPrefixCache, RadixCache
-from runtime.sampling.sampling_params import SamplingParams
-from runtime.scheduler.new_token_ratio import NewTokenRatio
-from runtime.scheduler.policy import SchedulePolicy
-from runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, running_reservation
-from runtime.scheduler.request import Req
-from runtime.scheduler.retraction import choose_victims, ratio_after_retraction, retraction_order
+from toolkit.runtime.mem_cache.radix_cache import NoPrefixCache, RadixCache
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
+from toolkit.runtime.scheduler.policy import SchedulePolicy
+from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, running_reservation
+from toolkit.runtime.scheduler.request import Req
+from toolkit.runtime.scheduler.retraction import choose_victims, ratio_after_retraction, retraction_order
 
 
 class _Slots:

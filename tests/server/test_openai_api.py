@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from runtime import Engine
+from toolkit.runtime import Engine
 
 PROMPT = "The three primary colors are"
 

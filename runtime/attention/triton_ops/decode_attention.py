@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from runtime.attention.triton_ops.utils import block_size, exact_fp32_dot
+from toolkit.runtime.attention.triton_ops.utils import block_size, exact_fp32_dot
 
 _BLOCK_H = 16  # tl.dot needs at least 16 rows; groups smaller than this are masked
 

@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from runtime.attention.triton_ops.utils import block_size
+from toolkit.runtime.attention.triton_ops.utils import block_size
 
 
 @triton.jit

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.attention.base import AttentionBackend, AttentionLayer
-from runtime.forward_batch import ForwardBatch, ForwardMode
-from runtime.memory.kv_pool import KVPool
+from toolkit.runtime.attention.base import AttentionBackend, AttentionLayer
+from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
+from toolkit.runtime.memory.kv_pool import KVPool
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from triton._C.libtriton import ir  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler.compiler import ASTSource, make_backend  # noqa: E402
 
-from runtime.attention.triton_ops import decode_attention, extend_attention, kv_indices, kv_store  # noqa: E402
+from toolkit.runtime.attention.triton_ops import decode_attention, extend_attention, kv_indices, kv_store  # noqa: E402
 
 _INT_POINTERS = {"KvIndptr": "*i32", "KvIndices": "*i32", "NumKvSplits": "*i32", "QoIndptr": "*i32",
                  "ReqToToken": "*i32", "ReqPoolIndices": "*i64", "Loc": "*i64", "PartialOut": "*fp32",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.attention import registry
-from runtime.attention.registry import create_backend, resolve_backend_name
+from toolkit.runtime.attention import registry
+from toolkit.runtime.attention.registry import create_backend, resolve_backend_name
 
 REPO = Path(__file__).resolve().parents[3]
 

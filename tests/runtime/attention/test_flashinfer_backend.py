@@ -8,9 +8,9 @@ import importlib.util
 import pytest
 import torch
 
-from runtime.attention import flashinfer_backend
-from runtime.attention.flashinfer_backend import FlashInferBackend
-from runtime.attention.torch_native import TorchNativeBackend
+from toolkit.runtime.attention import flashinfer_backend
+from toolkit.runtime.attention.flashinfer_backend import FlashInferBackend
+from toolkit.runtime.attention.torch_native import TorchNativeBackend
 from tests.runtime.attention import fake_flashinfer
 from tests.runtime.attention.cases import Case, Request, make_case
 

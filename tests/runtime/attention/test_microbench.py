@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.gpu import attention_microbench
+from benchmarks.gpu import attention_microbench
 
 
 def test_microbench_help_lists_the_sweep_flags(capsys):

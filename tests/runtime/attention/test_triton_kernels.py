@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.attention.torch_native import TorchNativeBackend
-from runtime.attention.triton_backend import TritonBackend
-from runtime.attention.triton_ops.decode_attention import DecodeConfig
-from runtime.attention.triton_ops.extend_attention import ExtendConfig
-from runtime.attention.triton_ops.kv_indices import create_kv_indices
-from runtime.attention.triton_ops.kv_store import store_kv
+from toolkit.runtime.attention.torch_native import TorchNativeBackend
+from toolkit.runtime.attention.triton_backend import TritonBackend
+from toolkit.runtime.attention.triton_ops.decode_attention import DecodeConfig
+from toolkit.runtime.attention.triton_ops.extend_attention import ExtendConfig
+from toolkit.runtime.attention.triton_ops.kv_indices import create_kv_indices
+from toolkit.runtime.attention.triton_ops.kv_store import store_kv
 from tests.runtime.attention.cases import Case, Request, make_case
 
 FP32_TOLERANCE = 1e-5  # observed max abs errors ~5e-7

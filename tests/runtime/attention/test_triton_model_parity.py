@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.model_runner import ModelRunner
-from runtime.server_args import ServerArgs
+from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.server_args import ServerArgs
 from tests.runtime.driver import KVDriver
 from tests.runtime.tiny_models import make_tiny_model
 

@@ -1,6 +1,6 @@
 """Host-side scheduler time per decode step (everything but the model's forward), on a tiny dummy model.
 
-    python -m bench.scheduler_overhead [--batch-sizes 64 256] [--steps 50]
+    python -m benchmarks.scheduler_overhead [--batch-sizes 64 256] [--steps 50]
 
 The model is a one-layer, 64-wide Llama with dummy weights, so its forward is cheap and the step time left over
 is the scheduler's own work: batch bookkeeping, KV slot allocation, metadata, sampling and output handling.
@@ -16,9 +16,9 @@ TINY_LLAMA = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 12
 
 
 def measure(batch_size: int, steps: int) -> dict:
-    from runtime import Engine
-    from runtime.sampling.sampling_params import SamplingParams
-    from runtime.scheduler.scheduler import GenerateInput
+    from toolkit.runtime import Engine
+    from toolkit.runtime.sampling.sampling_params import SamplingParams
+    from toolkit.runtime.scheduler.scheduler import GenerateInput
 
     engine = Engine(model_path="llama-3.2-1b", load_format="dummy", json_model_override_args=json.dumps(TINY_LLAMA),
                     dtype="float32", log_level="warning", max_running_requests=batch_size, context_length=2048,

@@ -1,4 +1,4 @@
-"""Parse-throughput benchmark: `python -m diagnose.bench_parse [--lines N] [--runs R] [--sglang-path DIR]`.
+"""Parse-throughput benchmark: `python -m benchmarks.diagnose_parse [--lines N] [--runs R] [--sglang-path DIR]`.
 
 Writes an N-line (default 1,000,000) mixed log (prefill, decode and HTTP access lines of several eras) to a
 temporary file, then measures, each run in a fresh subprocess, lines/s (wall clock), CPU seconds (all threads)
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from diagnose.scan import KINDS
+from toolkit.diagnose.scan import KINDS
 
 _ERAS = (
     ("[{ts} TP0] Decode batch. #running-req: {r}, #token: {tok}, token usage: {u:.2f}, gen throughput (token/s): "
@@ -65,11 +65,11 @@ def write_log(path: str, n: int, seed: int = 0) -> None:
 
 
 def _classify(path: str, fields: bool) -> dict:
-    from diagnose.blocks import scanned_blocks
-    from diagnose.columns import access_fields
-    from diagnose.fields import parse_fields
-    from diagnose.parser import ParseStats, Parser
-    from diagnose.reader import LineReader, open_log
+    from toolkit.diagnose.blocks import scanned_blocks
+    from toolkit.diagnose.columns import access_fields
+    from toolkit.diagnose.fields import parse_fields
+    from toolkit.diagnose.parser import ParseStats, Parser
+    from toolkit.diagnose.reader import LineReader, open_log
 
     if fields:
         import pyarrow  # noqa: F401 - the block reader's access strings; imported before the clock starts
@@ -111,7 +111,7 @@ def _read_fields(block, batch, access_fields, parse_fields) -> int:
 
 
 def _rows(path: str) -> dict:
-    from diagnose.parser import ParseStats, row_batches
+    from toolkit.diagnose.parser import ParseStats, row_batches
 
     stats = ParseStats()
     start, cpu = time.perf_counter(), time.process_time()
@@ -122,7 +122,7 @@ def _rows(path: str) -> dict:
 
 
 def _analyze(path: str) -> dict:
-    from diagnose import analyze
+    from toolkit.diagnose import analyze
 
     start, cpu = time.perf_counter(), time.process_time()
     d = analyze([path])
@@ -173,7 +173,7 @@ def _run(mode: str, path: str, extra_path: str | None) -> dict:
     env = dict(os.environ)
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), os.getcwd(), extra_path) if p)
-    proc = subprocess.run([sys.executable, "-m", "diagnose.bench_parse", "--child", mode, path],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.diagnose_parse", "--child", mode, path],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}

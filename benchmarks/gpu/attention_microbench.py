@@ -2,8 +2,8 @@
 bandwidth as a fraction of the device's peak. Decode attention reads every cached K/V byte once per step, so
 bandwidth is its roofline.
 
-    python -m bench.gpu.attention_microbench                 # CUDA: full sweep, JSON under bench/results/
-    python -m bench.gpu.attention_microbench --dry-run       # CPU: one tiny shape in Triton's interpreter
+    python -m benchmarks.gpu.attention_microbench                 # CUDA: full sweep, JSON under bench/results/
+    python -m benchmarks.gpu.attention_microbench --dry-run       # CPU: one tiny shape in Triton's interpreter
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Row:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu.attention_microbench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu.attention_microbench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     parser.add_argument("--context-lens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 def _sweep(backend_name: str, args, device, peak: float | None) -> list[Row]:
     import torch
 
-    from runtime.attention.registry import create_backend
+    from toolkit.runtime.attention.registry import create_backend
 
     try:
         backend = create_backend(backend_name, device)
@@ -117,7 +117,7 @@ def _sweep(backend_name: str, args, device, peak: float | None) -> list[Row]:
 def _measure(backend, batch: int, context: int, args, device, peak: float | None) -> Row:
     import torch
 
-    from runtime.attention.base import AttentionLayer
+    from toolkit.runtime.attention.base import AttentionLayer
 
     dtype = getattr(torch, args.dtype)
     element = torch.tensor([], dtype=dtype).element_size()
@@ -136,8 +136,8 @@ def _decode_batch(batch: int, context: int, args, dtype, device, backend):
     """`batch` requests of `context` tokens each (the last one new), their pages scattered over the pool."""
     import torch
 
-    from runtime.forward_batch import ForwardBatch, ForwardMode
-    from runtime.memory.kv_pool import KVPool
+    from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
+    from toolkit.runtime.memory.kv_pool import KVPool
 
     ps = args.page_size
     pages_per_req = -(-context // ps)

@@ -8,16 +8,16 @@ import re
 import pytest
 import torch
 
-from bench.gpu import suite
-from bench.gpu.roofline import (
+from benchmarks.gpu import suite
+from benchmarks.gpu.roofline import (
     decode_step_bytes,
     decoder_parameters,
     kv_bytes_read,
     roofline_seconds,
     weight_bytes_read,
 )
-from runtime.model_loader.config import config_from_hf_dict, load_preset
-from runtime.models.registry import MODEL_CLASSES
+from toolkit.runtime.model_loader.config import config_from_hf_dict, load_preset
+from toolkit.runtime.models.registry import MODEL_CLASSES
 from tests.runtime.tiny_models import TINY_CONFIGS
 
 
@@ -71,7 +71,7 @@ def test_dry_run_writes_one_result_per_benchmark_with_provenance(tmp_path):
     for path in tmp_path.iterdir():
         record = json.loads(path.read_text())
         meta = record["meta"]
-        assert meta["command"].endswith(f"-m bench.gpu.suite --dry-run --out {tmp_path}")
+        assert meta["command"].endswith(f"-m benchmarks.gpu.suite --dry-run --out {tmp_path}")
         assert re.fullmatch(r"[0-9a-f]{40}|unknown", meta["git_commit"])
         assert meta["device"].startswith("cpu") and meta["dry_run"] is True
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", meta["date"])

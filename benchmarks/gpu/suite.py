@@ -6,8 +6,8 @@
 Each part runs in its own process (so each engine plans its memory on an empty GPU) and writes one JSON under
 --out with the command, git commit, device and date.
 
-    python -m bench.gpu.suite --out bench/results/
-    python -m bench.gpu.suite --dry-run --out /tmp/suite     # CPU, tiny configs, in-process, seconds
+    python -m benchmarks.gpu.suite --out bench/results/
+    python -m benchmarks.gpu.suite --dry-run --out /tmp/suite     # CPU, tiny configs, in-process, seconds
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from bench.gpu.provenance import REPO, run_metadata, write_result
+from benchmarks.gpu.provenance import REPO, run_metadata, write_result
 
-MODULE = "bench.gpu.suite"
-DECODE, OFFLINE = "bench.gpu.decode_roofline", "bench.gpu.offline_throughput"
+MODULE = "benchmarks.gpu.suite"
+DECODE, OFFLINE = "benchmarks.gpu.decode_roofline", "benchmarks.gpu.offline_throughput"
 PARTS = ("decode", "llama-3.1-8b", "qwen3-0.6b")
 RESULTS_DIR = REPO / "bench" / "results"
 LLAMA_TARGET = {"device": "H100", "output_throughput_tok_s": 16000.0}

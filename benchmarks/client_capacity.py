@@ -1,6 +1,6 @@
-"""How fast can this client send? `python -m bench.client_capacity` (add `--save` to keep the result).
+"""How fast can this client send? `python -m benchmarks.client_capacity` (add `--save` to keep the result).
 
-Starts `bench.stub_server` in its own process (64-token streamed responses, one SSE event per token), then runs
+Starts `benchmarks.stub_server` in its own process (64-token streamed responses, one SSE event per token), then runs
 the real load loop in this process at rising rates for a few seconds each, and prints for every rate the achieved
 rate over the requested one and the send lag. The answer is the highest rate with achieved/requested >= 0.99 and
 every request completed.
@@ -18,13 +18,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import eventloop
-from bench.arrivals import schedule
-from bench.benchmark import RunSettings, Target, measure
-from bench.datasets import Prompt
-from bench.metrics import summarize
-from bench.verdict import judge
-from bench.workload import Workload
+from toolkit.bench import eventloop
+from toolkit.bench.arrivals import schedule
+from toolkit.bench.benchmark import RunSettings, Target, measure
+from toolkit.bench.datasets import Prompt
+from toolkit.bench.metrics import summarize
+from toolkit.bench.verdict import judge
+from toolkit.bench.workload import Workload
 
 RESULTS = Path(__file__).resolve().parent / "results" / "client_capacity.json"
 SUSTAINED = 0.99
@@ -82,7 +82,7 @@ def _print(step: dict) -> None:
 
 def run(rates: list[float], seconds: float, tokens: int, backend: str, arrival: str) -> dict:
     port = _free_port()
-    stub = subprocess.Popen([sys.executable, "-m", "bench.stub_server", "--port", str(port), "--tokens",
+    stub = subprocess.Popen([sys.executable, "-m", "benchmarks.stub_server", "--port", str(port), "--tokens",
                              str(tokens)], cwd=Path(__file__).resolve().parents[1])
     try:
         _wait_for_port(port)
@@ -121,7 +121,7 @@ def main() -> None:
     result = run([float(r) for r in args.rates.split(",")], args.seconds, args.tokens, args.backend, args.arrival)
     if args.save:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        result |= {"command": "python -m bench.client_capacity " + " ".join(sys.argv[1:]), "commit": _commit(),
+        result |= {"command": "python -m benchmarks.client_capacity " + " ".join(sys.argv[1:]), "commit": _commit(),
                    "device": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only",
                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": sys.version.split()[0]}
         RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -5,8 +5,8 @@ Workloads:
   llama-3.1-8b  1000 prompts, input 256–1024, output 128–512, greedy (SGLang's bench_offline_throughput form)
   qwen3-0.6b    256 prompts, input and output 100–1024, temperature 0.6 (the nano-vllm / mini-sglang benchmark)
 
-    python -m bench.gpu.offline_throughput --workload llama-3.1-8b [--disable-cuda-graph]
-    python -m bench.gpu.offline_throughput --workload qwen3-0.6b --dry-run     # CPU, tiny config, seconds
+    python -m benchmarks.gpu.offline_throughput --workload llama-3.1-8b [--disable-cuda-graph]
+    python -m benchmarks.gpu.offline_throughput --workload qwen3-0.6b --dry-run     # CPU, tiny config, seconds
 """
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from bench.gpu.decode_roofline import DRY_RUN_SETTINGS
-from bench.offline import throughput_record
-from bench.gpu.provenance import run_metadata, write_result
+from benchmarks.gpu.decode_roofline import DRY_RUN_SETTINGS
+from toolkit.bench.offline import throughput_record
+from benchmarks.gpu.provenance import run_metadata, write_result
 
-MODULE = "bench.gpu.offline_throughput"
+MODULE = "benchmarks.gpu.offline_throughput"
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def engine_settings(workload: Workload, opts: argparse.Namespace, device: torch.
 
 
 def run(workload: Workload, opts: argparse.Namespace, device: torch.device) -> dict:
-    from runtime.engine import Engine
+    from toolkit.runtime.engine import Engine
 
     engine = Engine(model_path=workload.model, **engine_settings(workload, opts, device))
     counter = DecodeStepCounter(engine.runner)

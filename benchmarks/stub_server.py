@@ -1,4 +1,4 @@
-"""A lean streaming stub for measuring the client itself: `python -m bench.stub_server --port 8123`.
+"""A lean streaming stub for measuring the client itself: `python -m benchmarks.stub_server --port 8123`.
 
 It answers `/generate`, `/v1/completions` and `/v1/chat/completions` with the same canned response (`--tokens`
 SSE events, one token each, SGLang or OpenAI shape by path): the first `--ttft-ms` after the request arrives,

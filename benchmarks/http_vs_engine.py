@@ -1,7 +1,7 @@
 """Online throughput over HTTP (`toolkit serve` + `toolkit bench --rate inf`) vs the in-process Engine on the
 same workload, and the HTTP overhead of a one-token request, measured one after the other on this machine.
 
-    python -m bench.http_vs_engine [--num-prompts 64 --input-len 256 --output-len 128] [--rounds 2] [--save]
+    python -m benchmarks.http_vs_engine [--num-prompts 64 --input-len 256 --output-len 128] [--rounds 2] [--save]
 
 Both sides run alternately `--rounds` times and each keeps its best: this machine's speed drifts between runs.
 """
@@ -68,8 +68,8 @@ def http_run(args, workdir: Path) -> dict:
 
 
 def engine_run(args) -> dict:
-    from bench.offline import random_requests
-    from runtime import Engine
+    from toolkit.bench.offline import random_requests
+    from toolkit.runtime import Engine
 
     engine = Engine(log_level="warning")
     requests_ = random_requests(args.num_prompts, args.input_len, args.output_len, 1.0,
@@ -116,7 +116,7 @@ def main() -> None:
           f"(HTTP overhead {http['one_token_ms'] - engine['one_token_ms']:.1f} ms, median of {ONE_TOKEN_TRIALS})")
     if args.save:
         RESULTS.mkdir(exist_ok=True)
-        record = {"command": "python -m bench.http_vs_engine", "device": "cpu",
+        record = {"command": "python -m benchmarks.http_vs_engine", "device": "cpu",
                   "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "workload": vars(args), "http": http, "engine": engine, "ratio": ratio,
                   "http_rounds": http_runs, "engine_rounds": engine_runs}

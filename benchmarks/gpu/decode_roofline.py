@@ -3,8 +3,8 @@
 decode batch whose requests hold `--context` tokens each, synchronized, so launch overheads count as they do
 in serving; with graphs captured, the same batch is also timed eagerly.
 
-    python -m bench.gpu.decode_roofline                 # llama-3.1-8b, bf16, batch 1/8/64/256, context 1024
-    python -m bench.gpu.decode_roofline --dry-run       # CPU, a tiny config, seconds: exercises the code only
+    python -m benchmarks.gpu.decode_roofline                 # llama-3.1-8b, bf16, batch 1/8/64/256, context 1024
+    python -m benchmarks.gpu.decode_roofline --dry-run       # CPU, a tiny config, seconds: exercises the code only
 """
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from bench.gpu.provenance import run_metadata, write_result
-from bench.gpu.roofline import decode_step_bytes, measure_copy_bandwidth, roofline_seconds, weight_bytes_read
-from runtime.forward_batch import ForwardBatch, ForwardMode
-from runtime.launch import with_device_defaults
-from runtime.model_runner import ModelRunner
-from runtime.server_args import ServerArgs
+from benchmarks.gpu.provenance import run_metadata, write_result
+from benchmarks.gpu.roofline import decode_step_bytes, measure_copy_bandwidth, roofline_seconds, weight_bytes_read
+from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
+from toolkit.runtime.launch import with_device_defaults
+from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.server_args import ServerArgs
 
-MODULE = "bench.gpu.decode_roofline"
+MODULE = "benchmarks.gpu.decode_roofline"
 TARGET_BATCH, TARGET_RATIO = 1, 1.25
 # A config of the preset's architecture small enough for a CPU dry run, and a context and pool to match.
 TINY_OVERRIDES = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from runtime.model_loader.config import ModelConfig
+from toolkit.runtime.model_loader.config import ModelConfig
 
 
 def decoder_parameters(config: ModelConfig) -> int:

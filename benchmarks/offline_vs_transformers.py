@@ -1,6 +1,6 @@
 """Offline throughput of the toolkit engine vs batched `transformers.generate`, same prompts, same process.
 
-    python -m bench.offline_vs_transformers [--num-prompts 64 --input-len 256 --output-len 128 --dtype bfloat16]
+    python -m benchmarks.offline_vs_transformers [--num-prompts 64 --input-len 256 --output-len 128 --dtype bfloat16]
 
 Prompts are random token ids of exactly `--input-len` tokens; every request generates exactly `--output-len`
 tokens (ignore_eos / min_new_tokens), greedily. The two sides run alternately `--rounds` times and each keeps its
@@ -32,7 +32,7 @@ def _prompts(num: int, length: int, seed: int, special: set[int]) -> list[list[i
 
 
 def run_toolkit(prompts: list[list[int]], output_len: int, dtype: str) -> float:
-    from runtime import Engine
+    from toolkit.runtime import Engine
 
     engine = Engine(dtype=dtype, log_level="warning")
     engine.generate(input_ids=[prompts[0][:16]], sampling_params={"max_new_tokens": 4})
@@ -48,7 +48,7 @@ def run_toolkit(prompts: list[list[int]], output_len: int, dtype: str) -> float:
 def run_transformers(prompts: list[list[int]], output_len: int, dtype: str) -> float:
     from transformers import AutoModelForCausalLM
 
-    from runtime.model_loader.embedded import embedded_model_path
+    from toolkit.runtime.model_loader.embedded import embedded_model_path
 
     path = embedded_model_path()
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternate both sides; keep each side's best")
     parser.add_argument("--save", action="store_true", help="write bench/results/offline_vs_transformers_<dev>.json")
     args = parser.parse_args()
-    from runtime.model_loader.tokenizer import load_tokenizer
+    from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 
     special = set(load_tokenizer(None).all_special_ids)
     prompts = _prompts(args.num_prompts, args.input_len, args.seed, special)
@@ -95,7 +95,7 @@ def main() -> None:
     print("all rounds (s): toolkit " + ", ".join(f"{x:.1f}" for x in ours_runs)
           + "; transformers " + ", ".join(f"{x:.1f}" for x in theirs_runs))
     record = {
-        "command": "python -m bench.offline_vs_transformers " + " ".join(
+        "command": "python -m benchmarks.offline_vs_transformers " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "save"),
         "commit": _commit(), "device": f"cpu ({platform.processor() or platform.machine()}, "
                                       f"{torch.get_num_threads()} threads)",
