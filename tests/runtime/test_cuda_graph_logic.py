@@ -280,7 +280,10 @@ def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(caplog):
     )
     eager_logits = runner.model(batch)
     assert graph_logits.shape == (3, 320) and graph_logits.data_ptr() == graphs.logits.data_ptr()
-    assert torch.equal(graph_logits, eager_logits)  # same kernels, same KV splits per request
+    # NOTE: a batch of 4 (padded) and a batch of 3 may take different BLAS kernels on another CPU (AMD EPYC
+    # does), so the rows agree to float32 rounding, not bit for bit; the greedy choice must not differ.
+    torch.testing.assert_close(graph_logits, eager_logits, rtol=1e-4, atol=1e-4)
+    assert torch.equal(graph_logits.argmax(-1), eager_logits.argmax(-1))
     assert runner.kv_pool.k_buffer[0][0].count_nonzero() > 0, "the dummy request's K/V land in slot 0"
     assert torch.equal(runner.req_to_token_pool.req_to_token[runner.req_to_token_pool.dummy_row], table_row_before)
 
