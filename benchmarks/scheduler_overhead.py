@@ -18,7 +18,7 @@ TINY_LLAMA = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 12
 def measure(batch_size: int, steps: int) -> dict:
     from toolkit.runtime import Engine
     from toolkit.runtime.sampling.sampling_params import SamplingParams
-    from toolkit.runtime.scheduler.scheduler import GenerateInput
+    from toolkit.runtime.io_struct import GenerateInput
 
     engine = Engine(model_path="llama-3.2-1b", load_format="dummy", json_model_override_args=json.dumps(TINY_LLAMA),
                     dtype="float32", log_level="warning", max_running_requests=batch_size, context_length=2048,

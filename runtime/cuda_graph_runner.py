@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 
 from toolkit.runtime.attention.base import AttentionBackend
-from toolkit.runtime.device_memory import available_memory_gib
+from toolkit.runtime.memory.device import available_memory_gib
 from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
 from toolkit.runtime.memory.kv_pool import KVPool
 from toolkit.runtime.memory.req_to_token import ReqToTokenPool

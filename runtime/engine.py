@@ -9,8 +9,7 @@ from typing import Any
 from toolkit.runtime.launch import launch_scheduler
 from toolkit.runtime.logging_setup import configure_logging
 from toolkit.runtime.sampling.sampling_params import SamplingParams
-from toolkit.runtime.scheduler.request import FinishReason
-from toolkit.runtime.scheduler.scheduler import GenerateInput, TokenOutput, context_length_error, token_id_error
+from toolkit.runtime.io_struct import FinishReason, GenerateInput, TokenOutput, context_length_error, token_id_error
 from toolkit.runtime.server_args import ServerArgs
 
 Prompt = str | list[str] | None

@@ -6,8 +6,8 @@ import logging
 
 import torch
 
-from toolkit.runtime.device_memory import resolve_device, total_memory_mib
-from toolkit.runtime.memory_planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults
+from toolkit.runtime.memory.device import resolve_device, total_memory_mib
+from toolkit.runtime.memory.planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults
 from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
 from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 from toolkit.runtime.model_runner import ModelRunner

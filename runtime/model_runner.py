@@ -5,6 +5,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 
@@ -12,12 +13,12 @@ from toolkit.runtime.attention.base import AttentionBackend
 from toolkit.runtime.attention.registry import create_backend, resolve_backend_name
 from toolkit.runtime.cuda_graph_runner import CudaGraphRunner, capture_batch_sizes
 from toolkit.runtime.cpu_threads import CpuThreadPolicy
-from toolkit.runtime.device_memory import available_memory_gib, resolve_device, total_memory_mib
+from toolkit.runtime.memory.device import available_memory_gib, resolve_device, total_memory_mib
 from toolkit.runtime.forward_batch import ForwardBatch
 from toolkit.runtime.memory.allocator import TokenAllocator
 from toolkit.runtime.memory.kv_pool import KVPool
 from toolkit.runtime.memory.req_to_token import ReqToTokenPool
-from toolkit.runtime.memory_planning import (
+from toolkit.runtime.memory.planning import (
     PoolPlan,
     cuda_defaults,
     plan_cpu_pool,
@@ -33,6 +34,11 @@ from toolkit.runtime.models.weights import init_dummy_weights, load_weights
 from toolkit.runtime.server_args import ServerArgs
 
 logger = logging.getLogger("runtime")
+
+class ForwardOutput(NamedTuple):
+    logits: torch.Tensor
+    used_cuda_graph: bool
+
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -95,8 +101,6 @@ class ModelRunner:
         self._allocate_pools()
         self.attention_backend_name = resolve_backend_name(args.attention_backend, self.device)
         self.attn_backend = create_backend(args.attention_backend, self.device)
-        # NOTE: whether the latest forward replayed a CUDA graph (the decode log line's `cuda graph`).
-        self.last_forward_used_cuda_graph = False
         self.graph_runner = self._init_cuda_graphs()
 
     def _load_model(self) -> CausalLM:
@@ -183,13 +187,12 @@ class ModelRunner:
         return runner
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        """Float32 logits [batch, vocab] for each request's last new token. A decode batch that a captured graph
-        holds replays it; its logits are then a view valid until the next forward."""
+    def forward(self, batch: ForwardBatch) -> ForwardOutput:
+        """Float32 logits [batch, vocab] for each request's last new token, and whether a captured graph ran (the
+        decode log line's `cuda graph`). A replayed graph's logits are a view valid until the next forward."""
         if self.cpu_threads is not None:
             self.cpu_threads.apply(batch.mode.is_decode)
         graphs = self.graph_runner
-        self.last_forward_used_cuda_graph = graphs is not None and graphs.can_run(batch)
-        if self.last_forward_used_cuda_graph:
-            return graphs.replay(batch)
-        return self.model(batch)
+        if graphs is not None and graphs.can_run(batch):
+            return ForwardOutput(graphs.replay(batch), used_cuda_graph=True)
+        return ForwardOutput(self.model(batch), used_cuda_graph=False)

@@ -123,7 +123,7 @@ def _measure(runner: ModelRunner, bs: int, opts, bandwidth: float, dtype_bytes: 
     batch, release = resident_decode_batch(runner, bs, opts.context)
     try:
         step = statistics.median(step_times(lambda: runner.forward(batch), runner.device, opts.warmup, opts.iters))
-        used_graph = runner.last_forward_used_cuda_graph
+        used_graph = runner.forward(batch).used_cuda_graph
         eager = None
         if runner.graph_runner is not None:
             graphs, runner.graph_runner = runner.graph_runner, None

@@ -66,11 +66,11 @@ class DecodeStepCounter:
         runner.forward = self._counted
 
     def _counted(self, batch):
-        logits = self._forward(batch)
+        output = self._forward(batch)
         if batch.mode.is_decode:
             self.decode_steps += 1
-            self.graph_steps += int(self._runner.last_forward_used_cuda_graph)
-        return logits
+            self.graph_steps += int(output.used_cuda_graph)
+        return output
 
     def reset(self) -> None:
         self.decode_steps = self.graph_steps = 0

@@ -1,9 +1,13 @@
 """The new-token ratio: how much of their remaining max_new_tokens running requests are assumed to still need
-(LOG_FORMATS §8). It starts at init, decays each decode step without memory shortage down to a floor, jumps
-after a retraction, and resets to init when the scheduler goes idle."""
+(docs/scheduling.md §2). It starts at init, decays each decode step without memory shortage down to a floor,
+jumps after a retraction, and resets to init when the scheduler goes idle."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from toolkit.runtime.scheduler.request import Req
+from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS
 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
@@ -29,5 +33,9 @@ class NewTokenRatio:
     def reset(self) -> None:
         self.value = self.init
 
-    def set_after_retraction(self, value: float) -> None:
-        self.value = value
+    def set_after_retraction(self, remaining: Sequence[Req]) -> None:
+        """What the requests left running are expected to need: their decoded tokens plus RETRACT_DECODE_STEPS
+        each, over their total max_new_tokens (SGLang's `retract_decode`)."""
+        decoded = sum(len(r.output_ids) for r in remaining)
+        max_new = sum(r.sampling_params.max_new_tokens for r in remaining)
+        self.value = 1.0 if max_new == 0 else min(1.0, (decoded + RETRACT_DECODE_STEPS * len(remaining)) / max_new)

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 import torch
 
-from toolkit.runtime.mem_cache.base import PrefixCache
-from toolkit.runtime.mem_cache.radix_cache import RadixCache, TreeNode
+from toolkit.runtime.memory.prefix_cache import PrefixCache
+from toolkit.runtime.memory.radix_cache import RadixCache, TreeNode
 from toolkit.runtime.scheduler.request import Req
 
 LPM_FALLBACK_QUEUE_LEN = 128  # above this many waiting requests, lpm costs more than it saves: use fcfs

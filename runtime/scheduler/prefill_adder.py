@@ -1,8 +1,11 @@
-"""Admission: which waiting requests join the next prefill batch (SGLang's `PrefillAdder`, LOG_FORMATS §7).
+"""Admission, the whole rule in one class: which waiting requests join the next prefill batch (SGLang's
+`PrefillAdder`, docs/scheduling.md §1).
 
 Budget = free + evictable KV tokens − Σ over running requests of min(max_new − generated, 4096) × new_token_ratio.
 A request costs page_ceil(extend) + min(max_new, 4096) of it. `max_prefill_tokens` bounds the batch's input
-tokens (the first request may exceed it) and `chunked_prefill_size` splits a long input into chunks.
+tokens (the first request may exceed it), `chunked_prefill_size` splits a long input into chunks, and
+`max_running_requests` bounds how many requests may run at once. A request that could not fit even in an empty
+pool is refused for good (`never_fits`).
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from contextlib import contextmanager
 from enum import Enum, auto
 from typing import Iterator, Protocol
 
-from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.memory.prefix_cache import PrefixCache
 from toolkit.runtime.scheduler.request import Req
 
 CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096
@@ -20,6 +23,7 @@ class AddReqResult(Enum):
     CONTINUE = auto()  # admitted; more may follow
     NO_TOKEN = auto()  # the KV budget is exhausted
     OTHER = auto()  # the input-token or chunk budget is exhausted
+    NO_REQUEST_SLOT = auto()  # max_running_requests are running or admitted
 
 
 class FreeSlots(Protocol):
@@ -50,8 +54,11 @@ class PrefillAdder:
         max_prefill_tokens: int,
         chunked_prefill_size: int | None,
         mixed_with_decode_tokens: int = 0,
+        max_running_requests: int | None = None,
     ) -> None:
         self.tree_cache = tree_cache
+        self.running_count = len(running)
+        self.rem_requests = None if max_running_requests is None else max_running_requests - len(running)
         self.allocator = allocator
         self.page_size = allocator.page_size
         self.rem_input_tokens = max_prefill_tokens - mixed_with_decode_tokens
@@ -77,7 +84,13 @@ class PrefillAdder:
     def ceil_paged(self, tokens: int) -> int:
         return -(-tokens // self.page_size) * self.page_size
 
+    @property
+    def has_request_slot(self) -> bool:
+        return self.rem_requests is None or len(self.can_run_list) < self.rem_requests
+
     def budget_state(self) -> AddReqResult:
+        if not self.has_request_slot:
+            return AddReqResult.NO_REQUEST_SLOT
         if self.rem_total_tokens <= 0 or self.cur_rem_tokens <= 0:
             return AddReqResult.NO_TOKEN
         if self.rem_input_tokens <= 0 or (self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0):
@@ -112,6 +125,8 @@ class PrefillAdder:
             self.tree_cache.dec_lock_ref(node)
 
     def add_one_req(self, req: Req) -> AddReqResult:
+        if not self.has_request_slot:
+            return AddReqResult.NO_REQUEST_SLOT
         total_tokens = req.extend_input_len + clipped_max_new(req)
         input_tokens = self.ceil_paged(req.extend_input_len)
         prefix_len = len(req.prefix_indices)
@@ -138,3 +153,14 @@ class PrefillAdder:
                 self.tree_cache.inc_lock_ref(req.last_node)
                 self._update_budget(prefix_len, truncated_len, 0)
         return self.budget_state()
+
+
+def never_fits(req: Req, pool_size: int) -> str | None:
+    """Why `req` cannot run even alone in an empty pool (None when it can). Only meaningful when nothing runs and
+    no prefix is locked: the whole pool is then free or evictable."""
+    needed = req.extend_input_len + clipped_max_new(req)
+    if needed < pool_size:
+        return None
+    return (f"the request needs {needed} KV tokens (input {req.extend_input_len} + max_new_tokens "
+            f"{clipped_max_new(req)}) but the KV pool holds {pool_size}; raise --max-total-tokens or "
+            "--mem-fraction-static, or lower max_new_tokens")

@@ -3,29 +3,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
+from toolkit.runtime.io_struct import FinishReason
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 
-FinishKind = Literal["stop", "length", "abort"]
 _NO_SLOTS = torch.empty(0, dtype=torch.int64)
-
-
-@dataclass(frozen=True)
-class FinishReason:
-    kind: FinishKind
-    matched: int | str | None = None  # the stop token id or stop string that ended the request
-    message: str | None = None  # why an abort happened
-
-    def to_json(self) -> dict[str, Any]:
-        """SGLang's `meta_info.finish_reason`."""
-        if self.kind == "length":
-            return {"type": "length", "length": self.matched}
-        if self.kind == "abort":
-            return {"type": "abort", "message": self.message}
-        return {"type": "stop", "matched": self.matched}
 
 
 @dataclass(eq=False)

@@ -1,5 +1,5 @@
-"""Which running requests a decode step retracts when the KV pool is full, and the ratio it leaves behind
-(SGLang's `retract_decode`, LOG_FORMATS §8)."""
+"""Which running requests a decode step retracts when the KV pool is full (SGLang's `retract_decode`,
+docs/scheduling.md §3); the ratio it leaves behind is `NewTokenRatio.set_after_retraction`."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,11 +31,3 @@ def choose_victims(
         retracted.append(victim)
         release(reqs[victim], len(order))
     return order, retracted
-
-
-def ratio_after_retraction(remaining: list[Req]) -> float:
-    decoded = sum(len(r.output_ids) for r in remaining)
-    max_new = sum(r.sampling_params.max_new_tokens for r in remaining)
-    if max_new == 0:
-        return 1.0
-    return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(remaining)) / max_new)

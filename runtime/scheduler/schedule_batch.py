@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
-from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.memory.prefix_cache import PrefixCache
 from toolkit.runtime.memory.allocator import TokenAllocator
 from toolkit.runtime.memory.req_to_token import ReqToTokenPool
 from toolkit.runtime.scheduler.request import Req

@@ -9,72 +9,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from toolkit.runtime.forward_batch import ForwardMode
-from toolkit.runtime.mem_cache.base import PrefixCache
-from toolkit.runtime.mem_cache.radix_cache import NoPrefixCache, RadixCache
-from toolkit.runtime.mem_cache.request_cache import RequestCache
+from toolkit.runtime.io_struct import GenerateInput, TokenOutput, context_length_error, token_id_error
+from toolkit.runtime.memory.prefix_cache import PrefixCache
+from toolkit.runtime.memory.radix_cache import NoPrefixCache, RadixCache
+from toolkit.runtime.memory.request_cache import RequestCache
 from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.sampling.sampler import Sampler, SampleOutput, TokenHistory
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
 from toolkit.runtime.scheduler.policy import SchedulePolicy
-from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, clipped_max_new
-from toolkit.runtime.scheduler.request import FinishReason, Req
-from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims, ratio_after_retraction
+from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, never_fits
+from toolkit.runtime.io_struct import FinishReason
+from toolkit.runtime.scheduler.request import Req
+from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims
 from toolkit.runtime.scheduler.schedule_batch import KVMemory, ScheduleBatch
 from toolkit.runtime.scheduler.stats_log import SchedulerStats, StatsLogger
 from toolkit.runtime.server_args import ServerArgs
 
 logger = logging.getLogger("runtime")
-
-
-@dataclass(frozen=True)
-class GenerateInput:
-    """A tokenized request as the scheduler receives it."""
-
-    rid: str
-    input_ids: list[int]
-    sampling_params: SamplingParams
-    return_logprob: bool = False
-    top_logprobs_num: int = 0
-
-
-@dataclass(frozen=True)
-class TokenOutput:
-    """One request's progress in one step: a new token, a finish, or both."""
-
-    rid: str
-    token_id: int | None
-    finished_reason: FinishReason | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    logprob: float | None = None
-    top_logprobs: list[tuple[int, float]] | None = None
-
-
-def token_id_error(input_ids: list[int], vocab_size: int) -> str | None:
-    """Token ids outside the model's vocabulary would index past its embedding table."""
-    if not input_ids:
-        return "the prompt is empty"
-    low, high = min(input_ids), max(input_ids)
-    if low < 0 or high >= vocab_size:
-        return f"token id {high if high >= vocab_size else low} is outside the model's vocabulary [0, {vocab_size})"
-    return None
-
-
-def context_length_error(input_len: int, max_new_tokens: int, context_len: int) -> str | None:
-    """SGLang's length validation; None when the request fits the context."""
-    if input_len >= context_len:
-        return (f"The input ({input_len} tokens) is longer than the model's context length "
-                f"({context_len} tokens).")
-    if input_len + max_new_tokens >= context_len:
-        return (f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
-                f"You requested a total of {input_len + max_new_tokens} tokens: {input_len} tokens from the input "
-                f"and {max_new_tokens} tokens for the completion.")
-    return None
 
 
 class Scheduler:
@@ -170,11 +124,11 @@ class Scheduler:
 
     def _run(self, batch: ScheduleBatch) -> None:
         start = time.perf_counter()
-        logits = self.runner.forward(batch.forward_batch(self.runner.req_to_token_pool, self.runner))
+        logits, used_cuda_graph = self.runner.forward(batch.forward_batch(self.runner.req_to_token_pool, self.runner))
         if batch.mode is ForwardMode.EXTEND:
             self._process_prefill(batch, logits)
         else:
-            self._process_decode(batch, logits)
+            self._process_decode(batch, logits, used_cuda_graph)
         self.forward_seconds += time.perf_counter() - start
 
     # ---- prefill ----
@@ -184,35 +138,30 @@ class Scheduler:
         if (full or not self.waiting) and self.chunked_req is None:
             return None
         running_bs = len(self.running)
-        if running_bs >= self.max_running_requests and self.chunked_req is None:
-            self.running.batch_is_full = True
-            return None
         mixed = self.args.enable_mixed_chunk and not self.running.is_empty
-        prefix_matched = self.policy.sort(self.waiting)
         adder = PrefillAdder(
             self.tree_cache, self.runner.allocator, self.running.reqs, self.ratio.value,
             self.args.max_prefill_tokens, self.chunked_prefill_size, running_bs if mixed else 0,
+            self.max_running_requests,
         )
         if self.chunked_req is not None:
             self.chunked_req.init_next_round_input()
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
-        self._admit_waiting(adder, running_bs, prefix_matched)
+        self._admit_waiting(adder)
         if not adder.can_run_list:
             self._abort_if_never_fits()
             return None
         return self._build_prefill_batch(adder, running_bs, mixed)
 
-    def _admit_waiting(self, adder: PrefillAdder, running_bs: int, prefix_matched: bool) -> None:
+    def _admit_waiting(self, adder: PrefillAdder) -> None:
+        prefix_matched = self.policy.sort(self.waiting) if adder.has_request_slot else False
         for req in self.waiting:
-            if running_bs + len(adder.can_run_list) >= self.max_running_requests:
-                self.running.batch_is_full = True
-                break
-            if not prefix_matched:
+            if not prefix_matched and adder.has_request_slot:
                 req.init_next_round_input(self.tree_cache)
             result = adder.add_one_req(req)
             if result is not AddReqResult.CONTINUE:
-                if result is AddReqResult.NO_TOKEN:
-                    self.running.batch_is_full = True
+                # NOTE: no admission is retried until the running batch shrinks (SGLang's batch_is_full).
+                self.running.batch_is_full = result in (AddReqResult.NO_TOKEN, AddReqResult.NO_REQUEST_SLOT)
                 break
 
     def _build_prefill_batch(self, adder: PrefillAdder, running_bs: int, mixed: bool) -> ScheduleBatch:
@@ -238,21 +187,14 @@ class Scheduler:
         return batch
 
     def _abort_if_never_fits(self) -> None:
-        """With nothing running, the whole pool is free or evictable: a head request that still does not fit
-        never will."""
+        """With nothing running and nothing locked, a head request that does not fit the pool never will."""
         if not self.running.is_empty or self.chunked_req is not None or not self.waiting:
             return
-        req = self.waiting[0]
         if self.tree_cache.protected_size() > 0:
             return
-        needed = req.extend_input_len + clipped_max_new(req)
-        if needed >= self.max_total_num_tokens:
-            self.waiting.pop(0)
-            self._finish_unscheduled(req, (
-                f"the request needs {needed} KV tokens (input {req.extend_input_len} + max_new_tokens "
-                f"{clipped_max_new(req)}) but the KV pool holds {self.max_total_num_tokens}; raise "
-                "--max-total-tokens or --mem-fraction-static, or lower max_new_tokens"
-            ))
+        error = never_fits(self.waiting[0], self.max_total_num_tokens)
+        if error is not None:
+            self._finish_unscheduled(self.waiting.pop(0), error)
 
     def _process_prefill(self, batch: ScheduleBatch, logits) -> None:
         producing = [i for i, r in enumerate(batch.reqs) if r.is_chunked == 0]
@@ -316,7 +258,7 @@ class Scheduler:
         if not retracted:
             return
         self._drop_from_running([reqs[i] for i in kept])
-        self.ratio.set_after_retraction(ratio_after_retraction(self.running.reqs))
+        self.ratio.set_after_retraction(self.running.reqs)
         self.stats_log.log_retraction(len(retracted), old_ratio, self.ratio.value)
         self.waiting.extend(reqs[i] for i in retracted)
 
@@ -329,7 +271,7 @@ class Scheduler:
             self._finish_running(req)
         self._drop_from_running()
 
-    def _process_decode(self, batch: ScheduleBatch, logits) -> None:
+    def _process_decode(self, batch: ScheduleBatch, logits, used_cuda_graph: bool) -> None:
         sample = self._sample(logits, batch.reqs)
         for j, req in enumerate(batch.reqs):
             self._append_token(req, sample, j)
@@ -337,7 +279,7 @@ class Scheduler:
                 self.req_cache.cache_finished_req(req)
         if self.stats_log.on_decode_step(len(batch)):
             used, usage = self._token_usage()
-            self.stats_log.log_decode(len(batch), used, usage, cuda_graph=self.runner.last_forward_used_cuda_graph,
+            self.stats_log.log_decode(len(batch), used, usage, cuda_graph=used_cuda_graph,
                                       queue=len(self.waiting))
         self._drop_from_running()
 

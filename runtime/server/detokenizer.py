@@ -2,7 +2,7 @@
 string (or its beginning) before the request finishes."""
 from __future__ import annotations
 
-from toolkit.runtime.scheduler.request import FinishReason
+from toolkit.runtime.io_struct import FinishReason
 
 REPLACEMENT = "\ufffd"  # what a decoder yields for an incomplete UTF-8 sequence
 

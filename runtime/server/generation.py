@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams
-from toolkit.runtime.scheduler.request import FinishReason
+from toolkit.runtime.io_struct import FinishReason
 from toolkit.runtime.server.protocol import GenerationPlan
 from toolkit.runtime.server.tokenizer_manager import Chunk, TokenizerManager
 

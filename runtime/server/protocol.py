@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError
-from toolkit.runtime.scheduler.scheduler import context_length_error
+from toolkit.runtime.io_struct import context_length_error
 
 MAX_N = 128
 MAX_LOGPROBS = 20

@@ -9,19 +9,21 @@ import traceback
 
 import zmq
 
-from toolkit.runtime.launch import launch_scheduler
-from toolkit.runtime.logging_setup import configure_logging
-from toolkit.runtime.scheduler.scheduler import GenerateInput, Scheduler
-from toolkit.runtime.server.ipc import (
+from toolkit.runtime.io_struct import (
     AbortRequest,
     BatchOutput,
     FlushCacheRequest,
     FlushCacheResult,
-    IpcEndpoints,
+    GenerateInput,
     SchedulerFailed,
     SchedulerReady,
     ShutdownRequest,
 )
+from toolkit.runtime.launch import launch_scheduler
+from toolkit.runtime.logging_setup import configure_logging
+from toolkit.runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.scheduler.scheduler import Scheduler
+from toolkit.runtime.server.ipc import IpcEndpoints
 from toolkit.runtime.server.watchdog import Watchdog
 from toolkit.runtime.server_args import ServerArgs
 
@@ -43,6 +45,10 @@ def run_scheduler_process(args: ServerArgs, endpoints: IpcEndpoints, parent_pid:
         launched = launch_scheduler(args, shares_cores=True)
         outbox.send_pyobj(_ready_message(launched))
         SchedulerLoop(launched.scheduler, inbox, outbox, parent_pid).run()
+    except ModelLoadError as exc:
+        logger.error(str(exc))
+        outbox.send_pyobj(SchedulerFailed(str(exc)))
+        raise SystemExit(1) from None
     except Exception:
         message = traceback.format_exc()
         logger.error(f"Scheduler hit an exception: {message}")
@@ -62,6 +68,7 @@ def _ready_message(launched) -> SchedulerReady:
         vocab_size=runner.config.vocab_size,
         model_class=runner.config.architecture,
         attention_backend=runner.attention_backend_name,
+        tokenizer_path=str(launched.source.tokenizer_path),
     )
 
 

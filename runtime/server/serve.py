@@ -1,5 +1,9 @@
 """`toolkit serve`: start the scheduler process, wait for the model, serve HTTP, and shut everything down on
-SIGINT/SIGTERM or when the scheduler dies (then with a non-zero exit code)."""
+SIGINT/SIGTERM or when the scheduler dies (then with a non-zero exit code).
+
+This is the HTTP process: it never imports torch or the model (the scheduler process owns them), so it starts
+fast and its event loop stays light.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -12,15 +16,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from toolkit.runtime.launch import model_source
 from toolkit.runtime.logging_setup import configure_logging
-from toolkit.runtime.model_loader.errors import ModelLoadError
 from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 from toolkit.runtime.server.http_server import AccessLogger, build_app
 from toolkit.runtime.server.ipc import IpcEndpoints
 from toolkit.runtime.server.metrics import RequestMetrics
 from toolkit.runtime.server.protocol import ValidationContext
-from toolkit.runtime.server.scheduler_process import run_scheduler_process
 from toolkit.runtime.server.state import ServerState
 from toolkit.runtime.server.tokenizer_manager import SchedulerGone, TokenizerManager
 from toolkit.runtime.server_args import ServerArgs, default_served_model_name, parse_server_args
@@ -36,9 +37,16 @@ def main(argv: list[str]) -> int:
     configure_logging(args.log_level, args.log_file)
     try:
         return asyncio.run(Server(args).run())
-    except (ModelLoadError, SchedulerGone) as exc:
+    except SchedulerGone as exc:
         logger.error(str(exc))
         return 1
+
+
+def _scheduler_main(args: ServerArgs, endpoints: IpcEndpoints, parent_pid: int) -> None:
+    """Entry point of the spawned scheduler process: the only place the front end names the model's side."""
+    from toolkit.runtime.server.scheduler_process import run_scheduler_process
+
+    run_scheduler_process(args, endpoints, parent_pid)
 
 
 def load_chat_template(tokenizer, template: str | None) -> None:
@@ -58,21 +66,21 @@ class Server:
 
     async def run(self) -> int:
         self.stop = asyncio.Event()
-        source = model_source(self.args)
-        tokenizer = load_tokenizer(source.tokenizer_path)
-        load_chat_template(tokenizer, self.args.chat_template)
         self._start_scheduler()
         served_name = default_served_model_name(self.args)
         manager, runner, metrics = None, None, None
         try:
             self._install_signal_handlers()
-            manager = TokenizerManager(self.endpoints, tokenizer, None, self.args.stream_interval)
+            manager = TokenizerManager(self.endpoints, None, None, self.args.stream_interval)
             ready = await self._wait_ready(manager)
+            tokenizer = load_tokenizer(ready.tokenizer_path)
+            load_chat_template(tokenizer, self.args.chat_template)
+            manager.tokenizer = tokenizer
             if self.args.enable_metrics:
                 metrics = RequestMetrics(served_name, ready.max_total_num_tokens)
                 manager.metrics = metrics
             state = ServerState(self.args, manager, ready, _validation(tokenizer, ready, self.args, served_name),
-                                tokenizer, served_name, str(source.tokenizer_path), metrics)
+                                tokenizer, served_name, ready.tokenizer_path, metrics)
             runner = await self._start_http(state)
             tasks = [asyncio.ensure_future(manager.receive_forever()),
                      asyncio.ensure_future(self._supervise(state))]
@@ -85,7 +93,7 @@ class Server:
 
     def _start_scheduler(self) -> None:
         context = multiprocessing.get_context("spawn")
-        self.process = context.Process(target=run_scheduler_process, name="toolkit-scheduler",
+        self.process = context.Process(target=_scheduler_main, name="toolkit-scheduler",
                                        args=(self.args, self.endpoints, os.getpid()), daemon=True)
         self.process.start()
 

@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.runtime.server.ipc import SchedulerReady
+from toolkit.runtime.io_struct import SchedulerReady
 from toolkit.runtime.server.metrics import RequestMetrics
 from toolkit.runtime.server.protocol import ValidationContext
 from toolkit.runtime.server.tokenizer_manager import TokenizerManager

@@ -13,20 +13,21 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from toolkit.runtime.sampling.sampling_params import SamplingParams
-from toolkit.runtime.scheduler.request import FinishReason
-from toolkit.runtime.scheduler.scheduler import GenerateInput, TokenOutput
-from toolkit.runtime.server.detokenizer import IncrementalDetokenizer
-from toolkit.runtime.server.ipc import (
+from toolkit.runtime.io_struct import (
     AbortRequest,
     BatchOutput,
+    FinishReason,
     FlushCacheRequest,
     FlushCacheResult,
-    IpcEndpoints,
+    GenerateInput,
     SchedulerFailed,
     SchedulerReady,
     ShutdownRequest,
+    TokenOutput,
 )
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.server.detokenizer import IncrementalDetokenizer
+from toolkit.runtime.server.ipc import IpcEndpoints
 from toolkit.runtime.server.metrics import RequestMetrics
 
 logger = logging.getLogger("runtime")

@@ -19,6 +19,7 @@ class KVDriver:
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
         self.pool = runner.req_to_token_pool
+        self.used_cuda_graph = False  # whether the latest forward replayed a captured graph
 
     def new_sequence(self, prefix_of: Sequence | None = None, prefix_len: int = 0) -> Sequence:
         """A fresh sequence, optionally sharing the first `prefix_len` cached tokens of another."""
@@ -42,7 +43,7 @@ class KVDriver:
             ForwardMode.EXTEND, [s.row for s in seqs], prefix_lens, new_tokens, slots,
             self.pool.req_to_token, self.runner.kv_pool, self.runner.attn_backend,
         )
-        return self.runner.forward(batch)
+        return self._forward(batch)
 
     def decode(self, seqs: list[Sequence], next_tokens: list[int]) -> torch.Tensor:
         prefix_lens = [len(s.tokens) for s in seqs]
@@ -56,4 +57,8 @@ class KVDriver:
             ForwardMode.DECODE, [s.row for s in seqs], prefix_lens, [[t] for t in next_tokens], slots,
             self.pool.req_to_token, self.runner.kv_pool, self.runner.attn_backend,
         )
-        return self.runner.forward(batch)
+        return self._forward(batch)
+
+    def _forward(self, batch: ForwardBatch) -> torch.Tensor:
+        logits, self.used_cuda_graph = self.runner.forward(batch)
+        return logits

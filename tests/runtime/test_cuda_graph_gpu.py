@@ -1,5 +1,5 @@
 """Decode CUDA graphs on a CUDA GPU (skipped cleanly without one): greedy output identical with graphs on and off,
-`last_forward_used_cuda_graph` and the decode lines tell the truth per step, the capture lines and the startup
+the forward's `used_cuda_graph` and the decode lines tell the truth per step, the capture lines and the startup
 line agree, the KV pool follows --mem-fraction-static, torch.compile keeps the output."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from toolkit.runtime.cuda_graph_runner import capture_batch_sizes
 from toolkit.runtime.forward_batch import ForwardMode
-from toolkit.runtime.memory_planning import profile_max_num_tokens
+from toolkit.runtime.memory.planning import profile_max_num_tokens
 from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.server_args import ServerArgs
 from tests.runtime.driver import KVDriver
@@ -59,9 +59,9 @@ def _spy_flags(engine) -> list[tuple[bool, int, bool]]:
     forward = runner.forward
 
     def spy(batch):
-        logits = forward(batch)
-        seen.append((batch.mode is ForwardMode.DECODE, batch.batch_size, runner.last_forward_used_cuda_graph))
-        return logits
+        output = forward(batch)
+        seen.append((batch.mode is ForwardMode.DECODE, batch.batch_size, output.used_cuda_graph))
+        return output
 
     runner.forward = spy
     return seen
@@ -91,7 +91,7 @@ def test_flag_and_decode_lines_tell_whether_each_step_replayed_a_graph(folder):
     assert {3, 6} <= decode_sizes, "both a padded (3 -> 4) and an eager (6 > 4) decode batch ran"
     lines = [m for m in map(DECODE_RE.search, log.lines) if m]
     assert lines
-    # NOTE: needs the scheduler's decode line to read runner.last_forward_used_cuda_graph.
+    # NOTE: the decode line reports the forward's used_cuda_graph of its step.
     assert all((m.group(2) == "True") == (int(m.group(1)) <= 4) for m in lines)
 
 
@@ -150,7 +150,7 @@ def test_flashinfer_graph_logits_match_eager():
     seqs = [driver.new_sequence() for _ in range(3)]
     driver.extend(seqs, [[5] * 40, [6] * 7, [7] * 100])
     graph_logits = driver.decode(seqs, [8, 9, 10]).clone()
-    assert runner.last_forward_used_cuda_graph
+    assert driver.used_cuda_graph
     graphs, runner.graph_runner = runner.graph_runner, None
     for seq in seqs:
         seq.tokens.pop()  # decode the same tokens again, eagerly, into fresh slots

@@ -249,7 +249,7 @@ def test_cpu_captures_nothing_and_reports_no_graph(caplog):
     seqs = [driver.new_sequence() for _ in range(2)]
     driver.extend(seqs, [[5, 6, 7], [8, 9]])
     driver.decode(seqs, [10, 11])
-    assert runner.last_forward_used_cuda_graph is False
+    assert driver.used_cuda_graph is False
 
 
 def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(caplog):
@@ -267,12 +267,12 @@ def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(caplog):
     seqs = [driver.new_sequence() for _ in range(5)]
     prompts = [[3, 4, 5, 6], [7] * 9, [11, 12], [13, 14, 15, 16, 17, 18], [19, 20, 21]]
     driver.extend(seqs, prompts)
-    assert runner.last_forward_used_cuda_graph is False  # extend: eager
+    assert driver.used_cuda_graph is False  # extend: eager
     runner.kv_pool.k_buffer[0][0].zero_()
     table_row_before = runner.req_to_token_pool.req_to_token[runner.req_to_token_pool.dummy_row].clone()
 
     graph_logits = driver.decode(seqs[:3], [30, 31, 32])  # 3 real requests padded to 4
-    assert runner.last_forward_used_cuda_graph is True and graphs.graphs[4].replays == 1
+    assert driver.used_cuda_graph is True and graphs.graphs[4].replays == 1
     batch = ForwardBatch.build(
         ForwardMode.DECODE, [s.row for s in seqs[:3]], [len(s.tokens) - 1 for s in seqs[:3]], [[30], [31], [32]],
         torch.tensor([int(runner.req_to_token_pool.req_to_token[s.row, len(s.tokens) - 1]) for s in seqs[:3]]),
@@ -288,6 +288,6 @@ def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(caplog):
     assert torch.equal(runner.req_to_token_pool.req_to_token[runner.req_to_token_pool.dummy_row], table_row_before)
 
     driver.decode(seqs, [40, 41, 42, 43, 44])  # 5 > 4: eager
-    assert runner.last_forward_used_cuda_graph is False and graphs.graphs[4].replays == 1
+    assert driver.used_cuda_graph is False and graphs.graphs[4].replays == 1
     driver.decode(seqs[:1], [50])
-    assert runner.last_forward_used_cuda_graph is True and graphs.graphs[1].replays == 1
+    assert driver.used_cuda_graph is True and graphs.graphs[1].replays == 1

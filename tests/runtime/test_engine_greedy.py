@@ -107,7 +107,7 @@ def test_token_ids_outside_the_vocabulary_are_rejected(workload):
     with pytest.raises(ValueError, match=r"token id 320 is outside the model's vocabulary \[0, 320\)"):
         engine.generate(input_ids=[5, 320], sampling_params={"max_new_tokens": 1})
     from toolkit.runtime.sampling.sampling_params import SamplingParams
-    from toolkit.runtime.scheduler.scheduler import GenerateInput
+    from toolkit.runtime.io_struct import GenerateInput
 
     engine.scheduler.add_request(GenerateInput("bad", [1, 99999], SamplingParams(max_new_tokens=2)))
     (output,) = engine.scheduler.step()

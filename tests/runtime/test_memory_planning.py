@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.runtime.memory_planning import (
+from toolkit.runtime.memory.planning import (
     GIB,
     NotEnoughMemoryError,
     cuda_defaults,

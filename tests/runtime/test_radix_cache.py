@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from toolkit.runtime.mem_cache.radix_cache import RadixCache
+from toolkit.runtime.memory.radix_cache import RadixCache
 
 
 def _slots(start: int, n: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams
-from toolkit.runtime.scheduler.scheduler import GenerateInput
+from toolkit.runtime.io_struct import GenerateInput
 from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
 

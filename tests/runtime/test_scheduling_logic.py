@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from toolkit.runtime.mem_cache.radix_cache import NoPrefixCache, RadixCache
+from toolkit.runtime.memory.radix_cache import NoPrefixCache, RadixCache
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
 from toolkit.runtime.scheduler.policy import SchedulePolicy
 from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, running_reservation
 from toolkit.runtime.scheduler.request import Req
-from toolkit.runtime.scheduler.retraction import choose_victims, ratio_after_retraction, retraction_order
+from toolkit.runtime.scheduler.retraction import choose_victims, retraction_order
 
 
 class _Slots:
@@ -163,7 +163,9 @@ def test_retraction_stops_when_twenty_tokens_per_remaining_request_are_free():
     assert released == ["b", "c"]
     assert sorted(reqs[i].rid for i in kept) == ["a", "d"]
     remaining = [reqs[i] for i in kept]
-    assert ratio_after_retraction(remaining) == pytest.approx((5 + 9 + 20 * 2) / 200)
+    ratio = NewTokenRatio.from_conservativeness(1.0)
+    ratio.set_after_retraction(remaining)
+    assert ratio.value == pytest.approx((5 + 9 + 20 * 2) / 200)
 
 
 def test_retraction_takes_at_least_one_and_never_the_last():
@@ -175,4 +177,6 @@ def test_retraction_takes_at_least_one_and_never_the_last():
 
 
 def test_ratio_after_retraction_is_capped_at_one():
-    assert ratio_after_retraction([_req("a", 5, 10, generated=9)]) == 1.0
+    ratio = NewTokenRatio.from_conservativeness(1.0)
+    ratio.set_after_retraction([_req("a", 5, 10, generated=9)])
+    assert ratio.value == 1.0

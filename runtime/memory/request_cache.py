@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from toolkit.runtime.mem_cache.base import PrefixCache
+from toolkit.runtime.memory.prefix_cache import PrefixCache
 from toolkit.runtime.memory.allocator import TokenAllocator
 from toolkit.runtime.memory.req_to_token import ReqToTokenPool
 from toolkit.runtime.scheduler.request import Req

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from toolkit.runtime.mem_cache.base import MatchResult, PrefixCache
+from toolkit.runtime.memory.prefix_cache import MatchResult, PrefixCache
 
 _ids = itertools.count()
 

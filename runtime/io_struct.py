@@ -1,0 +1,130 @@
+"""Every message between the HTTP front end and the scheduler process, and the request checks both sides share.
+
+Plain dataclasses with no torch (SGLang's `managers/io_struct.py`): the front end imports this module, never the
+scheduler or the model, so the HTTP process stays light.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from toolkit.runtime.sampling.sampling_params import SamplingParams
+
+FinishKind = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class FinishReason:
+    kind: FinishKind
+    matched: int | str | None = None  # the stop token id or stop string that ended the request
+    message: str | None = None  # why an abort happened
+
+    def to_json(self) -> dict[str, Any]:
+        """SGLang's `meta_info.finish_reason`."""
+        if self.kind == "length":
+            return {"type": "length", "length": self.matched}
+        if self.kind == "abort":
+            return {"type": "abort", "message": self.message}
+        return {"type": "stop", "matched": self.matched}
+
+
+# ---- front end → scheduler ----
+
+@dataclass(frozen=True)
+class GenerateInput:
+    """A tokenized request as the scheduler receives it."""
+
+    rid: str
+    input_ids: list[int]
+    sampling_params: SamplingParams
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    rid: str
+
+
+@dataclass(frozen=True)
+class FlushCacheRequest:
+    pass
+
+
+@dataclass(frozen=True)
+class ShutdownRequest:
+    pass
+
+
+# ---- scheduler → front end ----
+
+@dataclass(frozen=True)
+class TokenOutput:
+    """One request's progress in one step: a new token, a finish, or both."""
+
+    rid: str
+    token_id: int | None
+    finished_reason: FinishReason | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
+
+
+@dataclass(frozen=True)
+class SchedulerReady:
+    """Sent once the model is loaded: what the front end needs to validate and report."""
+
+    server_args: dict[str, Any]
+    context_len: int
+    max_total_num_tokens: int
+    max_running_requests: int
+    vocab_size: int
+    model_class: str
+    attention_backend: str
+    tokenizer_path: str = ""
+
+
+@dataclass(frozen=True)
+class BatchOutput:
+    outputs: list[TokenOutput]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FlushCacheResult:
+    ok: bool
+
+
+@dataclass(frozen=True)
+class SchedulerFailed:
+    message: str
+
+
+ToScheduler = GenerateInput | AbortRequest | FlushCacheRequest | ShutdownRequest
+FromScheduler = SchedulerReady | BatchOutput | FlushCacheResult | SchedulerFailed
+
+
+# ---- checks both sides apply ----
+
+def token_id_error(input_ids: list[int], vocab_size: int) -> str | None:
+    """Token ids outside the model's vocabulary would index past its embedding table."""
+    if not input_ids:
+        return "the prompt is empty"
+    low, high = min(input_ids), max(input_ids)
+    if low < 0 or high >= vocab_size:
+        return f"token id {high if high >= vocab_size else low} is outside the model's vocabulary [0, {vocab_size})"
+    return None
+
+
+def context_length_error(input_len: int, max_new_tokens: int, context_len: int) -> str | None:
+    """SGLang's length validation; None when the request fits the context."""
+    if input_len >= context_len:
+        return (f"The input ({input_len} tokens) is longer than the model's context length "
+                f"({context_len} tokens).")
+    if input_len + max_new_tokens >= context_len:
+        return (f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
+                f"You requested a total of {input_len + max_new_tokens} tokens: {input_len} tokens from the input "
+                f"and {max_new_tokens} tokens for the completion.")
+    return None
