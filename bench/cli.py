@@ -36,6 +36,13 @@ def bench(
                                    rich_help_panel=_LOAD),
     sweep: bool = typer.Option(False, help="Find the saturation throughput (rate inf), then run at 25/50/75/90% "
                                            "of it.", rich_help_panel=_LOAD),
+    find_max_rate: bool = typer.Option(False, help="Find the highest rate whose run meets every --slo bound "
+                                                   "(bracketing, then bisection; --rate is the first guess).",
+                                       rich_help_panel=_LOAD),
+    slo_attainment: float = typer.Option(0.9, help="--find-max-rate: the fraction of requests that must meet "
+                                                   "every --slo bound for a run to pass.", rich_help_panel=_LOAD),
+    search_runs: int = typer.Option(8, help="--find-max-rate: most runs, the saturation run included.",
+                                    rich_help_panel=_LOAD),
     max_concurrency: int = typer.Option(None, min=1, help="Most requests in flight at once.",
                                         rich_help_panel=_LOAD),
     warmup_requests: int = typer.Option(1, min=0, help="Requests sent before the measured run.",
@@ -93,6 +100,7 @@ def bench(
         base_url=base_url or f"http://{host}:{port}", backend=backend, api_key=api_key, model=model,
         tokenizer=tokenizer, extra_request_body=extra_request_body, dataset=spec, rate=rate, arrival=arrival,
         burstiness=burstiness, num_prompts=num_prompts, duration=duration, sweep=sweep,
+        find_max_rate=find_max_rate, slo_attainment=slo_attainment, search_runs=search_runs,
         max_concurrency=max_concurrency, warmup_requests=warmup_requests, request_timeout=request_timeout,
         ignore_eos=ignore_eos, slo=tuple(slo), scrape_metrics=scrape_metrics, scrape_interval=scrape_interval,
         server_log=server_log, output_file=output_file, output_details=output_details, progress=progress,

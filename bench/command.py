@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from toolkit.bench.arrivals import ARRIVALS
 from toolkit.bench.backends import ALIASES, BACKENDS
 from toolkit.bench.benchmark import RunSettings, Target, measure
 from toolkit.bench.datasets import DATASETS, DatasetError, DatasetSpec
+from toolkit.bench.max_rate import DEFAULT_ATTAINMENT, DEFAULT_RUNS, Bracket, SearchSettings, find_max_rate, meets_slo
 from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
 from toolkit.bench.output import append_record, print_summary
 from toolkit.bench.record import build_record
@@ -39,6 +41,9 @@ class BenchOptions:
     num_prompts: int | None = None
     duration: float | None = None
     sweep: bool = False
+    find_max_rate: bool = False
+    slo_attainment: float = DEFAULT_ATTAINMENT
+    search_runs: int = DEFAULT_RUNS
     max_concurrency: int | None = None
     warmup_requests: int = 1
     request_timeout: float | None = None
@@ -64,6 +69,8 @@ def _check(opts: BenchOptions) -> None:
         raise UsageError(f"--dataset-path {opts.dataset.path}: no such file")
     if opts.sweep and opts.rate is not None:
         raise UsageError("--sweep finds its own rates; drop --rate")
+    if opts.find_max_rate:
+        _check_search(opts)
     if opts.num_prompts is not None and opts.duration is not None:
         raise UsageError("give --num-prompts or --duration, not both")
     positive = (("--duration", opts.duration), ("--burstiness", opts.burstiness),
@@ -76,6 +83,19 @@ def _check(opts: BenchOptions) -> None:
         raise UsageError("--random-input-len and --random-output-len must be at least 1")
     if not 0.0 <= opts.dataset.random_range_ratio <= 1.0:
         raise UsageError(f"--random-range-ratio must be within [0, 1], got {opts.dataset.random_range_ratio}")
+
+
+def _check_search(opts: BenchOptions) -> None:
+    if not opts.slo:
+        raise UsageError("--find-max-rate needs at least one --slo bound to meet, e.g. --slo 'ttft:500'")
+    if opts.sweep:
+        raise UsageError("--find-max-rate and --sweep each choose their own rates; give one of them")
+    if opts.rate is not None and "," in opts.rate:
+        raise UsageError("--find-max-rate takes at most one --rate: the first rate to try")
+    if not 0.0 < opts.slo_attainment <= 1.0:
+        raise UsageError(f"--slo-attainment must be within (0, 1], got {opts.slo_attainment}")
+    if opts.search_runs < 2:
+        raise UsageError(f"--search-runs must be at least 2, got {opts.search_runs}")
 
 
 def _load_tokenizer(path: str | None, console: Console):
@@ -126,29 +146,111 @@ def _config(opts: BenchOptions, target: Target, settings: RunSettings) -> dict:
     }
 
 
-def _run_step(step: Step, opts: BenchOptions, target: Target, settings: RunSettings, tokenizer,
-              slo_ms: dict, console: Console) -> dict:
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What every run of one command shares: the server, how each run is sent, the tokenizer and the SLOs."""
+
+    target: Target
+    settings: RunSettings
+    tokenizer: object
+    slo_ms: dict[str, float]
+
+
+def prepare(opts: BenchOptions, console: Console, tokenizer=None) -> Prepared:
+    """Checks the flags, asks the server for its model and loads the tokenizer (unless one is given)."""
+    _check(opts)
+    slo_ms, extra_body = parse_slo(list(opts.slo)), parse_extra_body(opts.extra_request_body)
+    model = eventloop.run(resolve_model(opts.base_url, opts.backend, opts.model, opts.api_key))
+    if tokenizer is None:
+        tokenizer = _load_tokenizer(opts.tokenizer, console)
+        if opts.tokenizer is None and model and "smollm" not in model.lower():
+            console.print(f"note: prompts are measured with the embedded SmolLM2 tokenizer, not {model}'s; "
+                          "pass --tokenizer PATH to match the served model", highlight=False)
+    ignore_eos = opts.dataset.synthetic if opts.ignore_eos is None else opts.ignore_eos
+    target = Target(opts.base_url, opts.backend, opts.api_key, model, ignore_eos, extra_body)
+    settings = RunSettings(opts.request_timeout, opts.max_concurrency, opts.warmup_requests,
+                           opts.scrape_metrics, opts.scrape_interval, opts.output_details)
+    return Prepared(target, settings, tokenizer, slo_ms)
+
+
+def measure_step(step: Step, opts: BenchOptions, prepared: Prepared, console: Console) -> dict:
+    """One run at `step.rate`; returns its record (not yet printed or written)."""
+    target, settings = prepared.target, prepared.settings
     load = LoadSpec(step.rate, opts.arrival, opts.burstiness, opts.num_prompts, opts.duration, opts.dataset.seed)
     if step.role == "saturation":
         load = replace(load, duration=None)
     with console.status("preparing prompts"):
-        workload = build_workload(opts.dataset, tokenizer, load)
+        workload = build_workload(opts.dataset, prepared.tokenizer, load)
     label = f"rate {'inf' if math.isinf(workload.request_rate) else f'{workload.request_rate:g}'} req/s"
     if opts.progress and console.is_terminal:
         with _LiveProgress(console, label) as live:
-            measured = eventloop.run(measure(target, settings, workload, tokenizer, on_tick=live))
+            measured = eventloop.run(measure(target, settings, workload, prepared.tokenizer, on_tick=live))
     else:
         console.print(f"{label}: sending {len(workload)} requests")
-        measured = eventloop.run(measure(target, settings, workload, tokenizer))
-    record = build_record(_config(opts, target, settings), measured, workload, slo_ms=slo_ms,
+        measured = eventloop.run(measure(target, settings, workload, prepared.tokenizer))
+    record = build_record(_config(opts, target, settings), measured, workload, slo_ms=prepared.slo_ms,
                           max_concurrency=settings.max_concurrency, server_log=opts.server_log,
                           details=opts.output_details)
-    if step.role != "single":
+    if step.role in ("rate", "saturation") and not opts.find_max_rate:
         record["sweep"] = {"role": step.role, "step": step.index}
+    return record
+
+
+def _emit(record: dict, opts: BenchOptions, console: Console) -> dict:
     print_summary(console, record)
     if opts.output_file is not None:
         append_record(opts.output_file, record)
     return record
+
+
+def search_max_rate(opts: BenchOptions, prepared: Prepared, console: Console,
+                    on_record: Callable[[dict], object] | None = None) -> tuple[Bracket, list[dict]]:
+    """`--find-max-rate`: a saturation run for the first guess (unless `--rate` gives one), then the probes.
+
+    Each record carries `search` ({"role", "step", "meets_slo", "max_rate", "bracket_hi", "probes"}: the
+    bracket so far) and goes to `on_record` as soon as it is measured; the saturation run counts against
+    `--search-runs`, so the whole search stays bounded."""
+    records: list[dict] = []
+    emit = on_record or (lambda record: None)
+
+    def run(step: Step) -> dict:
+        record = measure_step(step, opts, prepared, console)
+        record["search"] = {"role": step.role, "step": len(records),
+                            "meets_slo": meets_slo(record, opts.slo_attainment)}
+        records.append(record)
+        return record
+
+    def probe(rate: float) -> bool | None:
+        record = run(Step(rate, "probe", len(records)))
+        if record.get("interrupted"):
+            emit(record)
+            return None
+        return record["search"]["meets_slo"]
+
+    def annotate(bracket: Bracket) -> None:
+        records[-1]["search"] |= bracket.as_record()
+        emit(records[-1])
+
+    if opts.rate is not None:
+        start = parse_rates(opts.rate)[0]
+    else:
+        first = run(Step(math.inf, "saturation", 0))
+        emit(first)
+        start = first.get("request_throughput") or 0.0
+        if first.get("interrupted") or not start > 0:
+            return Bracket(), records
+    bracket = find_max_rate(probe, start, SearchSettings(max_runs=opts.search_runs - len(records)), annotate)
+    return bracket, records
+
+
+def _search_line(bracket: Bracket, opts: BenchOptions) -> str:
+    slo = " ".join(opts.slo)
+    if bracket.lo is None:
+        tried = ", ".join(f"{rate:.3g}" for rate, _ in bracket.probes) or "none"
+        return f"no rate met the SLOs ({slo}) in {len(bracket.probes)} probe(s); rates tried: {tried} req/s"
+    upper = f"{bracket.hi:.3g}" if bracket.hi is not None else "not found"
+    return (f"highest rate meeting the SLOs ({slo}, attainment >= {opts.slo_attainment:g}): {bracket.lo:.3g} req/s "
+            f"(lowest failing rate: {upper}; {len(bracket.probes)} probe(s))")
 
 
 def run(opts: BenchOptions, console: Console | None = None) -> int:
@@ -156,20 +258,14 @@ def run(opts: BenchOptions, console: Console | None = None) -> int:
     console = console or Console()
     opts = replace(opts, backend=ALIASES.get(opts.backend, opts.backend))
     try:
-        _check(opts)
         rates = parse_rates(opts.rate) if opts.rate is not None else None
-        slo_ms, extra_body = parse_slo(list(opts.slo)), parse_extra_body(opts.extra_request_body)
-        model = eventloop.run(resolve_model(opts.base_url, opts.backend, opts.model, opts.api_key))
-        tokenizer = _load_tokenizer(opts.tokenizer, console)
-        if opts.tokenizer is None and model and "smollm" not in model.lower():
-            console.print(f"note: prompts are measured with the embedded SmolLM2 tokenizer, not {model}'s; "
-                          "pass --tokenizer PATH to match the served model", highlight=False)
-        ignore_eos = opts.dataset.synthetic if opts.ignore_eos is None else opts.ignore_eos
-        target = Target(opts.base_url, opts.backend, opts.api_key, model, ignore_eos, extra_body)
-        settings = RunSettings(opts.request_timeout, opts.max_concurrency, opts.warmup_requests,
-                               opts.scrape_metrics, opts.scrape_interval, opts.output_details)
-        records = sweep(lambda step: _run_step(step, opts, target, settings, tokenizer, slo_ms, console),
-                        rates, opts.sweep)
+        prepared = prepare(opts, console)
+        if opts.find_max_rate:
+            bracket, records = search_max_rate(opts, prepared, console, lambda r: _emit(r, opts, console))
+            console.print(_search_line(bracket, opts), highlight=False)
+        else:
+            records = sweep(lambda step: _emit(measure_step(step, opts, prepared, console), opts, console),
+                            rates, opts.sweep)
     except (UsageError, DatasetError, TargetError, ValueError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2

@@ -6,6 +6,9 @@ Record schema (one JSON object per run; numbers that could not be measured are n
   string "inf"), `arrival` (poisson|constant|gamma|trace), `burstiness`, `max_concurrency`, `seed`,
   `warmup_requests`, `warmup_failures`, `request_timeout`, `ignore_eos`,
   `sweep` ({"role": "saturation"|"rate", "step": i}, only when a command runs several rates);
+  `search` (only with `--find-max-rate`: {"role": "saturation"|"probe", "step": i, "meets_slo": bool, and after
+  each answered probe the bracket so far: "max_rate" (highest passing rate or null), "bracket_hi" (lowest failing
+  rate or null), "probes"});
 - SGLang bench_serving names: `duration` (s, first send to last response), `completed`, `total_input_tokens`,
   `total_output_tokens`, `request_throughput`, `input_throughput`, `output_throughput`, `total_throughput`,
   `concurrency` (mean requests in flight), and for each of ttft, tpot, itl and e2e_latency the keys

@@ -12,7 +12,7 @@ SWEEP_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
 @dataclass(frozen=True, slots=True)
 class Step:
     rate: float | None
-    role: Literal["single", "rate", "saturation"]
+    role: Literal["single", "rate", "saturation", "probe"]
     index: int = 0
 
 

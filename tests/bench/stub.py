@@ -3,6 +3,10 @@
 Each request's behaviour comes from the `Script` registered under its prompt text (or the default script); the
 stub records, on the shared `perf_counter` clock, when each request arrived and when each chunk was written, so
 tests compare the client's numbers with what the server really did.
+
+With `capacity=C` the stub is a server of known capacity: it serves at most C requests at once and queues the
+rest in arrival order (a queued request's script starts when it gets a slot), so with a script of service time S
+it completes at most C / S requests per second and latency SLOs break above that rate.
 """
 from __future__ import annotations
 
@@ -68,14 +72,18 @@ def _sse(obj) -> bytes:
 
 class StubServer:
     def __init__(self, scripts: dict[str, Script] | None = None, default: Script = Script(),
-                 api_key: str | None = None):
+                 api_key: str | None = None, capacity: int | None = None):
         self.scripts = dict(scripts or {})
+        self.capacity = capacity
+        self._slots: asyncio.Semaphore | None = None
         self.default = default
         self.api_key = api_key
         self.served: list[Served] = []
         self.metrics_hits = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.serving = 0
+        self.max_serving = 0
         self.port = _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._runner: web.AppRunner | None = None
@@ -89,6 +97,8 @@ class StubServer:
         return app
 
     async def start(self) -> StubServer:
+        if self.capacity is not None:
+            self._slots = asyncio.Semaphore(self.capacity)
         self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
@@ -131,7 +141,15 @@ class StubServer:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            return await self._stream(request)
+            if self._slots is None:
+                return await self._stream(request)
+            async with self._slots:
+                self.serving += 1
+                self.max_serving = max(self.max_serving, self.serving)
+                try:
+                    return await self._stream(request)
+                finally:
+                    self.serving -= 1
         finally:
             self.in_flight -= 1
 
