@@ -1,6 +1,7 @@
 """How fast can this client send? `python -m benchmarks.client_capacity` (add `--save` to keep the result).
 
-Starts `benchmarks.stub_server` in its own process (64-token streamed responses, one SSE event per token), then runs
+Starts the scripted stub server (tests/bench/stub.py) in its own process (64-token streamed responses, one SSE event
+per token), then runs
 the real load loop in this process at rising rates for a few seconds each, and prints for every rate the achieved
 rate over the requested one and the send lag. The answer is the highest rate with achieved/requested >= 0.99 and
 every request completed.
@@ -8,16 +9,12 @@ every request completed.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
+from benchmarks.common import REPO, free_port, provenance, write_result
 from toolkit.bench import eventloop
 from toolkit.bench.arrivals import schedule
 from toolkit.bench.benchmark import RunSettings, Target, measure
@@ -26,14 +23,7 @@ from toolkit.bench.metrics import summarize
 from toolkit.bench.verdict import judge
 from toolkit.bench.workload import Workload
 
-RESULTS = Path(__file__).resolve().parent / "results" / "client_capacity.json"
 SUSTAINED = 0.99
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_for_port(port: int, timeout: float = 20.0) -> None:
@@ -81,9 +71,9 @@ def _print(step: dict) -> None:
 
 
 def run(rates: list[float], seconds: float, tokens: int, backend: str, arrival: str) -> dict:
-    port = _free_port()
-    stub = subprocess.Popen([sys.executable, "-m", "benchmarks.stub_server", "--port", str(port), "--tokens",
-                             str(tokens)], cwd=Path(__file__).resolve().parents[1])
+    port = free_port()
+    stub = subprocess.Popen([sys.executable, "-m", "tests.bench.stub", "--port", str(port), "--tokens", str(tokens)],
+                            cwd=REPO)
     try:
         _wait_for_port(port)
         steps = []
@@ -102,13 +92,6 @@ def run(rates: list[float], seconds: float, tokens: int, backend: str, arrival: 
     return {"highest_sustained_rate": best, "steps": steps}
 
 
-def _commit() -> str | None:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="250,500,750,1000,1250,1500,2000,2500,3000")
@@ -116,15 +99,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--backend", default="sglang", choices=["sglang", "openai", "openai-chat"])
     parser.add_argument("--arrival", default="constant", choices=["constant", "poisson"])
-    parser.add_argument("--save", action="store_true", help=f"write {RESULTS.relative_to(Path.cwd())}")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/client_capacity.json")
     args = parser.parse_args()
     result = run([float(r) for r in args.rates.split(",")], args.seconds, args.tokens, args.backend, args.arrival)
     if args.save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        result |= {"command": "python -m benchmarks.client_capacity " + " ".join(sys.argv[1:]), "commit": _commit(),
-                   "device": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU only",
-                   "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": sys.version.split()[0]}
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        record = {**provenance("benchmarks.client_capacity", sys.argv[1:]), **result}
+        print(f"wrote {write_result('client_capacity', record)}")
 
 
 if __name__ == "__main__":

@@ -14,61 +14,40 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common import device_name, provenance, random_requests, write_result
+from toolkit.tune.launcher import ServerProcess, toolkit_command
+
 ONE_TOKEN_TRIALS = 20
-
-
-def _toolkit(*args: str) -> list[str]:
-    return [sys.executable, "-m", "toolkit.cli", *args]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+STARTUP_TIMEOUT = 300.0
 
 
 def http_run(args, workdir: Path) -> dict:
     import requests
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(_toolkit("serve", "--port", str(port), "--log-level", "warning"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(1200):
-            try:
-                if requests.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                time.sleep(0.25)
+    with ServerProcess.toolkit_serve("--log-level", "warning", output_path=workdir / "serve.out") as server:
+        server.wait_healthy(STARTUP_TIMEOUT)
         out = workdir / "http.jsonl"
-        subprocess.run(_toolkit(
-            "bench", "--base-url", url, "--backend", "sglang", "--dataset", "random", "--rate", "inf",
+        subprocess.run(toolkit_command(
+            "bench", "--base-url", server.url, "--backend", "sglang", "--dataset", "random", "--rate", "inf",
             "--num-prompts", str(args.num_prompts), "--random-input-len", str(args.input_len),
             "--random-output-len", str(args.output_len), "--random-range-ratio", "1", "--warmup-requests", "2",
             "--no-progress", "--output-file", str(out)), check=True, stdout=subprocess.DEVNULL)
         record = json.loads(out.read_text().splitlines()[-1])
+        info = requests.get(f"{server.url}/get_server_info", timeout=10).json()
         latencies = []
         for _ in range(ONE_TOKEN_TRIALS):
             start = time.perf_counter()
-            requests.post(f"{url}/generate", json={"input_ids": [1000, 2000, 3000, 4000],
-                                                   "sampling_params": {"max_new_tokens": 1}}, timeout=60)
+            requests.post(f"{server.url}/generate", json={"input_ids": [1000, 2000, 3000, 4000],
+                                                          "sampling_params": {"max_new_tokens": 1}}, timeout=60)
             latencies.append(time.perf_counter() - start)
-        return {"output_throughput": record["output_throughput"], "duration": record["duration"],
-                "completed": record["completed"], "one_token_ms": statistics.median(latencies) * 1e3}
-    finally:
-        server.terminate()
-        server.wait(30)
+    return {"output_throughput": record["output_throughput"], "duration": record["duration"],
+            "completed": record["completed"], "one_token_ms": statistics.median(latencies) * 1e3,
+            "device": info.get("device", "unknown")}
 
 
 def engine_run(args) -> dict:
-    from toolkit.bench.offline import random_requests
     from toolkit.runtime import Engine
 
     engine = Engine(log_level="warning")
@@ -86,7 +65,7 @@ def engine_run(args) -> dict:
         engine.generate(input_ids=[1000, 2000, 3000, 4000], sampling_params={"max_new_tokens": 1})
         latencies.append(time.perf_counter() - start)
     return {"output_throughput": output_tokens / duration, "duration": duration,
-            "one_token_ms": statistics.median(latencies) * 1e3}
+            "one_token_ms": statistics.median(latencies) * 1e3, "device": device_name(engine.runner.device)}
 
 
 def main() -> None:
@@ -115,12 +94,10 @@ def main() -> None:
     print(f"one-token request: HTTP {http['one_token_ms']:.1f} ms vs Engine {engine['one_token_ms']:.1f} ms "
           f"(HTTP overhead {http['one_token_ms'] - engine['one_token_ms']:.1f} ms, median of {ONE_TOKEN_TRIALS})")
     if args.save:
-        RESULTS.mkdir(exist_ok=True)
-        record = {"command": "python -m benchmarks.http_vs_engine", "device": "cpu",
-                  "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        record = {**provenance("benchmarks.http_vs_engine", sys.argv[1:], engine["device"]),
                   "workload": vars(args), "http": http, "engine": engine, "ratio": ratio,
                   "http_rounds": http_runs, "engine_rounds": engine_runs}
-        (RESULTS / "http_vs_engine_cpu.json").write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {write_result('http_vs_engine', record)}")
 
 
 if __name__ == "__main__":

@@ -4,37 +4,23 @@
 
 Prompts are random token ids of exactly `--input-len` tokens; every request generates exactly `--output-len`
 tokens (ignore_eos / min_new_tokens), greedily. The two sides run alternately `--rounds` times and each keeps its
-best (this machine's speed drifts). Prints both throughputs and their ratio; `--save` writes bench/results/.
+best (this machine's speed drifts). Prints both throughputs and their ratio; `--save` writes benchmarks/results/.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import subprocess
+import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).parent / "results"
-
-
-def _prompts(num: int, length: int, seed: int, special: set[int]) -> list[list[int]]:
-    generator = torch.Generator().manual_seed(seed)
-    prompts = []
-    while len(prompts) < num:
-        ids = torch.randint(100, 30000, (length,), generator=generator).tolist()
-        if not special & set(ids):
-            prompts.append(ids)
-    return prompts
+from benchmarks.common import device_name, provenance, random_requests, write_result
 
 
 def run_toolkit(prompts: list[list[int]], output_len: int, dtype: str) -> float:
     from toolkit.runtime import Engine
 
-    engine = Engine(dtype=dtype, log_level="warning")
+    engine = Engine(dtype=dtype, log_level="warning", device="cpu")  # NOTE: the reference runs on the CPU too
     engine.generate(input_ids=[prompts[0][:16]], sampling_params={"max_new_tokens": 4})
     start = time.perf_counter()
     results = engine.generate(input_ids=prompts, sampling_params={
@@ -65,13 +51,6 @@ def run_transformers(prompts: list[list[int]], output_len: int, dtype: str) -> f
     return elapsed
 
 
-def _commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-prompts", type=int, default=64)
@@ -80,12 +59,14 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2, help="alternate both sides; keep each side's best")
-    parser.add_argument("--save", action="store_true", help="write bench/results/offline_vs_transformers_<dev>.json")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/offline_vs_transformers_cpu.json")
     args = parser.parse_args()
     from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 
     special = set(load_tokenizer(None).all_special_ids)
-    prompts = _prompts(args.num_prompts, args.input_len, args.seed, special)
+    vocab = load_tokenizer(None).vocab_size
+    prompts = [r.input_ids for r in random_requests(args.num_prompts, args.input_len, args.output_len, 1.0, vocab,
+                                                    args.seed, special)]
     output_tokens = args.num_prompts * args.output_len
     ours_runs, theirs_runs = [], []
     for _ in range(args.rounds):
@@ -95,11 +76,8 @@ def main() -> None:
     print("all rounds (s): toolkit " + ", ".join(f"{x:.1f}" for x in ours_runs)
           + "; transformers " + ", ".join(f"{x:.1f}" for x in theirs_runs))
     record = {
-        "command": "python -m benchmarks.offline_vs_transformers " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "save"),
-        "commit": _commit(), "device": f"cpu ({platform.processor() or platform.machine()}, "
-                                      f"{torch.get_num_threads()} threads)",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **provenance("benchmarks.offline_vs_transformers", sys.argv[1:], device_name("cpu"),
+                     threads=torch.get_num_threads()),
         "toolkit_seconds": ours, "transformers_seconds": theirs,
         "toolkit_rounds_s": ours_runs, "transformers_rounds_s": theirs_runs,
         "toolkit_output_tok_s": output_tokens / ours, "transformers_output_tok_s": output_tokens / theirs,
@@ -109,10 +87,7 @@ def main() -> None:
     print(f"transformers.generate: {theirs:7.2f} s  {output_tokens / theirs:8.1f} output tok/s")
     print(f"ratio (toolkit / transformers throughput): {theirs / ours:.2f}x")
     if args.save:
-        RESULTS.mkdir(exist_ok=True)
-        out = RESULTS / "offline_vs_transformers_cpu.json"
-        out.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {out}")
+        print(f"wrote {write_result('offline_vs_transformers_cpu', record)}")
 
 
 if __name__ == "__main__":

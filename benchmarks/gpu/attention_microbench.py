@@ -10,21 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
-
-# Peak DRAM bandwidth in GB/s by device-name fragment (vendor datasheets); the first match wins.
-PEAK_GBS: tuple[tuple[str, float], ...] = (
-    ("H200", 4800.0), ("H100 NVL", 3900.0), ("H100 PCIe", 2000.0), ("H100", 3350.0), ("GH200", 4000.0),
-    ("B200", 8000.0), ("A100-SXM4-80GB", 2039.0), ("A100 80GB PCIe", 1935.0), ("A100", 1555.0),
-    ("L40S", 864.0), ("L40", 864.0), ("L4", 300.0), ("A10G", 600.0), ("A10", 600.0), ("RTX 4090", 1008.0),
-    ("RTX 3090", 936.0), ("V100", 900.0), ("T4", 320.0),
-)
+from benchmarks.common import RESULTS, device_name, slug
 
 
 @dataclass
@@ -53,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--max-pool-gib", type=float, default=32.0, help="skip shapes whose KV pool is larger")
-    parser.add_argument("--peak-gbs", type=float, default=None, help="device peak bandwidth (default: by name)")
+    parser.add_argument("--peak-gbs", type=float, default=None, help="reference bandwidth in GB/s (default: a copy measured in this run)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: bench/results/<device>.json)")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU smoke run: one tiny shape through Triton's interpreter, no bandwidth claims")
@@ -77,14 +68,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rows = [row for backend in args.backends for row in _sweep(backend, args, device, peak)]
     report = {
         "benchmark": "decode attention over the paged KV pool",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device": device_name(device),
         "peak_gbs": peak, "peak_source": peak_source, "dry_run": args.dry_run,
         "shape": {"num_heads": args.num_heads, "num_kv_heads": args.num_kv_heads, "head_dim": args.head_dim,
                   "dtype": args.dtype, "page_size": args.page_size},
         "torch": torch.__version__, "rows": [asdict(r) for r in rows],
     }
     _print_table(report)
-    out = args.out or (None if args.dry_run else RESULTS_DIR / f"attention_microbench_{_slug(report['device'])}.json")
+    out = args.out or (None if args.dry_run else RESULTS / f"attention_microbench_{slug(report['device'])}.json")
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
@@ -180,34 +171,14 @@ def _time(fn, args, device) -> float:
 
 
 def _peak_bandwidth(args, device) -> tuple[float | None, str]:
+    """The bandwidth a row is compared with: measured in this run (a device-to-device copy), never typed in."""
     if args.peak_gbs:
         return args.peak_gbs, "--peak-gbs"
     if device.type != "cuda":
         return None, "n/a on CPU"
-    import torch
+    from benchmarks.gpu.roofline import measure_copy_bandwidth
 
-    name = torch.cuda.get_device_name(device)
-    for fragment, gbs in PEAK_GBS:
-        if fragment in name:
-            return gbs, f"datasheet ({fragment})"
-    return _measured_copy_bandwidth(), "measured device-to-device copy (device not in the datasheet table)"
-
-
-def _measured_copy_bandwidth() -> float:
-    import torch
-
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(10):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize()
-    return 2 * src.numel() * 10 / (begin.elapsed_time(end) / 1e3) / 1e9
+    return measure_copy_bandwidth(device) / 1e9, "measured device-to-device copy in this run"
 
 
 def _print_table(report: dict) -> None:
@@ -218,10 +189,6 @@ def _print_table(report: dict) -> None:
         gbs = f"{row['gbs']:.0f}" if row["gbs"] is not None else "-"
         frac = f"{row['fraction_of_peak']:.0%}" if row["fraction_of_peak"] is not None else "-"
         print(f"{row['backend']:<14}{row['batch']:>6}{row['context']:>9}{ms:>10}{gbs:>9}{frac:>9}  {row['note']}")
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name).strip("_").lower() or "device"
 
 
 if __name__ == "__main__":

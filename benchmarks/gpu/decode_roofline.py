@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.gpu.provenance import run_metadata, write_result
+from benchmarks.common import provenance, slug, write_result
 from benchmarks.gpu.roofline import decode_step_bytes, measure_copy_bandwidth, roofline_seconds, weight_bytes_read
 from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
 from toolkit.runtime.launch import with_device_defaults
@@ -74,10 +74,11 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.device("cpu" if opts.dry_run else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"{MODULE} needs a CUDA GPU; use --dry-run to exercise it on CPU")
-    record = {"meta": run_metadata(MODULE, argv, device, opts.dry_run), **run(opts, device)}
+    record = {"meta": provenance(MODULE, argv, device, dry_run=opts.dry_run), **run(opts, device)}
     print_table(record)
     if opts.out is not None:
-        print(f"wrote {write_result(opts.out, 'decode_roofline', record)}")
+        name = f"decode_roofline_{slug(record['meta']['device'])}"
+        print(f"wrote {write_result(name, record, opts.out)}")
     if opts.json_out is not None:
         opts.json_out.write_text(json.dumps(record, indent=2) + "\n")
     return record

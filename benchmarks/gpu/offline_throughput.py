@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.gpu.decode_roofline import DRY_RUN_SETTINGS
 from toolkit.bench.offline import throughput_record
-from benchmarks.gpu.provenance import run_metadata, write_result
+from benchmarks.common import provenance, slug, write_result
 
 MODULE = "benchmarks.gpu.offline_throughput"
 
@@ -104,11 +104,12 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.device("cpu" if opts.dry_run else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"{MODULE} needs a CUDA GPU; use --dry-run to exercise it on CPU")
-    record = {"meta": run_metadata(MODULE, argv, device, opts.dry_run), **run(workload, opts, device)}
+    record = {"meta": provenance(MODULE, argv, device, dry_run=opts.dry_run), **run(workload, opts, device)}
     print_summary(record)
     if opts.out is not None:
         graph = "graph_off" if opts.disable_cuda_graph else "graph_on"
-        print(f"wrote {write_result(opts.out, f'offline_{workload.model}_{graph}', record)}")
+        name = f"offline_{workload.model}_{graph}_{slug(record['meta']['device'])}"
+        print(f"wrote {write_result(name, record, opts.out)}")
     if opts.json_out is not None:
         opts.json_out.write_text(json.dumps(record, indent=2) + "\n")
     return record

@@ -6,7 +6,7 @@
 Each part runs in its own process (so each engine plans its memory on an empty GPU) and writes one JSON under
 --out with the command, git commit, device and date.
 
-    python -m benchmarks.gpu.suite --out bench/results/
+    python -m benchmarks.gpu.suite --out benchmarks/results/
     python -m benchmarks.gpu.suite --dry-run --out /tmp/suite     # CPU, tiny configs, in-process, seconds
 """
 from __future__ import annotations
@@ -22,19 +22,18 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.gpu.provenance import REPO, run_metadata, write_result
+from benchmarks.common import RESULTS, provenance, slug, write_result
 
 MODULE = "benchmarks.gpu.suite"
 DECODE, OFFLINE = "benchmarks.gpu.decode_roofline", "benchmarks.gpu.offline_throughput"
 PARTS = ("decode", "llama-3.1-8b", "qwen3-0.6b")
-RESULTS_DIR = REPO / "bench" / "results"
 LLAMA_TARGET = {"device": "H100", "output_throughput_tok_s": 16000.0}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="result folder (default: bench/results/; none for "
+    parser.add_argument("--out", type=Path, default=None, help="result folder (default: benchmarks/results/; none for "
                                                                "a dry run)")
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--attention-backend", default="auto")
@@ -68,7 +67,7 @@ def execute(module: str, argv: list[str], in_process: bool) -> dict:
             return {"error": traceback.format_exc()}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"
-        done = subprocess.run([sys.executable, "-m", module, *argv, "--json-out", str(out)], cwd=REPO)
+        done = subprocess.run([sys.executable, "-m", module, *argv, "--json-out", str(out)], cwd=RESULTS.parents[1])
         if done.returncode != 0 or not out.exists():
             return {"error": f"{module} exited with status {done.returncode}"}
         return json.loads(out.read_text())
@@ -113,14 +112,15 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     device = torch.device("cpu" if opts.dry_run else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"{MODULE} needs a CUDA GPU; use --dry-run to exercise it on CPU")
-    meta = run_metadata(MODULE, argv, device, opts.dry_run)
+    meta = provenance(MODULE, argv, device, dry_run=opts.dry_run)
     runs = {name: execute(module, run_argv, opts.in_process or opts.dry_run)
             for name, module, run_argv in plan(opts)}
     results = combine(runs, meta)
-    out = opts.out or (None if opts.dry_run else RESULTS_DIR)
+    out = opts.out or (None if opts.dry_run else RESULTS)
     if out is not None:
         for name, record in results.items():
-            print(f"wrote {write_result(out, name, record)}")
+            path = write_result(f"{name}_{slug(record['meta']['device'])}", record, out)
+            print(f"wrote {path}")
     failed = [name for name, record in runs.items() if "error" in record]
     for name in failed:
         print(f"{name} failed: {runs[name]['error']}", file=sys.stderr)

@@ -11,14 +11,14 @@ it completes at most C / S requests per second and latency SLOs break above that
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
 import threading
 from dataclasses import dataclass, field
 from time import perf_counter
 
 from aiohttp import web
+
+from toolkit.tune.launcher import free_port
 
 WORDS = (" the", " and", " of", " in", " to")
 
@@ -84,7 +84,7 @@ class StubServer:
         self.max_in_flight = 0
         self.serving = 0
         self.max_serving = 0
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._runner: web.AppRunner | None = None
 
@@ -216,12 +216,6 @@ def _chat(delta: str, text: str, done: int, prompt_tokens: int, usage) -> dict:
 _EVENTS = {"/generate": _native, "/v1/completions": _completion, "/v1/chat/completions": _chat}
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class ThreadedStub:
     """The stub on its own event loop in a daemon thread, for tests that drive the blocking CLI."""
 
@@ -239,3 +233,34 @@ class ThreadedStub:
         asyncio.run_coroutine_threadsafe(self.stub.stop(), self.loop).result(timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
+
+
+def main() -> None:
+    """`python -m tests.bench.stub --port P`: the stub in a process of its own (benchmarks.client_capacity), every
+    request answered with `--tokens` one-token events, the first after `--ttft-ms`, then one per `--itl-ms`."""
+    import argparse
+
+    from toolkit.bench import eventloop
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--ttft-ms", type=float, default=20.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    args = parser.parse_args()
+    chunks = ((0.0, 1),) + ((args.itl_ms / 1000, 1),) * (args.tokens - 1)
+    stub = StubServer(default=Script(ttft=args.ttft_ms / 1000, chunks=chunks))
+    stub.port = args.port
+
+    async def serve_forever() -> None:
+        async with stub:
+            await asyncio.Event().wait()
+
+    try:
+        eventloop.run(serve_forever())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

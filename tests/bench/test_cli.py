@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.bench.stub import Script, _free_port
+from tests.bench.stub import Script
+from toolkit.tune.launcher import free_port
 from toolkit.cli import app
 
 SGLANG_KEYS = ("request_throughput", "input_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms",
@@ -163,7 +164,7 @@ def test_ctrl_c_stops_the_run_and_keeps_what_was_measured(tmp_path, threaded_stu
     ([], "cannot reach"),
 ])
 def test_bad_input_is_one_clear_line_and_exit_code_two(args, message):
-    base = ["--base-url", f"http://127.0.0.1:{_free_port()}"]
+    base = ["--base-url", f"http://127.0.0.1:{free_port()}"]
     result = bench(*base, *args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output

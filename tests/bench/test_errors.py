@@ -14,7 +14,8 @@ from toolkit.bench.datasets import Prompt
 from toolkit.bench.metrics import summarize
 from toolkit.bench.outcome import CANCELLED
 from toolkit.bench.workload import Workload
-from tests.bench.stub import Script, StubServer, _free_port
+from tests.bench.stub import Script, StubServer
+from toolkit.tune.launcher import free_port
 
 FAILURES = {
     "five hundred": Script(status=500),
@@ -54,7 +55,7 @@ def test_failures_are_counted_by_kind_and_never_stop_the_run(backend):
 
 
 def test_refused_connections_are_connection_errors():
-    port = _free_port()
+    port = free_port()
 
     async def run():
         target = Target(f"http://127.0.0.1:{port}", "openai", model="m")

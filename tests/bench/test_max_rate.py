@@ -7,7 +7,8 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from tests.bench.stub import Script, _free_port
+from tests.bench.stub import Script
+from toolkit.tune.launcher import free_port
 from toolkit.bench.max_rate import TOLERANCE, Bracket, SearchSettings, find_max_rate, meets_slo
 from toolkit.cli import app
 
@@ -92,5 +93,5 @@ def test_find_max_rate_finds_the_stub_capacity_within_one_bisection_step(tmp_pat
     (["--find-max-rate", "--slo", "ttft:100", "--slo-attainment", "1.5"], "--slo-attainment must be within"),
 ])
 def test_find_max_rate_usage_errors_are_one_line(args, message):
-    result = CliRunner().invoke(app, ["bench", "--base-url", f"http://127.0.0.1:{_free_port()}", *args])
+    result = CliRunner().invoke(app, ["bench", "--base-url", f"http://127.0.0.1:{free_port()}", *args])
     assert result.exit_code == 2 and message in result.output, result.output

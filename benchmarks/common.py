@@ -1,0 +1,89 @@
+"""What the project's own benchmarks share (one copy of each): provenance of a result (command, commit, device,
+date), where results go, a free port, and random token prompts.
+
+Run benchmarks from the repository root (`python -m benchmarks.<name>`); none of this is packaged.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from toolkit.bench.offline import random_requests
+from toolkit.tune.launcher import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+__all__ = ["REPO", "RESULTS", "cpu_model", "device_name", "free_port", "git_commit", "provenance", "random_requests",
+           "slug", "write_result"]
+
+
+def git_commit() -> tuple[str, bool]:
+    """(HEAD's hash, whether tracked files have uncommitted changes); ("unknown", False) outside a checkout."""
+    try:
+        head = _git("rev-parse", "HEAD")
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return "unknown", False
+    return head, dirty
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (the processor string elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: Any) -> str:
+    """The device a result really ran on: the GPU's name, or the CPU's model and core count."""
+    if getattr(device, "type", device) == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({cpu_model()}, {os.cpu_count()} cores)"
+
+
+def provenance(module: str, argv: list[str], device: Any = "cpu", **extra: Any) -> dict[str, Any]:
+    """How a result was made: the command that reproduces it, the commit, the device and the date."""
+    import torch
+
+    commit, dirty = git_commit()
+    return {
+        "command": shlex.join([Path(sys.executable).name, "-m", module, *argv]),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "device": device_name(device),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        **extra,
+    }
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_").lower() or "device"
+
+
+def write_result(name: str, record: dict, out_dir: Path = RESULTS) -> Path:
+    """`out_dir/name.json`, pretty-printed; returns the path."""
+    path = out_dir / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
