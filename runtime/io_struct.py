@@ -83,7 +83,8 @@ class SchedulerReady:
     vocab_size: int
     model_class: str
     attention_backend: str
-    tokenizer_path: str = ""
+    tokenizer_path: str  # what the user named (--tokenizer-path or the model)
+    tokenizer_folder: str  # a folder the front end's torch-free FastTokenizer loads (a GGUF's is converted once)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from toolkit.runtime.io_struct import (
 from toolkit.runtime.launch import launch_scheduler
 from toolkit.runtime.logging_setup import configure_logging
 from toolkit.runtime.model_loader.errors import ModelLoadError
+from toolkit.runtime.model_loader.tokenizer import prepare_tokenizer_folder
 from toolkit.runtime.scheduler.scheduler import Scheduler
 from toolkit.runtime.server.ipc import IpcEndpoints
 from toolkit.runtime.server.watchdog import Watchdog
@@ -69,6 +70,7 @@ def _ready_message(launched) -> SchedulerReady:
         model_class=runner.config.architecture,
         attention_backend=runner.attention_backend_name,
         tokenizer_path=str(launched.source.tokenizer_path),
+        tokenizer_folder=str(prepare_tokenizer_folder(launched.source.tokenizer_path)),
     )
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from aiohttp import web
 
 from toolkit.runtime.logging_setup import configure_logging
-from toolkit.runtime.model_loader.tokenizer import load_tokenizer
+from toolkit.runtime.model_loader.fast_tokenizer import FastTokenizer
+from toolkit.runtime.model_loader.tokenizer import load_fast_tokenizer
 from toolkit.runtime.server.http_server import AccessLogger, build_app
 from toolkit.runtime.server.ipc import IpcEndpoints
 from toolkit.runtime.server.metrics import RequestMetrics
@@ -49,7 +50,7 @@ def _scheduler_main(args: ServerArgs, endpoints: IpcEndpoints, parent_pid: int) 
     run_scheduler_process(args, endpoints, parent_pid)
 
 
-def load_chat_template(tokenizer, template: str | None) -> None:
+def load_chat_template(tokenizer: FastTokenizer, template: str | None) -> None:
     if template is None:
         return
     path = Path(template)
@@ -73,7 +74,7 @@ class Server:
             self._install_signal_handlers()
             manager = TokenizerManager(self.endpoints, None, None, self.args.stream_interval)
             ready = await self._wait_ready(manager)
-            tokenizer = load_tokenizer(ready.tokenizer_path)
+            tokenizer = load_fast_tokenizer(ready.tokenizer_folder)
             load_chat_template(tokenizer, self.args.chat_template)
             manager.tokenizer = tokenizer
             if self.args.enable_metrics:
@@ -152,10 +153,9 @@ class Server:
         self.endpoints.cleanup()
 
 
-def _validation(tokenizer, ready, args: ServerArgs, served_name: str) -> ValidationContext:
+def _validation(tokenizer: FastTokenizer, ready, args: ServerArgs, served_name: str) -> ValidationContext:
     def encode_chat(messages: list[dict]) -> list[int]:
-        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
 
     return ValidationContext(
         served_model_name=served_name, context_len=ready.context_len, vocab_size=ready.vocab_size,
