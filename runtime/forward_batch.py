@@ -38,8 +38,6 @@ class ForwardBatch:
     attn_backend: AttentionBackend
     # Rows of the flattened tokens whose logits are needed (each request's last token); None means all rows.
     logits_indices: torch.Tensor | None = None
-    # Stable identities of the batch's requests (table rows are reused), for backends that keep per-request state.
-    request_ids: tuple[str, ...] | None = None
     attn_metadata: Any = field(default=None, repr=False)
 
     @property
@@ -61,7 +59,6 @@ class ForwardBatch:
         req_to_token: torch.Tensor,
         kv_pool: KVPool,
         attn_backend: AttentionBackend,
-        request_ids: tuple[str, ...] | None = None,
     ) -> ForwardBatch:
         """Lay out a batch from per-request prefix lengths and new tokens (host lists → device tensors)."""
         device = req_to_token.device
@@ -91,7 +88,6 @@ class ForwardBatch:
             kv_pool=kv_pool,
             attn_backend=attn_backend,
             logits_indices=logits_indices,
-            request_ids=request_ids,
         )
         attn_backend.init_forward_metadata(batch)
         return batch

@@ -17,7 +17,7 @@ BackendFactory = Callable[[torch.device], AttentionBackend]
 def _torch_native(device: torch.device) -> AttentionBackend:
     from toolkit.runtime.attention.torch_native import TorchNativeBackend
 
-    return TorchNativeBackend()
+    return TorchNativeBackend(device)
 
 
 def _triton(device: torch.device) -> AttentionBackend:

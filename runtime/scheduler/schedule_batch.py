@@ -133,5 +133,4 @@ class ScheduleBatch:
             req_to_token.req_to_token,
             runner.kv_pool,
             runner.attn_backend,
-            request_ids=tuple(r.rid for r in self.reqs),
         )

@@ -1,0 +1,349 @@
+// Decode attention that reads K/V straight from the paged pool (one new token per request, GQA), for CPUs.
+//
+// Why a native kernel: torch has no paged attention on CPU. Gathering each request's slots into a dense tensor
+// and calling SDPA reads and writes every cached byte once more per layer (measured ~5x slower than attending in
+// place), and inductor's fused gather-reduction was slower still. This kernel walks each request's row of the
+// request->token table and reads every K/V row exactly once, in the pool's own layout [slot, kv_head, head_dim].
+//
+// One task per (request, kv_head): the G = heads / kv_heads query heads that share a K/V head are scored
+// together, so each K/V row is loaded once for all of them. Two passes (scores, then the weighted sum of V) with
+// a float32 softmax in between; K/V of any dtype the pool stores (float32, bfloat16, float16, float8 e4m3/e5m2)
+// are widened to float32 as they are loaded. AVX-512 where the compiler targets it, portable C++ elsewhere.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define TOOLKIT_AVX512 1
+#endif
+
+namespace {
+
+template <typename T>
+inline float widen(T value) {
+  return static_cast<float>(value);
+}
+
+template <>
+inline float widen<c10::BFloat16>(c10::BFloat16 value) {
+  uint32_t bits = static_cast<uint32_t>(value.x) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+// Every float8 value widened once: decoding a byte is then a table lookup.
+template <typename F8>
+const std::array<float, 256>& float8_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> values{};
+    for (int i = 0; i < 256; ++i) values[i] = static_cast<float>(F8(static_cast<uint8_t>(i), F8::from_bits()));
+    return values;
+  }();
+  return table;
+}
+
+template <>
+inline float widen<c10::Float8_e4m3fn>(c10::Float8_e4m3fn value) {
+  return float8_table<c10::Float8_e4m3fn>()[value.x];
+}
+
+template <>
+inline float widen<c10::Float8_e5m2>(c10::Float8_e5m2 value) {
+  return float8_table<c10::Float8_e5m2>()[value.x];
+}
+
+#ifdef TOOLKIT_AVX512
+// Sixteen K/V values widened to float32.
+template <typename KV>
+inline __m512 load16(const KV* p);
+
+template <>
+inline __m512 load16<float>(const float* p) { return _mm512_loadu_ps(p); }
+
+template <>
+inline __m512 load16<c10::BFloat16>(const c10::BFloat16* p) {
+  __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+template <>
+inline __m512 load16<c10::Half>(const c10::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <typename F8>
+inline __m512 load16_float8(const F8* p) {
+  __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_i32gather_ps(bytes, float8_table<F8>().data(), 4);
+}
+
+template <>
+inline __m512 load16<c10::Float8_e4m3fn>(const c10::Float8_e4m3fn* p) { return load16_float8(p); }
+
+template <>
+inline __m512 load16<c10::Float8_e5m2>(const c10::Float8_e5m2* p) { return load16_float8(p); }
+
+// exp(x) for x <= 0 (softmax inputs after subtracting the max): Cody-Waite range reduction and a degree-6
+// polynomial, about 2 ulp; underflows to 0 below -87.
+inline __m512 exp_nonpositive(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
+}
+
+// Row softmax in place: subtract the max, exponentiate, normalize.
+inline void softmax(float* row, int64_t length) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < length; ++j) top = std::max(top, row[j]);
+  const __m512 top_v = _mm512_set1_ps(top);
+  __m512 total_v = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= length; j += 16) {
+    __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + j), top_v));
+    _mm512_storeu_ps(row + j, e);
+    total_v = _mm512_add_ps(total_v, e);
+  }
+  if (j < length) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (length - j)) - 1);
+    __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + j), top_v));
+    e = _mm512_maskz_mov_ps(tail, e);
+    _mm512_mask_storeu_ps(row + j, tail, e);
+    total_v = _mm512_add_ps(total_v, e);
+  }
+  const __m512 inverse = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(total_v));
+  for (j = 0; j + 16 <= length; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inverse));
+  for (; j < length; ++j) row[j] *= _mm512_cvtss_f32(inverse);
+}
+#else
+inline void softmax(float* row, int64_t length) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < length; ++j) top = std::max(top, row[j]);
+  float total = 0.f;
+  for (int64_t j = 0; j < length; ++j) {
+    row[j] = std::exp(row[j] - top);
+    total += row[j];
+  }
+  const float inverse = 1.f / total;
+  for (int64_t j = 0; j < length; ++j) row[j] *= inverse;
+}
+#endif
+
+struct Shapes {
+  int64_t group, dim, kv_stride_s, kv_stride_h;
+};
+
+#ifdef TOOLKIT_AVX512
+
+// scores[g * length + j] = <query_g, K[slot_j]>: each K row is widened once for all G query heads.
+template <int64_t Blocks, typename KV, typename Index>
+void score_keys_avx512(const float* query, const KV* keys, const Index* slots, int64_t length, const Shapes& s,
+                       float* scores) {
+  for (int64_t j = 0; j < length; ++j) {
+    if (j + 4 < length) {
+      _mm_prefetch(reinterpret_cast<const char*>(keys + static_cast<int64_t>(slots[j + 4]) * s.kv_stride_s),
+                   _MM_HINT_T0);
+    }
+    const KV* key = keys + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
+    __m512 k[Blocks];
+    for (int64_t b = 0; b < Blocks; ++b) k[b] = load16(key + 16 * b);
+    for (int64_t g = 0; g < s.group; ++g) {
+      const float* q = query + g * s.dim;
+      __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(q), k[0]);
+      for (int64_t b = 1; b < Blocks; ++b) sum = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * b), k[b], sum);
+      scores[g * length + j] = _mm512_reduce_add_ps(sum);
+    }
+  }
+}
+
+// acc[g] = sum_j weights[g * length + j] * V[slot_j]: each V row is widened once for all G query heads, whose
+// G x Blocks accumulators stay in registers (G and Blocks are compile-time constants).
+template <int64_t Group, int64_t Blocks, typename KV, typename Index>
+void weigh_values_avx512(const float* weights, const KV* values, const Index* slots, int64_t length,
+                         const Shapes& s, float* acc) {
+  __m512 sum[Group][Blocks];
+  for (int64_t g = 0; g < Group; ++g)
+    for (int64_t b = 0; b < Blocks; ++b) sum[g][b] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < length; ++j) {
+    if (j + 4 < length) {
+      _mm_prefetch(reinterpret_cast<const char*>(values + static_cast<int64_t>(slots[j + 4]) * s.kv_stride_s),
+                   _MM_HINT_T0);
+    }
+    const KV* value = values + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
+    for (int64_t b = 0; b < Blocks; ++b) {
+      const __m512 v = load16(value + 16 * b);
+      for (int64_t g = 0; g < Group; ++g) sum[g][b] = _mm512_fmadd_ps(_mm512_set1_ps(weights[g * length + j]), v, sum[g][b]);
+    }
+  }
+  for (int64_t g = 0; g < Group; ++g)
+    for (int64_t b = 0; b < Blocks; ++b) _mm512_storeu_ps(acc + g * s.dim + 16 * b, sum[g][b]);
+}
+
+template <int64_t Group, int64_t Blocks, typename KV, typename Index>
+void attend_avx512(const float* query, const KV* keys, const KV* values, const Index* slots, int64_t length,
+                   const Shapes& s, float* scores, float* acc) {
+  score_keys_avx512<Blocks>(query, keys, slots, length, s, scores);
+  for (int64_t g = 0; g < Group; ++g) softmax(scores + g * length, length);
+  weigh_values_avx512<Group, Blocks>(scores, values, slots, length, s, acc);
+}
+
+// The vector path for head_dim 64 or 128 and up to 8 query heads per K/V head (every Llama/Qwen/Mistral
+// shape); false sends other shapes to the portable path.
+template <typename KV, typename Index>
+bool attend_vectorized(const float* query, const KV* keys, const KV* values, const Index* slots, int64_t length,
+                       const Shapes& s, float* scores, float* acc) {
+  bool done = false;
+  auto for_group = [&](auto blocks) {
+    constexpr int64_t B = decltype(blocks)::value;
+    switch (s.group) {
+#define TOOLKIT_GROUP(G) \
+  case G: attend_avx512<G, B>(query, keys, values, slots, length, s, scores, acc); done = true; break;
+      TOOLKIT_GROUP(1) TOOLKIT_GROUP(2) TOOLKIT_GROUP(3) TOOLKIT_GROUP(4)
+      TOOLKIT_GROUP(5) TOOLKIT_GROUP(6) TOOLKIT_GROUP(7) TOOLKIT_GROUP(8)
+#undef TOOLKIT_GROUP
+      default: break;
+    }
+  };
+  if (s.dim == 64) for_group(std::integral_constant<int64_t, 4>{});
+  if (s.dim == 128) for_group(std::integral_constant<int64_t, 8>{});
+  return done;
+}
+#endif
+
+// The portable path: any head_dim, any ISA.
+template <typename KV, typename Index>
+void attend_scalar(const float* query, const KV* keys, const KV* values, const Index* slots, int64_t length,
+                   const Shapes& s, float* scores, float* acc) {
+  for (int64_t j = 0; j < length; ++j) {
+    const KV* key = keys + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
+    for (int64_t g = 0; g < s.group; ++g) {
+      float sum = 0.f;
+      for (int64_t d = 0; d < s.dim; ++d) sum += query[g * s.dim + d] * widen(key[d]);
+      scores[g * length + j] = sum;
+    }
+  }
+  for (int64_t g = 0; g < s.group; ++g) softmax(scores + g * length, length);
+  std::fill(acc, acc + s.group * s.dim, 0.f);
+  for (int64_t j = 0; j < length; ++j) {
+    const KV* value = values + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
+    for (int64_t g = 0; g < s.group; ++g) {
+      const float w = scores[g * length + j];
+      for (int64_t d = 0; d < s.dim; ++d) acc[g * s.dim + d] += w * widen(value[d]);
+    }
+  }
+}
+
+template <typename Q, typename KV, typename Index>
+void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                   const at::Tensor& req_to_token, const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                   double scale, at::Tensor& out) {
+  const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k_buffer.size(1);
+  const Shapes shapes{heads / kv_heads, q.size(2), k_buffer.stride(0), k_buffer.stride(1)};
+  const Q* q_ptr = q.data_ptr<Q>();
+  Q* out_ptr = out.data_ptr<Q>();
+  const KV* k_ptr = k_buffer.data_ptr<KV>();
+  const KV* v_ptr = v_buffer.data_ptr<KV>();
+  const Index* table = req_to_token.data_ptr<Index>();
+  const int64_t* rows = req_pool_indices.data_ptr<int64_t>();
+  const int64_t* lengths = seq_lens.data_ptr<int64_t>();
+  const int64_t group = shapes.group, dim = shapes.dim;
+
+  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> query(group * dim), acc(group * dim), scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / kv_heads, h = task % kv_heads, length = lengths[b];
+      const Index* slots = table + rows[b] * req_to_token.stride(0);
+      for (int64_t g = 0; g < group; ++g) {
+        const Q* src = q_ptr + b * q.stride(0) + (h * group + g) * q.stride(1);
+        for (int64_t d = 0; d < dim; ++d) query[g * dim + d] = widen(src[d]) * static_cast<float>(scale);
+      }
+      scores.resize(group * length);
+      const KV* keys = k_ptr + h * shapes.kv_stride_h;
+      const KV* values = v_ptr + h * shapes.kv_stride_h;
+#ifdef TOOLKIT_AVX512
+      if (!attend_vectorized(query.data(), keys, values, slots, length, shapes, scores.data(), acc.data()))
+#endif
+        attend_scalar(query.data(), keys, values, slots, length, shapes, scores.data(), acc.data());
+      for (int64_t g = 0; g < group; ++g) {
+        Q* dst = out_ptr + b * out.stride(0) + (h * group + g) * out.stride(1);
+        for (int64_t d = 0; d < dim; ++d) dst[d] = static_cast<Q>(acc[g * dim + d]);
+      }
+    }
+  });
+}
+
+template <typename Q, typename KV>
+void dispatch_index(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table,
+                    const at::Tensor& rows, const at::Tensor& lengths, double scale, at::Tensor& out) {
+  if (table.scalar_type() == at::kInt) {
+    decode_kernel<Q, KV, int32_t>(q, k, v, table, rows, lengths, scale, out);
+  } else {
+    decode_kernel<Q, KV, int64_t>(q, k, v, table, rows, lengths, scale, out);
+  }
+}
+
+template <typename Q>
+void dispatch_kv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table,
+                 const at::Tensor& rows, const at::Tensor& lengths, double scale, at::Tensor& out) {
+  switch (k.scalar_type()) {
+    case at::kFloat: return dispatch_index<Q, float>(q, k, v, table, rows, lengths, scale, out);
+    case at::kBFloat16: return dispatch_index<Q, c10::BFloat16>(q, k, v, table, rows, lengths, scale, out);
+    case at::kHalf: return dispatch_index<Q, c10::Half>(q, k, v, table, rows, lengths, scale, out);
+    case at::kFloat8_e4m3fn: return dispatch_index<Q, c10::Float8_e4m3fn>(q, k, v, table, rows, lengths, scale, out);
+    case at::kFloat8_e5m2: return dispatch_index<Q, c10::Float8_e5m2>(q, k, v, table, rows, lengths, scale, out);
+    default: TORCH_CHECK(false, "paged_decode_attention: unsupported KV dtype ", k.scalar_type());
+  }
+}
+
+void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                            const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                            const at::Tensor& seq_lens, double scale, at::Tensor out) {
+  TORCH_CHECK(q.dim() == 3 && out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type(),
+              "q and out must be [batch, heads, head_dim] of one dtype");
+  TORCH_CHECK(k_buffer.dim() == 3 && k_buffer.sizes() == v_buffer.sizes() &&
+                  k_buffer.scalar_type() == v_buffer.scalar_type(), "K/V pools must be [slots, kv_heads, dim]");
+  TORCH_CHECK(q.size(2) == k_buffer.size(2) && q.size(1) % k_buffer.size(1) == 0, "head shapes do not match");
+  TORCH_CHECK(q.stride(2) == 1 && out.stride(2) == 1 && k_buffer.stride(2) == 1 &&
+                  k_buffer.strides() == v_buffer.strides(), "head_dim must be contiguous");
+  TORCH_CHECK(req_pool_indices.scalar_type() == at::kLong && seq_lens.scalar_type() == at::kLong,
+              "req_pool_indices and seq_lens must be int64");
+  TORCH_CHECK(req_to_token.dim() == 2 && req_to_token.stride(1) == 1, "req_to_token rows must be contiguous");
+  const at::Tensor rows = req_pool_indices.contiguous(), lengths = seq_lens.contiguous();
+  switch (q.scalar_type()) {
+    case at::kFloat: return dispatch_kv<float>(q, k_buffer, v_buffer, req_to_token, rows, lengths, scale, out);
+    case at::kBFloat16: return dispatch_kv<c10::BFloat16>(q, k_buffer, v_buffer, req_to_token, rows, lengths, scale, out);
+    case at::kHalf: return dispatch_kv<c10::Half>(q, k_buffer, v_buffer, req_to_token, rows, lengths, scale, out);
+    default: TORCH_CHECK(false, "paged_decode_attention: unsupported query dtype ", q.scalar_type());
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(toolkit_cpu, m) {
+  m.def("paged_decode_attention(Tensor q, Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, "
+        "Tensor req_pool_indices, Tensor seq_lens, float scale, Tensor(a!) out) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(toolkit_cpu, CPU, m) { m.impl("paged_decode_attention", &paged_decode_attention); }

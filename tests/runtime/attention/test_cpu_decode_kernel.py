@@ -1,0 +1,69 @@
+"""The native CPU decode kernel reads K/V in place from the pool and must agree with gathering the same slots
+into a dense tensor for torch's SDPA (float32 reference), for every shape family the vector path specializes
+(head_dim 64/128, 1-8 query heads per K/V head), the portable path (other shapes), every pool dtype, page sizes,
+shared prefixes and int32/int64 tables."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.runtime.attention.cases import Request, make_case
+from toolkit.runtime.attention import cpu as cpu_kernels
+from toolkit.runtime.attention.torch_native import TorchNativeBackend
+
+REQUESTS = [Request(37, 1), Request(0, 1), Request(128, 1), Request(5, 1), Request(300, 1),
+            Request(128, 1, shares_prefix_with=2)]
+TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+def _reference(case):
+    """The gather + SDPA path in float32 on the same batch."""
+    return case.to(torch.float32).run(TorchNativeBackend("cpu", in_place_decode=False))[0]
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (8, 8, 64), (32, 8, 128), (28, 4, 128),
+                                                      (16, 2, 64), (6, 6, 48), (18, 2, 32), (10, 1, 64)])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_in_place_decode_matches_gathered_sdpa(heads, kv_heads, head_dim, page_size):
+    case = make_case(REQUESTS, page_size, heads, kv_heads, head_dim, torch.float32, decode=True, seed=heads)
+    ours, pool = case.run(TorchNativeBackend("cpu"))
+    torch.testing.assert_close(ours, _reference(case), atol=TOLERANCE[torch.float32], rtol=0)
+    # the step's own K/V went into the pool before attending
+    assert torch.equal(pool.k_buffer[0][case.out_cache_loc], case.k)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_place_decode_reads_half_precision_pools(dtype):
+    case = make_case(REQUESTS, 1, 9, 3, 64, dtype, decode=True, seed=3)
+    ours, _ = case.run(TorchNativeBackend("cpu"))
+    assert ours.dtype == dtype
+    torch.testing.assert_close(ours.float(), _reference(case), atol=TOLERANCE[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_in_place_decode_widens_float8_pools(kv_dtype):
+    """K/V stored in float8 are read as the float8 values they hold (the reference attends over the same
+    rounded values in float32)."""
+    case = make_case(REQUESTS, 1, 9, 3, 64, torch.float32, decode=True, seed=5)
+    rounded = case.to(kv_dtype).to(torch.float32)
+    rounded = rounded.__class__(**{**rounded.__dict__, "q": case.q, "k": case.k.to(kv_dtype).float(),
+                                   "v": case.v.to(kv_dtype).float()})
+    stored = case.to(kv_dtype)
+    stored = stored.__class__(**{**stored.__dict__, "q": case.q, "k": case.k, "v": case.v})
+    ours, pool = stored.run(TorchNativeBackend("cpu"))
+    assert pool.k_buffer[0].dtype == kv_dtype
+    torch.testing.assert_close(ours, _reference(rounded), atol=1e-4, rtol=0)
+
+
+def test_in_place_decode_takes_an_int64_table():
+    case = make_case(REQUESTS, 1, 9, 3, 64, torch.float32, decode=True, seed=7)
+    wide = case.__class__(**{**case.__dict__, "req_to_token": case.req_to_token.to(torch.int64)})
+    torch.testing.assert_close(wide.run(TorchNativeBackend("cpu"))[0], _reference(case), atol=2e-5, rtol=0)
+
+
+def test_the_kernel_refuses_mismatched_shapes_with_a_clear_error():
+    q = torch.randn(2, 9, 64)
+    pool = torch.randn(10, 4, 64)
+    with pytest.raises(RuntimeError, match="head shapes do not match"):
+        cpu_kernels.paged_decode_attention(q, pool, pool, torch.zeros(2, 8, dtype=torch.int32),
+                                           torch.tensor([0, 1]), torch.tensor([3, 3]), 0.125)
