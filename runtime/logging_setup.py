@@ -1,4 +1,5 @@
-"""SGLang's log format: `[YYYY-mm-dd HH:MM:SS] message`, optionally tee'd to `--log-file`."""
+"""SGLang's log format: `[YYYY-mm-dd HH:MM:SS] message`, optionally tee'd to `--log-file`; secrets (the API
+key) are masked as '***' in every line, tracebacks included."""
 from __future__ import annotations
 
 import logging
@@ -6,6 +7,18 @@ import sys
 
 LOG_FORMAT = "[%(asctime)s%(rank_tag)s] %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+class _RedactingFormatter(logging.Formatter):
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        super().__init__(LOG_FORMAT, datefmt=DATE_FORMAT)
+        self.secrets = tuple(s for s in secrets if s)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
 
 
 class _RankTag(logging.Filter):
@@ -18,9 +31,10 @@ class _RankTag(logging.Filter):
         return True
 
 
-def configure_logging(level: str = "info", log_file: str | None = None, rank_tag: str = "") -> None:
+def configure_logging(level: str = "info", log_file: str | None = None, rank_tag: str = "",
+                      secrets: tuple[str, ...] = ()) -> None:
     """Route the `runtime` logger to stderr at `level` and, with --log-file, to that file at INFO or below."""
-    formatter = logging.Formatter(LOG_FORMAT, datefmt=DATE_FORMAT)
+    formatter = _RedactingFormatter(secrets)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))

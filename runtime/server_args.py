@@ -18,9 +18,16 @@ SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "rando
 ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "torch_native", "triton", "flashinfer")
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "gguf", "dummy")
+SECRET_FIELDS: tuple[str, ...] = ("api_key",)
+REDACTED = "***"
 
 
-@dataclass
+def redacted(secret: str | None) -> str | None:
+    """How a secret appears in logs and responses: '***' when set, None when not."""
+    return None if secret is None else REDACTED
+
+
+@dataclass(repr=False)
 class ServerArgs:
     # Model
     model_path: str | None = None
@@ -126,6 +133,17 @@ class ServerArgs:
 
     def replace(self, **changes: Any) -> ServerArgs:
         return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        """The dataclass form (the `server_args=` log line reads it) with every secret shown as '***'."""
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        shown.update({name: redacted(shown[name]) for name in SECRET_FIELDS})
+        return f"ServerArgs({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The secret values themselves, for the log handlers that mask them."""
+        return tuple(value for name in SECRET_FIELDS if (value := getattr(self, name)))
 
 
 def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:

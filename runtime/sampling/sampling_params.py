@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from toolkit.runtime.server import limits
+
 DEFAULT_MAX_NEW_TOKENS = 128
 _GREEDY_EPS = 1e-6
 
@@ -62,43 +64,74 @@ class SamplingParams:
         return max((len(s) for s in self.stop), default=0)
 
     def verify(self) -> None:
+        """Check every field against its type and the limits of `toolkit.runtime.server.limits`."""
         _expect_int("max_new_tokens", self.max_new_tokens, minimum=0)
-        _expect_number("temperature", self.temperature, 0.0, None)
+        _expect_number("temperature", self.temperature, 0.0, limits.TEMPERATURE_MAX)
         _expect_number("top_p", self.top_p, 0.0, 1.0, low_open=True)
-        _expect_int("top_k", self.top_k, minimum=-1)
+        _expect_int("top_k", self.top_k, minimum=-1, maximum=limits.TOP_K_MAX)
         if self.top_k == 0:
             raise SamplingParamsError("top_k", "top_k must be -1 (disabled) or at least 1, got 0")
         _expect_number("min_p", self.min_p, 0.0, 1.0)
         _expect_number("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
         _expect_number("presence_penalty", self.presence_penalty, -2.0, 2.0)
         _expect_number("repetition_penalty", self.repetition_penalty, 0.0, 2.0, low_open=True)
-        _expect_int("n", self.n, minimum=1)
+        _expect_int("n", self.n, minimum=1, maximum=limits.MAX_N)
         if self.seed is not None:
-            _expect_int("seed", self.seed, minimum=None)
-        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
-            raise SamplingParamsError("stop", "stop must be a non-empty string or a list of non-empty strings")
-        if not isinstance(self.stop_token_ids, list) or not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
-            raise SamplingParamsError("stop_token_ids", "stop_token_ids must be a list of non-negative integers")
+            _expect_int("seed", self.seed, minimum=limits.SEED_MIN, maximum=limits.SEED_MAX)
+        self._verify_stops()
         for name in ("ignore_eos", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise SamplingParamsError(name, f"{name} must be a boolean")
+
+    def _verify_stops(self) -> None:
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            raise SamplingParamsError("stop", "stop must be a non-empty string or a list of non-empty strings")
+        if len(self.stop) > limits.MAX_STOP_STRINGS:
+            raise SamplingParamsError("stop", f"at most {limits.MAX_STOP_STRINGS} stop strings are allowed, "
+                                              f"got {len(self.stop)}")
+        if self.stop_str_max_len > limits.MAX_STOP_CHARS:
+            raise SamplingParamsError("stop", f"a stop string may have at most {limits.MAX_STOP_CHARS} characters")
+        if not all(is_valid_text(s) for s in self.stop):
+            raise SamplingParamsError("stop", "stop strings must be valid Unicode (no lone surrogates)")
+        if not isinstance(self.stop_token_ids, list) or not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
+            raise SamplingParamsError("stop_token_ids", "stop_token_ids must be a list of non-negative integers")
+        if len(self.stop_token_ids) > limits.MAX_STOP_TOKEN_IDS:
+            raise SamplingParamsError("stop_token_ids", f"at most {limits.MAX_STOP_TOKEN_IDS} stop token ids are "
+                                                        f"allowed, got {len(self.stop_token_ids)}")
+
+
+def is_valid_text(text: str) -> bool:
+    """False for strings no UTF-8 encoder takes (lone surrogates such as "\\ud800", which JSON can carry)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(value: Any, width: int = 40) -> str:
+    """A value for an error message: never longer than `width` characters, whatever the client sent."""
+    text = repr(value) if not _is_int(value) or value.bit_length() < 128 else f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= width else f"{text[: width - 3]}..."
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _expect_int(name: str, value: Any, minimum: int | None) -> None:
+def _expect_int(name: str, value: Any, minimum: int | None, maximum: int | None = None) -> None:
     if not _is_int(value):
-        raise SamplingParamsError(name, f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise SamplingParamsError(name, f"{name} must be >= {minimum}, got {value}")
+        raise SamplingParamsError(name, f"{name} must be an integer, got {shown(value)}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
+        raise SamplingParamsError(name, f"{name} must be in {bounds}, got {shown(value)}")
 
 
 def _expect_number(name: str, value: Any, low: float, high: float | None, low_open: bool = False) -> None:
+    # NOTE: ints are compared as they are: float() of a 400-digit integer raises OverflowError.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise SamplingParamsError(name, f"{name} must be a number, got {value!r}")
+        raise SamplingParamsError(name, f"{name} must be a number, got {shown(value)}")
     too_low = value <= low if low_open else value < low
     if too_low or (high is not None and value > high):
         bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
-        raise SamplingParamsError(name, f"{name} must be in {bounds}, got {value}")
+        raise SamplingParamsError(name, f"{name} must be in {bounds}, got {shown(value)}")

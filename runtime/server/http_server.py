@@ -1,20 +1,32 @@
-"""The aiohttp application: routes, API-key auth, OpenAI-style errors, SGLang-style access log lines."""
+"""The aiohttp application: routes, API-key auth, OpenAI-style errors, SGLang-style access log lines.
+
+What a client can see when things go wrong: a 4xx naming the field (`protocol`), 413 for an oversized body, 503
+with a plain sentence when the scheduler is gone or the server is shutting down, and for anything else a 500 with
+an error id whose traceback is in the log — never a traceback, a path or an exception's text in a response.
+"""
 from __future__ import annotations
 
 import hmac
 import logging
+import uuid
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from toolkit.runtime.server import native_api, openai_api
+from toolkit.runtime.server.limits import MAX_BODY_BYTES
 from toolkit.runtime.server.protocol import RequestError
 from toolkit.runtime.server.state import ServerState
 from toolkit.runtime.server.tokenizer_manager import SchedulerGone
 
 logger = logging.getLogger("runtime")
-MAX_BODY_BYTES = 8 * 1024 * 1024
 UNAUTHENTICATED_PATHS = frozenset({"/health"})
+SHUTTING_DOWN = "the server is shutting down and accepts no new requests"
+CLIENT_CLOSED = 499  # nginx's "client closed request": only the access log ever shows it
+
+
+def _json_error(error: RequestError) -> web.Response:
+    return web.json_response(error.body(), status=error.status)
 
 
 @web.middleware
@@ -22,46 +34,61 @@ async def errors_middleware(request: web.Request, handler) -> web.StreamResponse
     try:
         return await handler(request)
     except RequestError as error:
-        return web.json_response(error.body(), status=error.status)
+        return _json_error(error)
     except web.HTTPRequestEntityTooLarge:
-        error = RequestError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", param="body",
-                             code="request_too_large")
-        return web.json_response(error.body(), status=413)
+        return _json_error(RequestError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", param="body",
+                                        code="request_too_large"))
     except SchedulerGone as exc:
-        error = RequestError(503, f"the scheduler is gone: {exc}", kind="server_error")
-        return web.json_response(error.body(), status=503)
+        return _json_error(RequestError(503, str(exc), kind="server_error"))
+    except ConnectionResetError:
+        logger.info(f"the client of {request.method} {request.path} disconnected before the response")
+        return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
     except web.HTTPException:
         raise
-    except Exception as exc:
-        logger.exception(f"internal error while serving {request.method} {request.path}")
-        error = RequestError(500, f"internal server error: {type(exc).__name__}: {exc}", kind="server_error")
-        return web.json_response(error.body(), status=500)
+    except Exception:
+        error_id = uuid.uuid4().hex[:12]
+        logger.exception(f"internal error {error_id} while serving {request.method} {request.path}")
+        return _json_error(RequestError(500, f"internal server error (error id {error_id}); the details are in the "
+                                             "server log", kind="server_error"))
+
+
+@web.middleware
+async def draining_middleware(request: web.Request, handler) -> web.StreamResponse:
+    if request.app["state"].draining:
+        return _json_error(RequestError(503, SHUTTING_DOWN, kind="server_error", code="server_shutting_down"))
+    return await handler(request)
+
+
+def bearer_token(header: str) -> str | None:
+    """The credentials of `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 7235 §2.1)."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
 def auth_middleware(api_key: str):
-    expected = f"Bearer {api_key}".encode()
+    expected = api_key.encode()
 
     @web.middleware
     async def check(request: web.Request, handler) -> web.StreamResponse:
         if request.path not in UNAUTHENTICATED_PATHS:
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                error = RequestError(401, "missing or invalid API key (Authorization: Bearer <key>)",
-                                     code="invalid_api_key", kind="authentication_error")
-                return web.json_response(error.body(), status=401)
+            token = bearer_token(request.headers.get("Authorization", ""))
+            given = token.encode("utf-8", "replace") if token is not None else b""
+            if token is None or not hmac.compare_digest(given, expected):
+                return _json_error(RequestError(401, "missing or invalid API key (Authorization: Bearer <key>)",
+                                                code="invalid_api_key", kind="authentication_error"))
         return await handler(request)
 
     return check
 
 
 async def _not_found(request: web.Request) -> web.Response:
-    raise RequestError(404, f"no route for {request.method} {request.path}", code="not_found")
+    raise RequestError(404, f"no route for {request.method} {request.path[:200]}", code="not_found")
 
 
 def build_app(state: ServerState) -> web.Application:
-    middlewares = [errors_middleware]
+    middlewares = [errors_middleware, draining_middleware]
     if state.args.api_key:
-        middlewares.insert(0, auth_middleware(state.args.api_key))
+        middlewares.append(auth_middleware(state.args.api_key))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app["state"] = state
     app.router.add_post("/v1/completions", openai_api.completions)

@@ -13,12 +13,14 @@ from toolkit.runtime.sampling.sampling_params import SamplingParams
 from toolkit.runtime.server import generation
 from toolkit.runtime.server.generation import Choice
 from toolkit.runtime.server.protocol import RequestError, parse_generate
-from toolkit.runtime.server.sse import read_json, sse_response
+from toolkit.runtime.server.sse import parse_request, sse_response
 from toolkit.runtime.server.state import ServerState
 from toolkit.runtime.server.tokenizer_manager import Chunk, SchedulerGone
+from toolkit.runtime.server_args import redacted
 from toolkit.version import __version__
 
 HEALTH_GENERATE_TIMEOUT = 20.0
+FLUSH_CACHE_TIMEOUT = 10.0
 
 
 def _meta(choice: Choice, return_logprob: bool) -> dict[str, Any]:
@@ -43,7 +45,7 @@ def _result(choice: Choice, return_logprob: bool) -> dict[str, Any]:
 
 async def generate(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
-    plan = parse_generate(await read_json(request), state.validation)
+    plan = await parse_request(request, parse_generate, state.validation)
     if plan.stream:
         def event(choice: Choice, chunk: Chunk) -> dict[str, Any]:
             # NOTE: SGLang streams the cumulative text and ids so far, not deltas.
@@ -87,7 +89,7 @@ async def get_model_info(request: web.Request) -> web.Response:
 
 async def get_server_info(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
-    args = {**state.ready.server_args, "api_key": None if state.args.api_key is None else "<redacted>"}
+    args = {**state.ready.server_args, "api_key": redacted(state.args.api_key)}
     return web.json_response({
         **args,
         "version": __version__,
@@ -102,7 +104,11 @@ async def get_server_info(request: web.Request) -> web.Response:
 
 async def flush_cache(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
-    if not await state.manager.flush_cache():
+    try:
+        flushed = await state.manager.flush_cache(FLUSH_CACHE_TIMEOUT)
+    except TimeoutError:
+        raise SchedulerGone(f"the scheduler did not answer within {FLUSH_CACHE_TIMEOUT:.0f} s; retry later") from None
+    if not flushed:
         raise RequestError(400, "Cache not flushed: there are running or queued requests; retry when idle.")
     return web.Response(text="Cache flushed.\n")
 

@@ -10,7 +10,7 @@ from aiohttp import web
 from toolkit.runtime.server import generation
 from toolkit.runtime.server.generation import Choice
 from toolkit.runtime.server.protocol import GenerationPlan, parse_chat, parse_completion
-from toolkit.runtime.server.sse import read_json, sse_response
+from toolkit.runtime.server.sse import parse_request, sse_response
 from toolkit.runtime.server.state import ServerState
 from toolkit.runtime.server.tokenizer_manager import Chunk
 
@@ -66,7 +66,7 @@ def chat_logprobs(state: ServerState, entries) -> dict[str, Any]:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
-    plan = parse_completion(await read_json(request), state.validation)
+    plan = await parse_request(request, parse_completion, state.validation)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     if plan.stream:
         return await _stream_completion(request, state, plan, rid, created)
@@ -100,7 +100,7 @@ async def _stream_completion(request, state: ServerState, plan: GenerationPlan, 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
-    plan = parse_chat(await read_json(request), state.validation)
+    plan = await parse_request(request, parse_chat, state.validation)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if plan.stream:
         return await _stream_chat(request, state, plan, rid, created)

@@ -1,15 +1,16 @@
-"""Request bodies of the HTTP API → validated generation plans; every rejection names the offending field."""
+"""Request bodies of the HTTP API → validated generation plans; every rejection names the offending field.
+The limits are `toolkit.runtime.server.limits`'."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError
 from toolkit.runtime.io_struct import context_length_error
+from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError, is_valid_text, shown
+from toolkit.runtime.server import limits
+from toolkit.runtime.server.limits import MAX_LOGPROBS, MAX_N
 
-MAX_N = 128
-MAX_LOGPROBS = 20
-MAX_STOP_STRINGS = 16
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens"}
 
@@ -39,6 +40,15 @@ class ValidationContext:
     allow_auto_truncate: bool
     encode: Callable[[str], list[int]]
     encode_chat: Callable[[list[dict]], list[int]]
+    max_token_chars: int = 0  # the longest token's text; 0 when unknown
+
+    @property
+    def max_prompt_chars(self) -> int | None:
+        """Longer text cannot fit the context (a token spans at most `max_token_chars` characters), so it is
+        refused before the tokenizer spends seconds on it; None when unknown or when prompts may be truncated."""
+        if not self.max_token_chars or self.allow_auto_truncate:
+            return None
+        return self.context_len * self.max_token_chars
 
 
 @dataclass
@@ -58,6 +68,50 @@ class GenerationPlan:
         return self.per_prompt_params[index] if self.per_prompt_params else self.params
 
 
+# ---- the body ----
+
+class _NumberTooLong(ValueError):
+    pass
+
+
+def _number_literal(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        if len(text) > limits.MAX_NUMBER_CHARS:
+            raise _NumberTooLong(len(text))
+        return convert(text)
+
+    return parse
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a request body, within the limits on nesting and number length."""
+    try:
+        body = json.loads(raw.decode("utf-8"), parse_int=_number_literal(int), parse_float=_number_literal(float))
+    except _NumberTooLong as exc:
+        raise bad("body", f"a number in the body has {exc.args[0]} characters; at most "
+                          f"{limits.MAX_NUMBER_CHARS} are allowed") from None
+    except RecursionError:
+        raise bad("body", f"the body is nested deeper than {limits.MAX_JSON_DEPTH} levels") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"the request body is not valid JSON: {exc}", param="body") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object", param="body")
+    if raw.count(b"[") + raw.count(b"{") > limits.MAX_JSON_DEPTH and _nested_deeper(body, limits.MAX_JSON_DEPTH):
+        raise bad("body", f"the body is nested deeper than {limits.MAX_JSON_DEPTH} levels")
+    return body
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    level, depth = [value], 1
+    while level:
+        if depth > limit:
+            return True
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (list, dict))]
+        depth += 1
+    return False
+
+
 # ---- typed field access ----
 
 def _typed(body: dict, name: str, kinds: tuple[type, ...], default: Any, what: str) -> Any:
@@ -72,10 +126,11 @@ def _typed(body: dict, name: str, kinds: tuple[type, ...], default: Any, what: s
 
 
 def _number(body: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
-    value = float(_typed(body, name, (int, float), default, "a number"))
+    value = _typed(body, name, (int, float), default, "a number")
+    # NOTE: compared before float(): float() of a 400-digit integer raises OverflowError.
     if value != value or (value <= low if low_open else value < low) or value > high:
-        raise bad(name, f"must be in {'(' if low_open else '['}{low}, {high}], got {value}")
-    return value
+        raise bad(name, f"must be in {'(' if low_open else '['}{low}, {high}], got {shown(value)}")
+    return float(value)
 
 
 def _int(body: dict, name: str, default: int | None, low: int | None = None, high: int | None = None) -> int | None:
@@ -83,7 +138,8 @@ def _int(body: dict, name: str, default: int | None, low: int | None = None, hig
     if value is None:
         return None
     if (low is not None and value < low) or (high is not None and value > high):
-        raise bad(name, f"must be in [{low}, {high if high is not None else 'inf'}], got {value}")
+        raise bad(name, f"must be in [{low if low is not None else '-inf'}, {high if high is not None else 'inf'}], "
+                        f"got {shown(value)}")
     return value
 
 
@@ -99,9 +155,31 @@ def _stop(body: dict) -> list[str]:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise bad("stop", "must be a non-empty string or a list of non-empty strings")
-    if len(stop) > MAX_STOP_STRINGS:
-        raise bad("stop", f"at most {MAX_STOP_STRINGS} stop strings are allowed")
     return stop
+
+
+def _text(value: str, param: str) -> str:
+    if not is_valid_text(value):
+        raise bad(param, "must be valid Unicode text (it holds a lone surrogate such as \\ud800)")
+    return value
+
+
+def _check_prompt_chars(chars: int, ctx: ValidationContext, param: str) -> None:
+    limit = ctx.max_prompt_chars
+    if limit is not None and chars > limit:
+        raise bad(param, f"{chars} characters cannot fit the model's context of {ctx.context_len} tokens")
+
+
+def _encode(text: str, ctx: ValidationContext, param: str) -> list[int]:
+    _check_prompt_chars(len(_text(text, param)), ctx, param)
+    return ctx.encode(text)
+
+
+def _check_sequences(total: int, param: str) -> None:
+    """One request may ask for at most MAX_SEQUENCES generations (prompts × n)."""
+    if total > limits.MAX_SEQUENCES:
+        raise bad(param, f"the request asks for {total} sequences (prompts × n); at most {limits.MAX_SEQUENCES} "
+                         "are allowed")
 
 
 def _token_list(value: Any, name: str, vocab_size: int) -> list[int]:
@@ -119,8 +197,8 @@ def check_model(body: dict, ctx: ValidationContext) -> None:
     if not isinstance(model, str):
         raise bad("model", "must be a string")
     if model != ctx.served_model_name:
-        raise RequestError(404, f"The model `{model}` does not exist; this server serves `{ctx.served_model_name}`.",
-                           param="model", code="model_not_found")
+        raise RequestError(404, f"The model {shown(model)} does not exist; this server serves "
+                                f"`{ctx.served_model_name}`.", param="model", code="model_not_found")
 
 
 _HARMLESS_VALUES: dict[str, tuple[Any, ...]] = {
@@ -142,9 +220,9 @@ def _unsupported(body: dict, names: tuple[str, ...]) -> None:
 def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
     params = dict(
         max_new_tokens=max_tokens if max_tokens is not None else default_max_tokens,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        temperature=_number(body, "temperature", 1.0, 0.0, limits.TEMPERATURE_MAX),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
-        top_k=_int(body, "top_k", -1, -1),
+        top_k=_int(body, "top_k", -1, -1, limits.TOP_K_MAX),
         min_p=_number(body, "min_p", 0.0, 0.0, 1.0),
         frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
         presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
@@ -153,7 +231,7 @@ def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int)
         stop_token_ids=_token_ids_field(body, "stop_token_ids"),
         ignore_eos=_bool(body, "ignore_eos", False),
         skip_special_tokens=_bool(body, "skip_special_tokens", True),
-        seed=_int(body, "seed", None),
+        seed=_int(body, "seed", None, limits.SEED_MIN, limits.SEED_MAX),
         n=_int(body, "n", 1, 1, MAX_N),
     )
     if params["top_k"] == 0:
@@ -185,15 +263,15 @@ def _stream_options(body: dict, stream: bool) -> bool:
     return _bool(options, "include_usage", False)
 
 
-def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, param: str) -> list[int]:
+def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, param: str,
+                max_tokens_param: str = "max_tokens") -> list[int]:
     """Reject (or with --allow-auto-truncate, cut) prompts that do not fit the context with their max_tokens."""
     error = context_length_error(len(ids), params.max_new_tokens, ctx.context_len)
     if error is None:
         return ids
     if ctx.allow_auto_truncate and params.max_new_tokens < ctx.context_len - 1:
         return ids[: ctx.context_len - params.max_new_tokens - 1]
-    blame = "max_tokens" if len(ids) < ctx.context_len else param
-    raise bad(blame, error)
+    raise bad(max_tokens_param if len(ids) < ctx.context_len else param, error)
 
 
 # ---- /v1/completions ----
@@ -201,9 +279,9 @@ def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, 
 def parse_completion(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
     _unsupported(body, ("suffix", "echo", "logit_bias", "best_of"))
-    prompts = _completion_prompts(body, ctx)
     max_tokens = _int(body, "max_tokens", None, 0)
     params = openai_sampling(body, max_tokens, default_max_tokens=16)
+    prompts = _completion_prompts(body, ctx, params.n)
     stream = _bool(body, "stream", False)
     logprobs = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
     prompts = [fit_context(ids, params, ctx, "prompt") for ids in prompts]
@@ -211,7 +289,7 @@ def parse_completion(body: dict, ctx: ValidationContext) -> GenerationPlan:
                           logprobs or 0, single=False)
 
 
-def _completion_prompts(body: dict, ctx: ValidationContext) -> list[list[int]]:
+def _completion_prompts(body: dict, ctx: ValidationContext, n: int) -> list[list[int]]:
     prompt = body.get("prompt")
     if prompt is None:
         raise bad("prompt", "is required")
@@ -221,13 +299,14 @@ def _completion_prompts(body: dict, ctx: ValidationContext) -> list[list[int]]:
         raise bad("prompt", "must be a non-empty string, list of strings, or list of token ids")
     if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
         return [_token_list(prompt, "prompt", ctx.vocab_size)]
+    _check_sequences(len(prompt) * n, "n" if n > 1 else "prompt")
     if all(isinstance(p, list) for p in prompt):
         return [_token_list(p, "prompt", ctx.vocab_size) for p in prompt]
     if not all(isinstance(p, str) for p in prompt):
         raise bad("prompt", "must be a string, a list of strings, or token ids")
     if any(not p for p in prompt):
         raise bad("prompt", "must not be empty")
-    return [ctx.encode(p) for p in prompt]
+    return [_encode(p, ctx, "prompt") for p in prompt]
 
 
 # ---- /v1/chat/completions ----
@@ -236,7 +315,7 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
     _unsupported(body, ("tools", "functions", "logit_bias"))
     _check_response_format(body)
-    messages = _messages(body)
+    messages = _messages(body, ctx)
     max_tokens = _int(body, "max_completion_tokens", None, 0)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", None, 0)
@@ -249,7 +328,7 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     try:
         ids = ctx.encode_chat(messages)
     except Exception as exc:  # a chat template may reject role orders (jinja raises its own exceptions)
-        raise bad("messages", f"the chat template rejected the messages: {exc}") from None
+        raise bad("messages", f"the chat template rejected the messages: {str(exc)[:300]}") from None
     ids = fit_context(ids, params, ctx, "messages")
     return GenerationPlan([ids], params, stream, _stream_options(body, stream), logprobs, top_logprobs)
 
@@ -262,11 +341,15 @@ def _check_response_format(body: dict) -> None:
         raise bad("response_format", "only {\"type\": \"text\"} is supported")
 
 
-def _messages(body: dict) -> list[dict]:
+def _messages(body: dict, ctx: ValidationContext) -> list[dict]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "must be a non-empty list of messages")
-    return [_message(m, i) for i, m in enumerate(messages)]
+    if len(messages) >= ctx.context_len:
+        raise bad("messages", f"{len(messages)} messages cannot fit the model's context of {ctx.context_len} tokens")
+    parsed = [_message(m, i) for i, m in enumerate(messages)]
+    _check_prompt_chars(sum(len(m["content"]) for m in parsed), ctx, "messages")
+    return parsed
 
 
 def _message(message: Any, index: int) -> dict:
@@ -274,8 +357,8 @@ def _message(message: Any, index: int) -> dict:
     if not isinstance(message, dict):
         raise bad(where, "must be an object with role and content")
     role = message.get("role")
-    if role not in CHAT_ROLES:
-        raise bad(f"{where}.role", f"must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
+    if not isinstance(role, str) or role not in CHAT_ROLES:
+        raise bad(f"{where}.role", f"must be one of {', '.join(CHAT_ROLES)}, got {shown(role)}")
     content = message.get("content")
     if isinstance(content, list):
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
@@ -283,7 +366,7 @@ def _message(message: Any, index: int) -> dict:
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise bad(f"{where}.content", "must be a string or a list of text parts")
-    return {"role": "system" if role == "developer" else role, "content": content}
+    return {"role": "system" if role == "developer" else role, "content": _text(content, f"{where}.content")}
 
 
 # ---- /generate (SGLang native) ----
@@ -292,16 +375,24 @@ def parse_generate(body: dict, ctx: ValidationContext) -> GenerationPlan:
     text, input_ids = body.get("text"), body.get("input_ids")
     if (text is None) == (input_ids is None):
         raise bad("text", "pass exactly one of text or input_ids")
+    prompt_param = "text" if text is not None else "input_ids"
+    count = len(text) if isinstance(text, list) else len(input_ids) if _is_batch(input_ids) else 1
+    _check_sequences(count, prompt_param)
+    per_prompt = _native_sampling(body.get("sampling_params"), count)
+    _check_sequences(sum(p.n for p in per_prompt), "sampling_params.n")
     prompts, single = _native_prompts(text, input_ids, ctx)
-    per_prompt = _native_sampling(body.get("sampling_params"), len(prompts))
     stream = _bool(body, "stream", False)
     return_logprob = _bool(body, "return_logprob", False)
     top = _int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) or 0
-    prompts = [fit_context(ids, p, ctx, "text" if text is not None else "input_ids")
+    prompts = [fit_context(ids, p, ctx, prompt_param, "sampling_params.max_new_tokens")
                for ids, p in zip(prompts, per_prompt)]
     if stream and not single:
         raise bad("stream", "streaming is supported for a single prompt only")
     return GenerationPlan(prompts, per_prompt[0], stream, False, return_logprob, top, single, per_prompt)
+
+
+def _is_batch(input_ids: Any) -> bool:
+    return isinstance(input_ids, list) and bool(input_ids) and all(isinstance(x, list) for x in input_ids)
 
 
 def _native_prompts(text: Any, input_ids: Any, ctx: ValidationContext) -> tuple[list[list[int]], bool]:
@@ -309,8 +400,8 @@ def _native_prompts(text: Any, input_ids: Any, ctx: ValidationContext) -> tuple[
         texts = [text] if isinstance(text, str) else text
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
             raise bad("text", "must be a non-empty string or a list of non-empty strings")
-        return [ctx.encode(t) for t in texts], isinstance(text, str)
-    if isinstance(input_ids, list) and input_ids and all(isinstance(x, list) for x in input_ids):
+        return [_encode(t, ctx, "text") for t in texts], isinstance(text, str)
+    if _is_batch(input_ids):
         return [_token_list(ids, "input_ids", ctx.vocab_size) for ids in input_ids], False
     return [_token_list(input_ids, "input_ids", ctx.vocab_size)], True
 
@@ -318,8 +409,10 @@ def _native_prompts(text: Any, input_ids: Any, ctx: ValidationContext) -> tuple[
 def _native_sampling(raw: Any, count: int) -> list[SamplingParams]:
     if raw is None:
         raw = {}
+    if not isinstance(raw, (dict, list)) or (isinstance(raw, list) and len(raw) != count):
+        raise bad("sampling_params", f"must be an object or a list of {count} objects")
     items = raw if isinstance(raw, list) else [raw] * count
-    if not isinstance(raw, (dict, list)) or len(items) != count or not all(isinstance(i, dict) for i in items):
+    if not all(isinstance(i, dict) for i in items):
         raise bad("sampling_params", f"must be an object or a list of {count} objects")
     try:
         return [SamplingParams.from_dict(item) for item in items]

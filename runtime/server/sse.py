@@ -1,6 +1,7 @@
 """JSON bodies in, Server-Sent Events out; a client that goes away mid-stream aborts its requests."""
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Callable
 
@@ -8,18 +9,19 @@ from aiohttp import web
 
 from toolkit.runtime.server import generation
 from toolkit.runtime.server.generation import Choice
-from toolkit.runtime.server.protocol import GenerationPlan, RequestError
+from toolkit.runtime.server.protocol import GenerationPlan, RequestError, ValidationContext, decode_body
 from toolkit.runtime.server.tokenizer_manager import Chunk, SchedulerGone
 
+OFF_LOOP_BYTES = 64 * 1024  # larger bodies are decoded and tokenized on a worker thread
 
-async def read_json(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json(loads=json.loads)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(400, f"the request body is not valid JSON: {exc}", param="body") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object", param="body")
-    return body
+
+async def parse_request(request: web.Request, parse: Callable[[dict, ValidationContext], GenerationPlan],
+                        ctx: ValidationContext) -> GenerationPlan:
+    """The request's plan; a large body is parsed off the event loop, so /health and the streams keep flowing."""
+    raw = await request.read()
+    if len(raw) <= OFF_LOOP_BYTES:
+        return parse(decode_body(raw), ctx)
+    return await asyncio.to_thread(lambda: parse(decode_body(raw), ctx))
 
 
 def encode_event(payload: Any) -> bytes:
@@ -35,19 +37,23 @@ async def sse_response(
     head: dict[str, Any],
     usage: Callable[[list[Choice]], dict[str, Any]] | None = None,
 ) -> web.StreamResponse:
-    """Stream every choice's chunks; then the usage chunk (if asked for) and [DONE]."""
+    """Stream every choice's chunks; then the usage chunk (if asked for) and [DONE]. When the scheduler goes away
+    or the server shuts down, the stream still ends properly: an error event, then [DONE]."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     choices: dict[int, Choice] = {}
     try:
-        async for choice, chunk in generation.stream(state.manager, plan):
-            choices[choice.index] = choice
-            await response.write(encode_event(event(choice, chunk)))
-        if plan.include_usage and usage is not None:
-            await response.write(encode_event({**head, "choices": [], "usage": usage(list(choices.values()))}))
-    except SchedulerGone as exc:
-        error = RequestError(503, f"the scheduler is gone: {exc}", kind="server_error")
-        await response.write(encode_event(error.body()))
-    await response.write(encode_event("[DONE]"))
-    await response.write_eof()
+        try:
+            async for choice, chunk in generation.stream(state.manager, plan):
+                choices[choice.index] = choice
+                await response.write(encode_event(event(choice, chunk)))
+            if plan.include_usage and usage is not None:
+                await response.write(encode_event({**head, "choices": [], "usage": usage(list(choices.values()))}))
+        except SchedulerGone as exc:
+            error = RequestError(503, str(exc), kind="server_error")
+            await response.write(encode_event(error.body()))
+        await response.write(encode_event("[DONE]"))
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # NOTE: the client left; generation.stream() has aborted its requests
     return response

@@ -24,6 +24,7 @@ class ServerState:
     metrics: RequestMetrics | None
     started: float = field(default_factory=time.time)
     healthy: bool = True
+    draining: bool = False  # set on SIGTERM/SIGINT: every new request gets 503
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])

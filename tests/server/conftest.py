@@ -21,7 +21,9 @@ API_KEY = "sk-test-123"
 
 
 @pytest.fixture(scope="session")
-def keyed_server():
-    process = ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "4096", "--api-key", API_KEY).wait_healthy()
+def keyed_server(tmp_path_factory):
+    log_file = tmp_path_factory.mktemp("keyed") / "server.log"
+    process = ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "4096", "--api-key", API_KEY,
+                            log_file=log_file).wait_healthy()
     yield process
     process.stop()
