@@ -26,7 +26,7 @@ from toolkit.runtime.model_loader.tokenizer import prepare_tokenizer_folder
 from toolkit.runtime.scheduler.scheduler import Scheduler
 from toolkit.runtime.server.ipc import IpcEndpoints
 from toolkit.runtime.server.watchdog import Watchdog
-from toolkit.runtime.server_args import ServerArgs
+from toolkit.runtime.server_args import SECRET_FIELDS, ServerArgs, redacted
 
 logger = logging.getLogger("runtime")
 IDLE_POLL_MS = 500  # how long an idle scheduler sleeps in recv before checking that its parent lives
@@ -34,9 +34,11 @@ IDLE_POLL_MS = 500  # how long an idle scheduler sleeps in recv before checking 
 
 def run_scheduler_process(args: ServerArgs, endpoints: IpcEndpoints, parent_pid: int) -> None:
     """Entry point of the spawned process."""
-    # NOTE: Ctrl-C reaches the whole process group; the front end decides when the scheduler stops.
+    # NOTE: Ctrl-C (and a SIGTERM to the process group) reach the scheduler too; the front end decides when it
+    # stops (a ShutdownRequest), and it exits by itself when the front end is gone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    configure_logging(args.log_level, args.log_file)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    configure_logging(args.log_level, args.log_file, secrets=args.secrets)
     context = zmq.Context(1)
     inbox = context.socket(zmq.PULL)
     inbox.connect(endpoints.to_scheduler)
@@ -61,8 +63,10 @@ def run_scheduler_process(args: ServerArgs, endpoints: IpcEndpoints, parent_pid:
 
 def _ready_message(launched) -> SchedulerReady:
     scheduler, runner = launched.scheduler, launched.runner
+    server_args = dataclasses.asdict(launched.args)
+    server_args.update({name: redacted(server_args[name]) for name in SECRET_FIELDS})
     return SchedulerReady(
-        server_args=dataclasses.asdict(launched.args),
+        server_args=server_args,
         context_len=scheduler.context_len,
         max_total_num_tokens=scheduler.max_total_num_tokens,
         max_running_requests=scheduler.max_running_requests,
@@ -82,6 +86,8 @@ class SchedulerLoop:
         self.parent_pid = parent_pid
         self.watchdog = Watchdog(scheduler.args.watchdog_timeout, self._describe_batch)
         self.running = True
+        self.shutting_down = False
+        self.aborted_at_shutdown = 0
 
     def run(self) -> None:
         while self.running:
@@ -92,7 +98,10 @@ class SchedulerLoop:
                 outputs = self.scheduler.step()
             stats = dataclasses.asdict(self.scheduler.stats)
             self.outbox.send_pyobj(BatchOutput(outputs, stats), copy=False)
-            if not self.scheduler.has_work and not _alive(self.parent_pid):
+            if self.shutting_down and not self.scheduler.has_work:
+                self._report_shutdown()
+                return
+            if not _alive(self.parent_pid):
                 logger.info("the front end is gone; the scheduler exits")
                 return
 
@@ -113,8 +122,23 @@ class SchedulerLoop:
             self.scheduler.abort_request(message.rid)
         elif isinstance(message, FlushCacheRequest):
             self.outbox.send_pyobj(FlushCacheResult(self.scheduler.flush_cache()))
-        elif isinstance(message, ShutdownRequest):
-            self.running = False
+        elif isinstance(message, ShutdownRequest) and not self.shutting_down:
+            self.shutting_down = True
+            self.aborted_at_shutdown = self._abort_everything("the server is shutting down")
+
+    def _abort_everything(self, message: str) -> int:
+        """Mark every live request aborted (what `Scheduler.abort_request` does, without a search per request);
+        the next step() frees their KV."""
+        scheduler = self.scheduler
+        live = [*scheduler.waiting, *scheduler.running.reqs, *filter(None, [scheduler.chunked_req])]
+        live = [req for req in live if not req.finished]
+        for req in live:
+            req.to_abort = message
+        return len(live)
+
+    def _report_shutdown(self) -> None:
+        pool_free = self.scheduler.check_memory()
+        logger.info(f"Scheduler shut down: aborted {self.aborted_at_shutdown} requests, KV pool free: {pool_free}")
 
     def _describe_batch(self) -> str:
         scheduler = self.scheduler

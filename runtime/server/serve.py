@@ -1,6 +1,10 @@
 """`toolkit serve`: start the scheduler process, wait for the model, serve HTTP, and shut everything down on
 SIGINT/SIGTERM or when the scheduler dies (then with a non-zero exit code).
 
+Graceful shutdown (the first SIGTERM/SIGINT): new requests get 503, every open request ends at once (a stream
+with an error event and [DONE], a plain request with 503), the scheduler aborts them all, frees their KV and
+exits, and the server exits 0 within a few seconds. A second signal exits at once (128 + the signal number).
+
 This is the HTTP process: it never imports torch or the model (the scheduler process owns them), so it starts
 fast and its event loop stays light.
 """
@@ -12,6 +16,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -29,13 +34,14 @@ from toolkit.runtime.server_args import ServerArgs, default_served_model_name, p
 
 logger = logging.getLogger("runtime")
 STARTUP_TIMEOUT = 1800.0
-SHUTDOWN_GRACE = 3.0
+SHUTDOWN_GRACE = 3.0  # for the open handlers to finish, then again for the scheduler to exit
 UNHEALTHY_GRACE = 1.0  # a dead scheduler keeps /health answering 503 this long before the server exits
+SHUTTING_DOWN = "the server is shutting down; the request was aborted"
 
 
 def main(argv: list[str]) -> int:
     args = parse_server_args(argv)
-    configure_logging(args.log_level, args.log_file)
+    configure_logging(args.log_level, args.log_file, secrets=args.secrets)
     try:
         return asyncio.run(Server(args).run())
     except SchedulerGone as exc:
@@ -83,11 +89,14 @@ class Server:
             state = ServerState(self.args, manager, ready, _validation(tokenizer, ready, self.args, served_name),
                                 tokenizer, served_name, ready.tokenizer_path, metrics)
             runner = await self._start_http(state)
-            tasks = [asyncio.ensure_future(manager.receive_forever()),
-                     asyncio.ensure_future(self._supervise(state))]
+            receiver = asyncio.ensure_future(manager.receive_forever())
+            supervisor = asyncio.ensure_future(self._supervise(state, receiver))
             await self.stop.wait()
-            for task in tasks:
-                task.cancel()
+            supervisor.cancel()
+            # NOTE: the receiver keeps routing scheduler output until the HTTP side has drained.
+            await self._drain(state, runner)
+            runner = None
+            receiver.cancel()
         finally:
             await self._shutdown(manager, runner)
         return self.exit_code
@@ -113,17 +122,20 @@ class Server:
 
     async def _start_http(self, state: ServerState) -> web.AppRunner:
         runner = web.AppRunner(build_app(state), handler_cancellation=True, access_log_class=AccessLogger,
-                               access_log=logger)
+                               access_log=logger, shutdown_timeout=SHUTDOWN_GRACE)
         await runner.setup()
         await web.TCPSite(runner, self.args.host, self.args.port).start()
         logger.info(f"The server is fired up and ready to roll! Listening on http://{self.args.host}:{self.args.port}")
         return runner
 
-    async def _supervise(self, state: ServerState) -> None:
-        while self.process.is_alive():
+    async def _supervise(self, state: ServerState, receiver: asyncio.Future) -> None:
+        while self.process.is_alive() and not receiver.done():
             await asyncio.sleep(0.2)
-        logger.error("Received sigquit from a child process. It usually means the child failed. "
-                     f"(scheduler exit code {self.process.exitcode})")
+        if receiver.done():
+            logger.error(f"reading the scheduler's output failed: {receiver.exception()!r}")
+        else:
+            logger.error("Received sigquit from a child process. It usually means the child failed. "
+                         f"(scheduler exit code {self.process.exitcode})")
         state.healthy = False
         state.manager.fail_all("the scheduler process died")
         self.exit_code = 1
@@ -136,18 +148,39 @@ class Server:
             loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        logger.info(f"Received {signal.Signals(sig).name}; shutting down")
+        name = signal.Signals(sig).name
+        if self.stop.is_set():
+            logger.warning(f"Received {name} again; exiting now")
+            self._exit_now(128 + sig)
+        logger.info(f"Received {name}; shutting down")
         self.stop.set()
+
+    def _exit_now(self, code: int) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        self.endpoints.cleanup()
+        logging.shutdown()
+        os._exit(code)
+
+    async def _drain(self, state: ServerState, runner: web.AppRunner) -> None:
+        """Refuse new requests, end the open ones, let their handlers write their last bytes, stop the scheduler."""
+        state.draining = True
+        aborted = state.manager.shutdown(SHUTTING_DOWN)
+        logger.info(f"Shutting down: new requests get 503, aborted {aborted} requests")
+        await runner.cleanup()
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        while self.process.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     async def _shutdown(self, manager: TokenizerManager | None, runner: web.AppRunner | None) -> None:
         if runner is not None:
-            await runner.shutdown()
             await runner.cleanup()
         if manager is not None:
             manager.close()
         if self.process is not None:
-            self.process.join(SHUTDOWN_GRACE)
+            self.process.join(0.1)  # NOTE: _drain has already given it SHUTDOWN_GRACE to exit
             if self.process.is_alive():
+                logger.warning("the scheduler did not exit in time; killing it")
                 self.process.kill()
                 self.process.join(SHUTDOWN_GRACE)
         self.endpoints.cleanup()
@@ -160,6 +193,7 @@ def _validation(tokenizer: FastTokenizer, ready, args: ServerArgs, served_name: 
     return ValidationContext(
         served_model_name=served_name, context_len=ready.context_len, vocab_size=ready.vocab_size,
         allow_auto_truncate=args.allow_auto_truncate, encode=tokenizer.encode, encode_chat=encode_chat,
+        max_token_chars=max(map(len, tokenizer.backend.get_vocab(with_added_tokens=True)), default=0),
     )
 
 

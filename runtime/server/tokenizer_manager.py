@@ -60,7 +60,11 @@ class _RequestState:
 
 
 class SchedulerGone(RuntimeError):
-    pass
+    """The scheduler cannot serve the request: it died, or the server is shutting down. The message is for
+    clients (a sentence, never a traceback)."""
+
+
+SCHEDULER_FAILED = "the scheduler process failed; the error is in the server log"
 
 
 class TokenizerManager:
@@ -70,14 +74,18 @@ class TokenizerManager:
         self.metrics = metrics
         self.stream_interval = stream_interval
         self.context = zmq.asyncio.Context(1)
-        self.to_scheduler = self.context.socket(zmq.PUSH)
+        # NOTE: a plain (blocking-API) socket over the same context: with NOBLOCK a send either queues at once or
+        # raises zmq.Again here (no peer: the scheduler is gone), never a Future whose error nobody retrieves.
+        self.to_scheduler = zmq.Context.shadow(self.context.underlying).socket(zmq.PUSH)
+        self.to_scheduler.setsockopt(zmq.SNDHWM, 0)
         self.to_scheduler.bind(endpoints.to_scheduler)
         self.from_scheduler = self.context.socket(zmq.PULL)
         self.from_scheduler.bind(endpoints.from_scheduler)
         self.states: dict[str, _RequestState] = {}
         self.stats: dict[str, Any] = {}
         self.ready: SchedulerReady | None = None
-        self.failure: str | None = None
+        self.failure: str | None = None  # why requests are refused, in words for clients
+        self.failure_detail: str | None = None  # the scheduler's own report (a traceback), for the log
         self._flush_waiters: list[asyncio.Future] = []
 
     # ---- lifecycle ----
@@ -91,7 +99,7 @@ class TokenizerManager:
                 continue
             self._dispatch(await self.from_scheduler.recv_pyobj())
             if self.failure:
-                raise SchedulerGone(f"the scheduler failed to start:\n{self.failure}")
+                raise SchedulerGone(f"the scheduler failed to start:\n{self.failure_detail or self.failure}")
         return self.ready
 
     async def receive_forever(self) -> None:
@@ -99,18 +107,36 @@ class TokenizerManager:
             self._dispatch(await self.from_scheduler.recv_pyobj())
 
     def close(self) -> None:
-        try:
-            self.to_scheduler.send_pyobj(ShutdownRequest(), zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+        self.to_scheduler.close(linger=100)
         self.context.destroy(linger=100)
 
-    def fail_all(self, message: str) -> None:
-        """The scheduler died: finish every waiting request with an abort."""
+    def fail_all(self, message: str) -> int:
+        """Finish every waiting request with SchedulerGone(message) and refuse new ones; returns how many."""
         self.failure = message
-        for state in list(self.states.values()):
+        states = list(self.states.values())
+        for state in states:
+            state.finished = True
             state.queue.put_nowait(SchedulerGone(message))
         self.states.clear()
+        if self.metrics:
+            for _ in states:
+                self.metrics.on_abort()
+        return len(states)
+
+    def shutdown(self, message: str) -> int:
+        """Graceful stop: end every open request now, then ask the scheduler to abort them all, free their KV
+        and exit. Returns how many requests were open."""
+        aborted = self.fail_all(message)
+        self._send(ShutdownRequest())
+        return aborted
+
+    def _send(self, message: object) -> bool:
+        """Queue a message for the scheduler; False when it cannot take one (it is gone)."""
+        try:
+            self.to_scheduler.send_pyobj(message, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        return True
 
     # ---- requests ----
     def generate(self, input_ids: list[int], params: SamplingParams, return_logprob: bool = False,
@@ -119,12 +145,13 @@ class TokenizerManager:
         if self.failure is not None:
             raise SchedulerGone(self.failure)
         rid = rid or uuid.uuid4().hex
+        if not self._send(GenerateInput(rid, input_ids, params, return_logprob, top_logprobs_num)):
+            raise SchedulerGone("the scheduler process is not accepting requests")
         state = _RequestState(
             rid, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, params.stop), asyncio.Queue(),
             self.stream_interval if stream else 1 << 30,
         )
         self.states[rid] = state
-        self.to_scheduler.send_pyobj(GenerateInput(rid, input_ids, params, return_logprob, top_logprobs_num))
         return self._chunks(state)
 
     async def _chunks(self, state: _RequestState) -> AsyncIterator[Chunk]:
@@ -147,15 +174,13 @@ class TokenizerManager:
         state.finished = True
         if self.metrics:
             self.metrics.on_abort()
-        try:
-            self.to_scheduler.send_pyobj(AbortRequest(rid), zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+        self._send(AbortRequest(rid))
 
     async def flush_cache(self, timeout: float = 10.0) -> bool:
+        if self.failure is not None or not self._send(FlushCacheRequest()):
+            raise SchedulerGone(self.failure or "the scheduler process is not accepting requests")
         future = asyncio.get_running_loop().create_future()
         self._flush_waiters.append(future)
-        self.to_scheduler.send_pyobj(FlushCacheRequest())
         return await asyncio.wait_for(future, timeout)
 
     # ---- outputs ----
@@ -165,7 +190,11 @@ class TokenizerManager:
             if self.metrics:
                 self.metrics.on_scheduler_stats(message.stats)
             for output in message.outputs:
-                self._route(output)
+                try:
+                    self._route(output)
+                except Exception:  # NOTE: one request's failure must not stall every other request's output
+                    logger.exception(f"failed to deliver the output of request {output.rid}")
+                    self._fail(output.rid)
         elif isinstance(message, SchedulerReady):
             self.ready = message
         elif isinstance(message, FlushCacheResult):
@@ -174,7 +203,15 @@ class TokenizerManager:
                     waiter.set_result(message.ok)
             self._flush_waiters.clear()
         elif isinstance(message, SchedulerFailed):
-            self.fail_all(message.message)
+            self.failure_detail = message.message
+            self.fail_all(SCHEDULER_FAILED)
+
+    def _fail(self, rid: str) -> None:
+        state = self.states.pop(rid, None)
+        if state is not None:
+            state.finished = True
+            state.queue.put_nowait(RuntimeError(f"delivering the output of request {rid} failed"))
+            self._send(AbortRequest(rid))
 
     def _route(self, output: TokenOutput) -> None:
         state = self.states.get(output.rid)

@@ -1,15 +1,21 @@
-"""Process lifecycle: SIGTERM stops everything quickly, a dead scheduler fails /health and the server exits
-non-zero, the watchdog catches a stuck forward pass, and --api-key guards every endpoint but /health."""
+"""Process lifecycle: SIGTERM stops everything quickly (open streams get an error event and [DONE], the KV is
+freed, exit 0; a second signal exits at once), a dead scheduler fails /health and the server exits non-zero, the
+watchdog catches a stuck forward pass, and --api-key guards every endpoint but /health and never reaches a log."""
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
+import threading
 import time
 
+import aiohttp
 import openai
 import pytest
 import requests
 
+from tests.server.conftest import API_KEY
 from tests.server.server_process import ServerProcess, alive, children_of
 
 TINY = ("--dtype", "bfloat16", "--max-total-tokens", "4096")
@@ -33,6 +39,113 @@ def test_sigterm_exits_within_5_seconds_leaving_no_children():
     assert not [pid for pid in children if alive(pid)], "child processes outlived the server"
 
 
+def _wait_gone(pids: list[int], seconds: float = 2.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+STREAM_BODIES = [
+    ("/v1/completions", {"prompt": "Tell me a long story.", "max_tokens": 1000, "ignore_eos": True, "stream": True}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 1000,
+                              "ignore_eos": True, "stream": True}),
+    ("/generate", {"text": "Tell me a long story.", "stream": True,
+                   "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}}),
+]
+
+
+async def _open_stream(session: aiohttp.ClientSession, url: str, i: int, first_event: asyncio.Event,
+                       opened: list[int]) -> list[str]:
+    path, body = STREAM_BODIES[i % len(STREAM_BODIES)]
+    events = []
+    async with session.post(url + path, json=body) as response:
+        assert response.status == 200
+        async for raw in response.content:
+            line = raw.decode().strip()
+            if not line.startswith("data: "):
+                continue
+            if not events:
+                opened.append(i)
+                if len(opened) == 20:
+                    first_event.set()
+            events.append(line[6:])
+    return events
+
+
+def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_within_5_seconds(tmp_path):
+    log = tmp_path / "server.log"
+    server = ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "30000", log_file=log).wait_healthy()
+    children = children_of(server.pid)
+
+    async def run() -> tuple[float, list[list[str]], list[int | str]]:
+        first_event, opened = asyncio.Event(), []
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+            streams = [asyncio.ensure_future(_open_stream(session, server.url, i, first_event, opened))
+                       for i in range(20)]
+            await asyncio.wait_for(first_event.wait(), 120)
+            server.proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            late = []
+            try:
+                async with session.post(f"{server.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}) as r:
+                    late.append(r.status)
+                    assert "shutting down" in (await r.json())["error"]["message"]
+            except aiohttp.ClientConnectionError:
+                late.append("refused")
+            ended = await asyncio.wait_for(asyncio.gather(*streams), 30)
+            return started, ended, late
+
+    started, ended, late = asyncio.run(run())
+    code = server.proc.wait(30)
+    elapsed = time.monotonic() - started
+    text = log.read_text()
+    server.stop()
+    assert code == 0 and elapsed <= 5.0, f"exit code {code} after {elapsed:.1f} s"
+    for events in ended:
+        assert events[-1] == "[DONE]", events[-3:]
+        error = json.loads(events[-2])["error"]
+        assert "shutting down" in error["message"] and error["code"] == 503, events[-2]
+    assert late in ([503], ["refused"]), late
+    assert not _wait_gone(children), "child processes outlived the server"
+    assert "memory leak" not in text and "Traceback" not in text
+    assert "aborted 20 requests" in text, text[-2000:]
+
+
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_exits_at_once(second):
+    server = ServerProcess("--dtype", "float32", "--chunked-prefill-size", "-1", "--max-total-tokens", "8192",
+                           "--watchdog-timeout", "120").wait_healthy()
+    children = children_of(server.pid)
+    prompt = list(range(100, 3100))  # one 3000-token prefill keeps the scheduler busy for seconds on a CPU
+    session = requests.Session()
+    def post() -> None:
+        try:
+            session.post(f"{server.url}/generate", json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}},
+                         timeout=60)
+        except requests.RequestException:
+            pass
+
+    thread = threading.Thread(target=post, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while requests.get(f"{server.url}/get_server_info", timeout=10).json()["num_pending_http_requests"] == 0:
+        assert time.monotonic() < deadline, "the request never reached the server"
+        time.sleep(0.05)
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    server.proc.send_signal(second)
+    started = time.monotonic()
+    code = server.proc.wait(30)
+    elapsed = time.monotonic() - started
+    output = server.output()
+    server.stop()
+    thread.join(60)
+    assert code == 128 + second and elapsed < 2.0, f"exit code {code} after {elapsed:.1f} s:\n{output[-2000:]}"
+    assert f"Received {signal.Signals(second).name} again" in output
+    assert not _wait_gone(children), "child processes outlived the server"
+
+
 def test_killed_scheduler_fails_health_and_the_server_exits_nonzero():
     server = ServerProcess(*TINY).wait_healthy()
     os.kill(server.scheduler_pid(), signal.SIGKILL)
@@ -45,11 +158,12 @@ def test_killed_scheduler_fails_health_and_the_server_exits_nonzero():
             statuses.append("refused")
         time.sleep(0.05)
     code = server.proc.wait(10)
-    log = server.log_tail()
+    output = server.output()
     server.stop()
     assert 503 in statuses, f"/health never failed: {statuses[-5:]}"
     assert code != 0
-    assert "Received sigquit from a child process" in log
+    assert "Received sigquit from a child process" in output
+    assert "Future exception was never retrieved" not in output and "zmq.error.Again" not in output, output[-3000:]
 
 
 def test_watchdog_kills_a_stuck_forward_pass(tmp_path):
@@ -82,9 +196,31 @@ def test_api_key_is_required_everywhere_but_health(keyed_server, method, path):
 
 def test_health_is_open_and_the_key_works(keyed_server):
     assert requests.get(f"{keyed_server.url}/health", timeout=10).status_code == 200
-    client = openai.OpenAI(base_url=f"{keyed_server.url}/v1", api_key="sk-test-123", max_retries=0)
+    client = openai.OpenAI(base_url=f"{keyed_server.url}/v1", api_key=API_KEY, max_retries=0)
     result = client.completions.create(model="SmolLM2-135M-Instruct", prompt="Hi", max_tokens=3)
     assert result.usage.completion_tokens == 3
     denied = openai.OpenAI(base_url=f"{keyed_server.url}/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         denied.models.list()
+
+
+@pytest.mark.parametrize("header", [f"bearer {API_KEY}", f"BEARER {API_KEY}", f"Bearer  {API_KEY}"])
+def test_the_bearer_scheme_is_case_insensitive(keyed_server, header):
+    response = requests.get(f"{keyed_server.url}/v1/models", headers={"Authorization": header}, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("header", [API_KEY, f"Basic {API_KEY}", f"Bearer {API_KEY}x", "Bearer", "Bearer \u00e9\u00e9"])
+def test_other_credentials_are_refused(keyed_server, header):
+    response = requests.get(f"{keyed_server.url}/v1/models", headers={"Authorization": header.encode("latin-1")},
+                            timeout=10)
+    assert response.status_code == 401, response.text
+
+
+def test_the_api_key_never_reaches_the_log_or_a_response(keyed_server):
+    info = requests.get(f"{keyed_server.url}/get_server_info", headers={"Authorization": f"Bearer {API_KEY}"},
+                        timeout=10)
+    assert info.json()["api_key"] == "***" and API_KEY not in info.text
+    text = keyed_server.log_file.read_text() + keyed_server.output()
+    assert "api_key='***'" in text
+    assert API_KEY not in text
