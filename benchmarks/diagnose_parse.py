@@ -1,33 +1,34 @@
-"""Parse-throughput benchmark: `python -m benchmarks.diagnose_parse [--lines N] [--runs R] [--sglang-path DIR]`.
+"""Diagnose speed and memory, side by side with SGLang's own log parser, on one generated log.
 
-Writes an N-line (default 1,000,000) mixed log (prefill, decode and HTTP access lines of several eras) to a
-temporary file, then measures, each run in a fresh subprocess, lines/s (wall clock), CPU seconds (all threads)
-and peak RSS, best of R runs, for:
-  classify  every event kind with time, rank and line: the block scanner's columns for hot lines, parser rows
-            for the rest (what `analyze` reads);
-  rows      the same as `parse_path` rows, one `(kind, line, time, rank, text, source)` tuple per event;
-  fields    classify, then every field of every event read: the block reader's columns for decode, prefill
-            and access lines, `parse_fields` for the other events and for lines the block reader leaves;
-  analyze   `diagnose.analyze([log])` end to end (timeline, phases and rules included);
-  sglang    SGLang's own `sglang.srt.debug_utils.log_parser.parse` (polars; decode lines of the 0.5.5+ era
-            only), when sglang and polars are importable (add `--sglang-path` for a separate install dir).
-Memory flatness: classify is also run on a quarter of the file; its peak RSS should not change.
+    python -m benchmarks.diagnose_parse [--lines N] [--runs R] [--sglang-parser FILE --sglang-path DIR]
+                                        [--json OUT]
+
+Writes an N-line (default 1,000,000) mixed log (decode, prefill and HTTP access lines of several eras) to a
+temporary file, then measures, each in a fresh process, lines/s (wall clock), CPU seconds and peak RSS, the
+fastest of R runs (the machine is shared: the fastest run is the least disturbed):
+  command   the whole command as a user runs it: `toolkit diagnose LOG > /dev/null` (start-up included);
+  export    `toolkit diagnose LOG --export events.csv` (every event streamed out as CSV);
+  analyze   `toolkit.diagnose.analyze([LOG])` in a process that has imported it (no start-up);
+  scan      the fast path alone: every chunk scanned, one thread;
+  sglang    SGLang's `log_parser.parse(text)` (python/sglang/srt/debug_utils/log_parser.py, polars), from a
+            copy of the file given with --sglang-parser and polars importable from --sglang-path.
+It prints one line per mode and the ratio of ours to SGLang's (lines/s, same file, same run); --json writes the
+results with the command, commit, CPU model and date.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import os
+import platform
 import random
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-
-import numpy as np
-
-from toolkit.diagnose.scan import KINDS
 
 _ERAS = (
     ("[{ts} TP0] Decode batch. #running-req: {r}, #token: {tok}, token usage: {u:.2f}, gen throughput (token/s): "
@@ -64,61 +65,9 @@ def write_log(path: str, n: int, seed: int = 0) -> None:
             f.write(line + "\n")
 
 
-def _classify(path: str, fields: bool) -> dict:
-    from toolkit.diagnose.blocks import scanned_blocks
-    from toolkit.diagnose.columns import access_fields
-    from toolkit.diagnose.fields import parse_fields
-    from toolkit.diagnose.parser import ParseStats, Parser
-    from toolkit.diagnose.reader import LineReader, open_log
-
-    if fields:
-        import pyarrow  # noqa: F401 - the block reader's access strings; imported before the clock starts
-    stats = ParseStats()
-    parser = Parser(0, stats)
-    start, cpu = time.perf_counter(), time.process_time()
-    read = 0
-    with open_log(path) as stream:
-        no = 1
-        for scanned in scanned_blocks(LineReader(stream), read_fields=fields):
-            block = parser.feed_scanned(scanned.data, scanned.fast, no, hot_rows=False)
-            no += block.count
-            if fields:
-                read += _read_fields(block, scanned.fields, access_fields, parse_fields)
-        rows = parser.finish()
-        if fields:
-            read += sum(len(parse_fields(r[0], r[4])) >= 0 for r in rows)
-    return {"lines": stats.lines, "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
-            "events": dict(stats.kinds), "read": read}
-
-
-def _read_fields(block, batch, access_fields, parse_fields) -> int:
-    """Every field of every event of a block (`batch`: its decode/prefill fields, read while scanning);
-    returns how many events were read."""
-    for kind, _, _, _, text, _ in block.rows:
-        parse_fields(kind, text)
-    fast = block.fast
-    if fast is None:
-        return len(block.rows)
-    batch_rows, _ = batch
-    access_rows, _ = access_fields(block.data, fast)
-    unread = np.ones(len(fast.index), bool)
-    unread[batch_rows] = unread[access_rows] = False
-    left = np.flatnonzero(unread)
-    text, kinds = block.text or block.data.decode("ascii"), KINDS[fast.kind[left]].tolist()
-    for kind, begin, stop in zip(kinds, fast.start[left].tolist(), fast.end[left].tolist()):
-        parse_fields(kind, text[begin:stop])
-    return len(block.rows) + len(fast.index)
-
-
-def _rows(path: str) -> dict:
-    from toolkit.diagnose.parser import ParseStats, row_batches
-
-    stats = ParseStats()
-    start, cpu = time.perf_counter(), time.process_time()
-    for _ in row_batches(path, 0, stats):
-        pass
-    return {"lines": stats.lines, "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
-            "events": dict(stats.kinds)}
+def _lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 
 def _analyze(path: str) -> dict:
@@ -126,92 +75,118 @@ def _analyze(path: str) -> dict:
 
     start, cpu = time.perf_counter(), time.process_time()
     d = analyze([path])
-    return {"lines": d.stats.lines, "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
-            "events": dict(d.stats.kinds)}
+    return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+            "events": sum(d.stats.kinds.values()), "verdict": d.verdict}
 
 
-def _load_sglang_parser():
-    try:
-        from sglang.srt.debug_utils import log_parser
+def _scan(path: str) -> dict:
+    from toolkit.diagnose.fastpath.scan import scan_chunk
+    from toolkit.diagnose.source import LineReader, open_log
 
-        return log_parser, "imported sglang.srt.debug_utils.log_parser"
-    except Exception as exc:  # noqa: BLE001 - sglang's package __init__ needs its full dependency set
-        import importlib.util
-
-        spec = importlib.util.find_spec("sglang")
-        if spec is None or not spec.submodule_search_locations:
-            raise RuntimeError(f"sglang is not importable: {exc}") from exc
-        file = os.path.join(list(spec.submodule_search_locations)[0], "srt", "debug_utils", "log_parser.py")
-        mod_spec = importlib.util.spec_from_file_location("sglang_log_parser", file)
-        module = importlib.util.module_from_spec(mod_spec)  # type: ignore[arg-type]
-        mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
-        return module, f"loaded {file} directly (the sglang package import failed: {type(exc).__name__})"
+    start, cpu, events = time.perf_counter(), time.process_time(), 0
+    with open_log(path) as stream:
+        for chunk in LineReader(stream).chunks():
+            scanned = scan_chunk(chunk.data, chunk.size)
+            events += len(scanned.batch.index) + scanned.access
+    return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "events": events}
 
 
-def _sglang(path: str) -> dict:
-    module, how = _load_sglang_parser()
-    import polars  # noqa: F401 - imported before the clock starts (its parse() imports it on first call)
+def _sglang(path: str, parser_file: str) -> dict:
+    spec = importlib.util.spec_from_file_location("sglang_log_parser", parser_file)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    import polars  # noqa: F401 - imported before the clock starts (parse() imports it on first call)
 
     start, cpu = time.perf_counter(), time.process_time()
     with open(path) as f:
         df = module.parse(f.read())
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    with open(path) as f:
-        lines = sum(1 for _ in f)
-    return {"lines": lines, "seconds": seconds, "cpu": cpu, "events": {"decode": df.height}, "how": how}
+    return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "events": df.height}
 
 
-def _child(mode: str, path: str) -> None:
-    result = {"classify": lambda: _classify(path, False), "rows": lambda: _rows(path),
-              "fields": lambda: _classify(path, True), "analyze": lambda: _analyze(path),
-              "sglang": lambda: _sglang(path)}[mode]()
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _command(argv: list[str]) -> dict:
+    """Run a command (stdout to /dev/null); its wall time, CPU time and peak RSS (the only child waited for)."""
+    start = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+    return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "child_rss_mb": usage.ru_maxrss / 1024}
+
+
+def _child(mode: str, path: str, extra: str | None) -> None:
+    if mode == "command":
+        result = _command([sys.executable, "-m", "toolkit.cli", "diagnose", path])
+    elif mode == "export":
+        with tempfile.TemporaryDirectory() as tmp:
+            result = _command([sys.executable, "-m", "toolkit.cli", "diagnose", path, "--export",
+                               os.path.join(tmp, "events.csv")])
+    else:
+        result = {"analyze": lambda: _analyze(path), "scan": lambda: _scan(path),
+                  "sglang": lambda: _sglang(path, extra or "")}[mode]()
+    rss = result.pop("child_rss_mb", None)
+    result["peak_rss_mb"] = rss if rss is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
 
-def _run(mode: str, path: str, extra_path: str | None) -> dict:
+def _run(mode: str, path: str, sglang_parser: str | None, sglang_path: str | None) -> dict:
     env = dict(os.environ)
-    if extra_path:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), os.getcwd(), extra_path) if p)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.diagnose_parse", "--child", mode, path],
-                          capture_output=True, text=True, env=env)
+    if mode == "sglang" and sglang_path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), os.getcwd(), sglang_path) if p)
+    argv = [sys.executable, "-m", "benchmarks.diagnose_parse", "--child", mode, path]
+    if mode == "sglang":
+        argv += ["--extra", sglang_parser or ""]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _best(mode: str, path: str, extra_path: str | None, runs: int) -> dict:
-    """The fastest of `runs` runs (the machine is shared: the best run is the least disturbed one)."""
-    results = [_run(mode, path, extra_path) for _ in range(runs)]
+MODES = {
+    "command": "ours: `toolkit diagnose LOG` (whole command)",
+    "export": "ours: `toolkit diagnose LOG --export x.csv`",
+    "analyze": "ours: analyze() in process",
+    "scan": "ours: fast path scan, one thread",
+    "sglang": "sglang log_parser.parse (polars)",
+}
+
+
+def _best(mode: str, path: str, args, runs: int) -> dict:
+    results = [_run(mode, path, args.sglang_parser, args.sglang_path) for _ in range(runs)]
     good = [r for r in results if "error" not in r]
     return min(good, key=lambda r: r["seconds"]) if good else results[0]
 
 
-MODES = {
-    "classify": "ours: classify (every event kind, time, rank, line)",
-    "quarter": "ours: classify, quarter of the file (memory flatness)",
-    "rows": "ours: classify into parser rows (parse_path tuples)",
-    "fields": "ours: every field of every event read",
-    "analyze": "ours: analyze() end to end (timeline and rules too)",
-    "sglang": "sglang.srt.debug_utils.log_parser (polars)",
-}
-
-
-def _report(results: dict[str, dict]) -> None:
+def _report(results: dict[str, dict], lines: int) -> dict[str, float]:
     for mode, r in results.items():
         name = MODES[mode]
         if "error" in r:
-            print(f"{name:56s} could not run: {r['error']}")
+            print(f"{name:48s} could not run: {r['error']}")
             continue
-        how = f"  ({r['how']})" if "how" in r else ""
-        print(f"{name:56s} {r['lines'] / r['seconds']:>11,.0f} lines/s  {r['seconds']:6.2f} s  cpu {r['cpu']:6.2f} s"
-              f"  peak RSS {r['peak_rss_mb']:6.1f} MiB  events {sum(r['events'].values()):,}{how}")
+        r["lines_per_s"] = lines / r["seconds"]
+        print(f"{name:48s} {r['lines_per_s']:>11,.0f} lines/s  {r['seconds']:6.2f} s  cpu {r['cpu']:6.2f} s"
+              f"  peak RSS {r['peak_rss_mb']:6.1f} MiB  events {r.get('events', '-')}")
+    ratios = {}
     theirs = results.get("sglang", {})
-    for mode in ("classify", "fields", "analyze"):
+    for mode in ("command", "analyze", "export"):
         ours = results.get(mode, {})
-        if "error" not in ours and ours and theirs and "error" not in theirs:
-            ratio = (ours["lines"] / ours["seconds"]) / (theirs["lines"] / theirs["seconds"])
-            print(f"ratio ours {mode} / sglang (lines/s, same file, same run): {ratio:.2f}x")
+        if ours and theirs and "error" not in ours and "error" not in theirs:
+            ratios[mode] = theirs["seconds"] / ours["seconds"]
+            print(f"ratio ours ({mode}) / sglang, lines/s on the same file in the same run: {ratios[mode]:.2f}x")
+    return ratios
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
+
+
+def _commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
 
 
 def main() -> None:
@@ -219,24 +194,40 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; the fastest is reported")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES))
-    ap.add_argument("--sglang-path", default=None, help="a directory holding sglang and polars (pip --target)")
+    ap.add_argument("--sglang-parser", default=None, help="a copy of SGLang's log_parser.py (never committed)")
+    ap.add_argument("--sglang-path", default=None, help="a directory from which polars imports (pip --target)")
+    ap.add_argument("--json", default=None, help="write the results here (benchmarks/results/diagnose_*.json)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--extra", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(*args.child)
+        _child(*args.child, args.extra)
         return
     modes = [m for m in args.modes.split(",") if m in MODES]
     with tempfile.TemporaryDirectory() as tmp:
-        big, quarter = os.path.join(tmp, "mixed.log"), os.path.join(tmp, "quarter.log")
-        write_log(big, args.lines)
-        write_log(quarter, args.lines // 4)
-        print(f"log: {args.lines:,} lines, {os.path.getsize(big) / 2**20:.0f} MiB; python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} cores; best of {args.runs} runs; load average before: "
-              + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-        results = {mode: _best("classify" if mode == "quarter" else mode, quarter if mode == "quarter" else big,
-                               args.sglang_path, args.runs) for mode in modes}
-        print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    _report(results)
+        log = os.path.join(tmp, "mixed.log")
+        write_log(log, args.lines)
+        size = os.path.getsize(log)
+        load_before = os.getloadavg()
+        print(f"log: {args.lines:,} lines, {size / 1e6:.0f} MB; python {sys.version.split()[0]}, {os.cpu_count()} "
+              f"cores ({_cpu_model()}); best of {args.runs} runs; load average before: "
+              + " ".join(f"{x:.2f}" for x in load_before))
+        results = {mode: _best(mode, log, args, args.runs) for mode in modes}
+        load_after = os.getloadavg()
+        print("load average after: " + " ".join(f"{x:.2f}" for x in load_after))
+    ratios = _report(results, args.lines)
+    if args.json:
+        record = {
+            "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.diagnose_parse", *sys.argv[1:]]),
+            "commit": _commit(), "cpu_model": _cpu_model(), "cores": os.cpu_count(),
+            "python": sys.version.split()[0], "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "log": {"lines": args.lines, "bytes": size, "mix": "50% decode, 25% prefill, 25% access; 5 forms"},
+            "runs": args.runs, "load_average": {"before": load_before, "after": load_after},
+            "results": results, "ratio_vs_sglang": ratios,
+        }
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=2)
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -2,17 +2,21 @@
 
 Only arguments that matter for tuning (and the model, parallelism and address) are written; a finding's
 `suggested` text gives the value (its first word) plus any `--flag value` pairs it mentions. When two
-findings touch the same flag, the more severe one (the earlier in the list) wins.
+findings touch the same flag, the more severe one (the earlier in the list) wins. SGLang's command starts
+`python -m sglang.launch_server`, vLLM's `vllm serve MODEL` (its arguments from the engine config and the
+`non-default args` line).
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
 
+from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding
 
 LAUNCHER = "python -m sglang.launch_server"
+VLLM_LAUNCHER = "vllm serve"
 # (argument, value that needs no flag)
 KEPT_ARGS: tuple[tuple[str, Value], ...] = (
     ("model_path", None), ("tokenizer_path", None), ("served_model_name", None), ("host", "127.0.0.1"),
@@ -23,6 +27,12 @@ KEPT_ARGS: tuple[tuple[str, Value], ...] = (
     ("page_size", 1), ("disable_radix_cache", False), ("enable_mixed_chunk", False),
     ("attention_backend", None), ("disable_cuda_graph", False), ("cuda_graph_max_bs", None),
     ("enable_torch_compile", False), ("torch_compile_max_bs", 32), ("enable_dp_attention", False),
+)
+VLLM_KEPT_ARGS: tuple[tuple[str, Value], ...] = (
+    ("host", None), ("port", 8000), ("tensor_parallel_size", 1), ("data_parallel_size", 1),
+    ("quantization", None), ("kv_cache_dtype", "auto"), ("max_model_len", None),
+    ("gpu_memory_utilization", None), ("max_num_seqs", None), ("max_num_batched_tokens", None),
+    ("enable_prefix_caching", None), ("enforce_eager", False), ("max_cudagraph_capture_size", None),
 )
 _PAIR = re.compile(r"(--[a-z][\w-]*)(?:\s+([^\s,()]+))?")
 _ON, _OFF = {"on", "true", "set"}, {"off", "remove", "false", "unset"}
@@ -57,17 +67,28 @@ def changes(findings: Iterable[Finding]) -> dict[str, Value]:
     return out
 
 
-def launch_command(args: Mapping[str, Value], findings: Iterable[Finding], launcher: str = LAUNCHER) -> str | None:
-    """The launch command with the findings applied; None when the log had no `server_args`."""
+def launch_command(config: ServerConfig, findings: Iterable[Finding]) -> str | None:
+    """The launch command with the findings applied; None when the log had no server arguments."""
+    args = config.args
     if not args:
         return None
+    if config.vllm:
+        model = args.get("model")
+        launcher = f"{VLLM_LAUNCHER} {_quote(str(model))}" if model else VLLM_LAUNCHER
+        return _command(args, findings, launcher, VLLM_KEPT_ARGS)
+    return _command(args, findings, LAUNCHER, KEPT_ARGS)
+
+
+def _command(args: Mapping[str, Value], findings: Iterable[Finding], launcher: str,
+             kept: tuple[tuple[str, Value], ...]) -> str:
     new = changes(findings)
-    if new.get("disable_cuda_graph") is False:
-        new["disable_cuda_graph"] = False
-    merged = {k: args.get(k) for k, _ in KEPT_ARGS}
+    for switch in ("disable_cuda_graph", "enforce_eager"):
+        if new.get(switch) is False:
+            new[switch] = False
+    merged = {k: args.get(k) for k, _ in kept}
     merged.update(new)
     parts = [launcher]
-    for arg, default in KEPT_ARGS:
+    for arg, default in kept:
         value = merged.get(arg)
         if value is None or value == default or (value is False and default is False):
             continue
@@ -76,7 +97,7 @@ def launch_command(args: Mapping[str, Value], findings: Iterable[Finding], launc
         elif value is not False:
             parts.append(f"{_flag(arg)} {_quote(str(value))}")
     for arg, value in new.items():
-        if arg not in dict(KEPT_ARGS) and value not in (None, False):
+        if arg not in dict(kept) and value not in (None, False):
             parts.append(_flag(arg) if value is True else f"{_flag(arg)} {_quote(str(value))}")
     return " ".join(parts)
 

@@ -1,31 +1,34 @@
-"""`analyze(...) -> Diagnosis`: the pure API behind `toolkit diagnose` (and `toolkit report`)."""
+"""`analyze(...) -> Diagnosis`: the pure API behind `toolkit diagnose` (and `toolkit report`).
+
+The verdict says what was read and whether it was enough: "OK" only when the load series (decode lines, or
+vLLM's stats lines) had enough steady lines for the load rules and they found nothing; "NOT ENOUGH DATA" with
+the reason otherwise (an empty log, a log of another program, start-up lines only, an excerpt too short).
+"""
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.diagnose.advice import launch_command
 from toolkit.diagnose.bench_input import BenchInput, read_bench
-from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.config import ServerConfig, read_config
 from toolkit.diagnose.findings import SEVERITIES, Finding, rank_of
-from toolkit.diagnose.hotlines import HotBlock
+from toolkit.diagnose.lines import ParseStats
 from toolkit.diagnose.metrics_input import Metrics, read_metrics
-from toolkit.diagnose.parser import ParseStats, Parser, Row, row_batches
+from toolkit.diagnose.reading import read_logs
 from toolkit.diagnose.rules import Context, run_rules
+from toolkit.diagnose.rules.context import MIN_LINES
 from toolkit.diagnose.timeline import Timeline, build_timeline
 
-_VERDICTS = {
-    "critical": "CRITICAL",
-    "warning": "NEEDS TUNING",
-    "info": "OK, with suggestions",
-    None: "OK",
-}
+_VERDICTS = {"critical": "CRITICAL", "warning": "NEEDS TUNING", "info": "OK, with suggestions", None: "OK"}
+NOT_ENOUGH = "NOT ENOUGH DATA"
 
 
 @dataclass(slots=True)
 class Diagnosis:
-    """The result: findings (most severe first), the timeline they were read from, and what was parsed."""
+    """The result: findings (most severe first), the timeline they were read from, what was parsed, and the
+    rules that could not judge (`unjudged`: (rule, why))."""
 
     sources: list[str]
     stats: ParseStats
@@ -36,6 +39,7 @@ class Diagnosis:
     metrics: Metrics | None = None
     bench: BenchInput | None = None
     window: tuple[float, float] | None = None
+    unjudged: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def config(self) -> ServerConfig:
@@ -46,36 +50,61 @@ class Diagnosis:
         return max((f.severity for f in self.findings), key=rank_of, default=None)
 
     @property
+    def enough_data(self) -> bool:
+        """Whether the load rules had enough to judge: at least MIN_LINES steady load lines."""
+        return len(self.timeline.steady()) >= MIN_LINES
+
+    @property
+    def status(self) -> str:
+        """The most severe finding's severity; else "ok", or "insufficient" when the load was not judged."""
+        if self.worst is not None:
+            return self.worst
+        return "ok" if self.enough_data else "insufficient"
+
+    @property
+    def data_problem(self) -> str | None:
+        """Why the load could not be judged, None when it could."""
+        if self.enough_data:
+            return None
+        stats = self.stats
+        if stats.lines == 0:
+            return "the log is empty"
+        load = self.timeline.load()
+        word = "stats" if self.timeline.load_kind == "stats" else "decode"
+        events = sum(stats.kinds.values())
+        if events == 0:
+            why = "no SGLang or vLLM log line was recognised"
+            if stats.unread:
+                why += f" ({stats.unread} unreadable)"
+            return f"{why} in {stats.lines} lines"
+        if len(load) == 0:
+            kinds = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(4))
+            return f"no decode or stats lines to judge the load by (read: {kinds})"
+        span = self.timeline.span
+        seconds = f" over {span[1] - span[0]:.0f} s" if span else ""
+        steady = len(self.timeline.steady())
+        return (f"{len(load)} {word} lines{seconds}, {steady} of them steady: the load rules need at least "
+                f"{MIN_LINES} steady ones")
+
+    @property
     def verdict(self) -> str:
-        """One line: the status word, then the most severe finding's title or what was read."""
-        word = _VERDICTS[self.worst]
+        """One line: the status word, then the most severe finding's title, or what was read."""
+        problem = self.data_problem
         if self.findings:
             counts = ", ".join(f"{n} {s}" for s in reversed(SEVERITIES)
                                if (n := sum(f.severity == s for f in self.findings)))
-            return f"{word}: {self.findings[0].title} ({counts})"
-        decode = self.stats.kinds.get("decode", 0)
-        return f"{word}: no problems found in {self.stats.lines} lines ({decode} decode lines)"
+            text = f"{_VERDICTS[self.worst]}: {self.findings[0].title} ({counts})"
+            return text + (f"; load not judged: {problem}" if problem else "")
+        if problem:
+            return f"{NOT_ENOUGH}: {problem}"
+        load = len(self.timeline.load())
+        word = "stats" if self.timeline.load_kind == "stats" else "decode"
+        return (f"OK: no problems found in {self.stats.lines} lines ({load} {word} lines, "
+                f"{len(self.timeline.steady())} steady)")
 
     def fails(self, threshold: str) -> bool:
         """True when a finding is at least as severe as `threshold` (for `--fail-on`)."""
         return any(rank_of(f.severity) >= rank_of(threshold) for f in self.findings)
-
-
-def _rows(paths: Sequence[str | Path], lines: Iterable[str] | None, stats: ParseStats,
-          hot: list[HotBlock]) -> Iterator[list[Row]]:
-    for i, path in enumerate(paths):
-        yield from row_batches(path, i, stats, hot)
-    if lines is not None:
-        parser = Parser(len(paths), stats)
-        batch: list[str] = []
-        no = 1
-        for line in lines:
-            batch.append(line.rstrip("\r\n"))
-            if len(batch) >= 8192:
-                yield parser.feed(batch, no)
-                no, batch = no + len(batch), []
-        yield parser.feed(batch, no)
-        yield parser.finish()
 
 
 def analyze(
@@ -93,12 +122,13 @@ def analyze(
     `metrics` is a scrape file/URL (or parsed `Metrics`), `bench` a `toolkit bench` JSONL file.
     Raises `ValueError` for unreadable metrics/bench inputs and `OSError` for unreadable logs."""
     stats = ParseStats()
-    hot: list[HotBlock] = []
-    timeline = build_timeline(_rows(paths, lines, stats, hot), window, hot)
+    records = read_logs(paths, lines, stats, window)
+    config = read_config(records.events, records.samples, records.ranks)
+    timeline = build_timeline(records.batches, records.events, config)
     scrape = read_metrics(metrics) if isinstance(metrics, str) else metrics
     run = read_bench(bench) if isinstance(bench, str) else bench
     ctx = Context(timeline, scrape, run)
     findings = sorted(run_rules(ctx), key=lambda f: -rank_of(f.severity))
     sources = [str(p) for p in paths] + (["<lines>"] if lines is not None else [])
-    return Diagnosis(sources, stats, timeline, findings, ctx.notes,
-                     launch_command(timeline.config.args, findings), scrape, run, window)
+    return Diagnosis(sources, stats, timeline, findings, ctx.notes, launch_command(config, findings), scrape, run,
+                     window, ctx.unjudged)

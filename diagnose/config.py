@@ -1,11 +1,25 @@
-"""The server's configuration as the log tells it: `server_args=...` plus the startup memory lines."""
+"""The server's configuration as the log tells it: SGLang's `server_args=...` and start-up memory lines, vLLM's
+engine config, non-default args and capacity lines (docs/log-formats.md §5, §9.3); TP and DP sizes from the
+rank tags when the arguments are absent."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.diagnose.fields import Value
+from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_policy, era_of
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.fields import Value, parse_fields
+
+VLLM_KINDS = frozenset({"stats", "prefix_cache", "preempt", "kv_capacity", "max_concurrency", "gpu_blocks",
+                        "kv_memory", "memory_profile", "weights_loaded", "graph_captured", "engine_config",
+                        "engine_args", "scheduler_config"})
+SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
+                          "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
+                          "retract", "not_enough_memory", "leak", "watchdog", "sigquit"})
+VLLM_DEFAULT_CAPTURE_SIZE = 512
+_RANK_PART = re.compile(r"(DP|TP|GPU)(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,8 +27,10 @@ class ServerConfig:
     """What is known about the server; `None` where the log does not say.
 
     Memory figures are GB per GPU. `gpu_mem_gb` is the free memory before loading weights (largest across
-    ranks), which is close to the device size; `available_mem_gb` is what was left after the KV pool and
-    graphs (`available_gpu_mem=` or the last `avail mem=`)."""
+    ranks; vLLM: its `total_gpu_memory`), close to the device size; `available_mem_gb` is what SGLang left
+    after the KV pool and graphs (`available_gpu_mem=` or the last `avail mem=`). For vLLM the SGLang names
+    hold their analogues: `max_total_num_tokens` the KV cache size in tokens, `max_running_requests`
+    `max_num_seqs`, `chunked_prefill_size` `max_num_batched_tokens`, `context_len` `max_model_len`."""
 
     args: Mapping[str, Value] = field(default_factory=dict)
     max_total_num_tokens: int | None = None
@@ -31,29 +47,43 @@ class ServerConfig:
     dtype: str | None = None
     model_class: str | None = None
     era: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    rank_tp: int | None = None
+    rank_dp: int | None = None
+    max_concurrency: float | None = None
 
     def arg(self, name: str, default: Any = None) -> Any:
         value = self.args.get(name)
         return default if value is None else value
 
     @property
+    def vllm(self) -> bool:
+        return self.engine == "vllm"
+
+    @property
     def tp_size(self) -> int:
-        return int(self.arg("tp_size", 1) or 1)
+        return int(self.arg("tp_size") or self.arg("tensor_parallel_size") or self.rank_tp or 1)
 
     @property
     def dp_size(self) -> int:
-        return int(self.arg("dp_size", 1) or 1)
+        return int(self.arg("dp_size") or self.arg("data_parallel_size") or self.rank_dp or 1)
+
+    @property
+    def parallelism_source(self) -> str:
+        """Where tp/dp come from: the server's arguments, its log's rank tags, or neither (defaults)."""
+        if any(self.arg(k) is not None for k in ("tp_size", "dp_size", "tensor_parallel_size", "data_parallel_size")):
+            return "arguments"
+        return "rank tags" if (self.rank_tp or self.rank_dp) else "default"
 
     @property
     def mem_fraction_static(self) -> float | None:
-        v = self.arg("mem_fraction_static")
-        return float(v) if isinstance(v, (int, float)) else None
+        v = self.arg("gpu_memory_utilization") if self.vllm else self.arg("mem_fraction_static")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     @property
     def schedule_policy(self) -> str | None:
-        from toolkit.diagnose.eras import default_schedule_policy
-
-        return self.arg("schedule_policy") or default_schedule_policy(self.era)
+        return None if self.vllm else (self.arg("schedule_policy") or default_schedule_policy(self.era))
 
     @property
     def schedule_conservativeness(self) -> float:
@@ -62,20 +92,26 @@ class ServerConfig:
 
     @property
     def cuda_graph_max_bs(self) -> int | None:
-        from toolkit.diagnose.eras import default_cuda_graph_max_bs
-
+        if self.vllm:
+            v = self.arg("max_cudagraph_capture_size")
+            return int(v) if isinstance(v, int) else VLLM_DEFAULT_CAPTURE_SIZE
         v = self.arg("cuda_graph_max_bs")
         if isinstance(v, int):
             return v
         return default_cuda_graph_max_bs(self.era, self.gpu_mem_gb, self.tp_size) if self.on_gpu else None
 
     @property
+    def cuda_graph_max_bs_known(self) -> bool:
+        """Whether the captured maximum comes from the log (not a default guessed from the era and GPU)."""
+        return isinstance(self.arg("max_cudagraph_capture_size" if self.vllm else "cuda_graph_max_bs"), int)
+
+    @property
     def cuda_graph_disabled(self) -> bool:
-        return bool(self.arg("disable_cuda_graph", False))
+        return bool(self.arg("enforce_eager", False)) if self.vllm else bool(self.arg("disable_cuda_graph", False))
 
     @property
     def torch_compile(self) -> bool:
-        return bool(self.arg("enable_torch_compile", False))
+        return True if self.vllm else bool(self.arg("enable_torch_compile", False))
 
     @property
     def kv_cache_dtype(self) -> str:
@@ -93,3 +129,165 @@ class ServerConfig:
     @property
     def total_weight_gb(self) -> float | None:
         return self.weight_mem_gb * self.tp_size if self.weight_mem_gb is not None else None
+
+    @property
+    def model(self) -> str | None:
+        v = self.arg("model") if self.vllm else self.arg("model_path")
+        return str(v) if v else self.model_class
+
+    def summary(self) -> dict[str, object]:
+        """The configuration as the log tells it, in the engine's own names (None where it does not say)."""
+        source = {"rank tags": " (from rank tags)", "default": " (no tags or arguments)"}.get(self.parallelism_source, "")
+        common = {"engine": self.engine, "device": self.device, "model": self.model,
+                  "tp / dp": f"{self.tp_size} / {self.dp_size}{source}", "dtype": self.dtype}
+        if self.vllm:
+            return {**common, "vLLM version": self.engine_version, "KV cache size (tokens)": self.max_total_num_tokens,
+                    "max concurrency at max_model_len": self.max_concurrency,
+                    "max_num_seqs": self.max_running_requests, "max_num_batched_tokens": self.chunked_prefill_size,
+                    "max_model_len": self.context_len, "GPU memory (GB)": self.gpu_mem_gb,
+                    "weights per device (GB)": self.weight_mem_gb, "KV cache (GB)": self.kv_mem_gb,
+                    "CUDA graphs (GB)": self.graph_mem_gb}
+        return {**common, "SGLang era (guessed)": self.era, "max_total_num_tokens": self.max_total_num_tokens,
+                "max_running_requests": self.max_running_requests, "chunked_prefill_size": self.chunked_prefill_size,
+                "max_prefill_tokens": self.max_prefill_tokens, "context_len": self.context_len,
+                "available memory (GB)": self.available_mem_gb, "memory before weights (GB)": self.gpu_mem_gb,
+                "weights per device (GB)": self.weight_mem_gb, "KV cache (GB)": self.kv_mem_gb}
+
+
+def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[str]) -> ServerConfig:
+    """Server configuration from the start-up events (first occurrence of each), the engine that wrote the
+    log, and the TP/DP sizes its rank tags imply. `samples` holds the first and last text of each kind
+    (`kind`, `kind#last`), batch kinds included, for the era."""
+    kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
+    engine = "vllm" if kinds & VLLM_KINDS else ("sglang" if kinds & SGLANG_KINDS else None)
+    all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
+    rank_tp, rank_dp = _rank_sizes(all_ranks)
+    common = {"rank_tp": rank_tp, "rank_dp": rank_dp}
+    if engine == "vllm":
+        return _vllm_config(events, samples, common)
+    if any(rank.startswith("GPU") for rank in all_ranks):
+        samples = {**samples, "rank tag": "[gpu_id="}  # SGLang 0.2.5's `[gpu_id=N]` tag is part of the prefix
+    return _sglang_config(events, samples, {**common, "engine": engine})
+
+
+def _first(events: Mapping[str, list[Event]], kind: str) -> dict[str, Value]:
+    rows = events.get(kind, [])
+    return parse_fields(kind, rows[0].text) if rows else {}
+
+
+def _all(events: Mapping[str, list[Event]], kind: str) -> list[dict[str, Value]]:
+    return [parse_fields(kind, e.text) for e in events.get(kind, [])]
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(*values: object) -> int | None:
+    for v in values:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return int(v)
+    return None
+
+
+def _rank_sizes(ranks: Iterable[str]) -> tuple[int | None, int | None]:
+    """(TP size, DP size) the rank tags imply: one more than the largest index seen, None without tags."""
+    tp = dp = None
+    for rank in ranks:
+        for kind, n in _RANK_PART.findall(rank):
+            if kind == "DP":
+                dp = max(dp or 0, int(n) + 1)
+            else:
+                tp = max(tp or 0, int(n) + 1)
+    return tp, dp
+
+
+def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
+    args = _first(events, "server_args")
+    pool = _first(events, "pool")
+    load_begin = _all(events, "load_begin")
+    load_end = _first(events, "load_end")
+    kv = _first(events, "kv_alloc")
+    graph_end = _all(events, "graph_end")
+    pool_end = _first(events, "pool_end")
+    avail = _num(pool.get("available_gpu_mem"))
+    device = "gpu" if avail is not None else None
+    if "available_cpu_mem" in pool or str(args.get("device", "")) == "cpu":
+        avail, device = _num(pool.get("available_cpu_mem", avail)), "cpu"
+    if avail is None:
+        candidates = [g.get("avail_mem") for g in graph_end if not g.get("draft")] or [pool_end.get("avail_mem")]
+        avail = _num(candidates[-1])
+    begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]
+    gpu_mem = max(begins) if begins else None
+    weights = _num(load_end.get("mem_usage"))
+    if weights is None and begins and _num(load_end.get("avail_mem")) is not None:
+        weights = round(begins[0] - float(load_end["avail_mem"]), 2)  # type: ignore[arg-type]
+    kv_gb = sum(v for v in (_num(kv.get(k)) for k in ("k_size", "v_size", "kv_size")) if v is not None) or None
+    graph_mem = sum(v for v in (_num(g.get("mem_usage")) for g in graph_end) if v is not None) or None
+    texts = dict(samples)
+    for kind, rows in events.items():
+        if rows:
+            texts.setdefault(kind, rows[0].text)
+            texts.setdefault(f"{kind}#last", rows[-1].text)
+    return ServerConfig(
+        args=args,
+        max_total_num_tokens=_int(pool.get("max_total_num_tokens"), kv.get("tokens")),
+        chunked_prefill_size=_int(pool.get("chunked_prefill_size"), args.get("chunked_prefill_size")),
+        max_prefill_tokens=_int(pool.get("max_prefill_tokens"), args.get("max_prefill_tokens")),
+        max_running_requests=_int(pool.get("max_running_requests"), args.get("max_running_requests")),
+        context_len=_int(pool.get("context_len"), args.get("context_length")),
+        available_mem_gb=avail,
+        device=device or ("gpu" if gpu_mem is not None else None),
+        gpu_mem_gb=gpu_mem,
+        weight_mem_gb=weights,
+        kv_mem_gb=kv_gb,
+        graph_mem_gb=graph_mem,
+        dtype=str(load_end["dtype"]) if "dtype" in load_end else None,
+        model_class=str(load_end["type"]) if "type" in load_end else None,
+        era=era_of(texts),
+        **extra,
+    )
+
+
+def _vllm_version(config: Mapping[str, Value], samples: Mapping[str, str]) -> str | None:
+    """The version the engine config names, else the generation the stats line's form shows."""
+    if config.get("version"):
+        return str(config["version"])
+    stats = samples.get("stats", "")
+    if "Swapped:" in stats or "Pending:" in stats:
+        return "V0"
+    return "V1" if stats else None
+
+
+def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
+    config = _first(events, "engine_config")
+    args: dict[str, Value] = {**config, **_first(events, "engine_args")}
+    capacity = {**_first(events, "max_concurrency"), **_first(events, "kv_capacity")}
+    profile: dict[str, Value] = {}
+    for fields in _all(events, "memory_profile"):
+        profile.update(fields)
+    blocks = _first(events, "gpu_blocks")
+    kv_memory = _first(events, "kv_memory")
+    loaded = _first(events, "weights_loaded")
+    graphs = _all(events, "graph_captured")
+    device = str(capacity.get("device") or blocks.get("device") or config.get("device_config") or "")
+    device = "cpu" if device.startswith("cpu") else ("gpu" if device else None)
+    graph_gb = sum(v for v in (_num(g.get("graph_gb")) for g in graphs) if v is not None) or None
+    return ServerConfig(
+        args=args,
+        max_total_num_tokens=_int(capacity.get("kv_tokens")),
+        chunked_prefill_size=_int(args.get("max_num_batched_tokens"),
+                                  _first(events, "scheduler_config").get("max_num_batched_tokens")),
+        max_running_requests=_int(args.get("max_num_seqs")),
+        context_len=_int(args.get("max_model_len"), config.get("max_seq_len"), capacity.get("max_model_len")),
+        device=device,
+        gpu_mem_gb=_num(profile.get("total_gpu_memory_gb")),
+        weight_mem_gb=_num(loaded.get("weights_gb")) or _num(profile.get("weights_gb")),
+        kv_mem_gb=_num(kv_memory.get("kv_cache_gb")) or _num(profile.get("kv_cache_gb")),
+        graph_mem_gb=graph_gb,
+        dtype=str(config["dtype"]) if config.get("dtype") else None,
+        engine="vllm",
+        engine_version=_vllm_version(config, samples),
+        max_concurrency=_num(capacity.get("max_concurrency")),
+        **extra,
+    )

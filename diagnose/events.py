@@ -1,6 +1,7 @@
-"""Events: one recognised log record, with its kind, time, rank and source line number.
+"""Events: one recognised log message (docs/log-formats.md §1-§8), the only event type of `toolkit diagnose`.
 
-Fields are read lazily from `text` (see `diagnose.fields`): the parser's hot path only classifies lines.
+Fields are read lazily from `text` (`diagnose.fields`): the parsers only classify. Batch and stats lines (the
+time series) become columns in `diagnose.series`; every other event stays an `Event`.
 """
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Literal, NamedTuple
 from toolkit.diagnose.fields import Value, parse_fields
 
 Kind = Literal[
+    # SGLang (docs/log-formats.md §2-§6)
     "decode",            # Decode batch ... (every decode_log_interval steps)
     "prefill",           # Prefill batch ... / new fill batch ...
-    "access",            # HTTP access line (uvicorn)
+    "access",            # HTTP access line (uvicorn), SGLang or vLLM
     "pool",              # max_total_num_tokens=..., ..., available_gpu_mem=... GB
     "load_begin",        # Load weight begin. avail mem=...
     "load_end",          # Load weight end. type=..., dtype=..., avail mem=..., mem usage=...
@@ -24,22 +26,38 @@ Kind = Literal[
     "server_args",       # server_args=ServerArgs(...)
     "tokens_capped",     # max_total_tokens=X is larger than the profiled value Y
     "retract",           # decode OOM / KV cache pool is full. Retract requests.
-    "oom",               # Prefill/Decode out of memory (hard OOM, multi-line)
-    "not_enough_memory", # Not enough memory. Please try to increase --mem-fraction-static.
+    "oom",               # Prefill/Decode out of memory (hard OOM), CUDA out of memory
+    "not_enough_memory", # Not enough memory for the KV pool at start-up (SGLang and vLLM wordings)
     "leak",              # KV cache pool leak / memory leak detected
     "watchdog",          # Watchdog timeout
-    "exception",         # Scheduler hit an exception / Traceback (multi-line)
+    "exception",         # Scheduler hit an exception / Traceback / EngineCore fatal error (multi-line)
     "sigquit",           # Received sigquit from a child process
+    # vLLM (docs/log-formats.md §9)
+    "stats",             # Engine 000: Avg prompt throughput: ..., Running: ..., Waiting: ..., KV cache usage
+    "prefix_cache",      # V0: Prefix cache hit rate: GPU: x%, CPU: y%
+    "spec_metrics",      # SpecDecoding metrics: ... / Speculative metrics: ...
+    "preempt",           # V0: Sequence group N is preempted by PreemptionMode.X mode ...
+    "kv_capacity",       # GPU KV cache size: N tokens[, Maximum concurrency for L tokens per request: Cx]
+    "max_concurrency",   # Maximum concurrency for L tokens per request: Cx (a line of its own before 0.11)
+    "gpu_blocks",        # # GPU blocks: N, # CPU blocks: M
+    "kv_memory",         # Available KV cache memory: X GiB
+    "memory_profile",    # Memory profiling takes ... / total_gpu_memory (X) x gpu_memory_utilization (U) ...
+    "weights_loaded",    # Model loading took X GiB and S seconds / Loading model weights took X GB
+    "graph_captured",    # Graph capturing finished in S secs, took X GiB
+    "engine_config",     # Initializing a V1 LLM engine (vX) with config: model=..., ...
+    "engine_args",       # non-default args: {...}
+    "scheduler_config",  # Chunked prefill is enabled with max_num_batched_tokens=N.
 ]
 
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
+BATCH_KINDS = ("decode", "prefill", "stats")  # the time series: kept as columns, not as events
 
 
 class Event(NamedTuple):
-    """One recognised record. `line` is 1-based in its source; `time` is seconds on the log's clock
-    (naive timestamps read as UTC; `None` when the era prints none); `rank` is the normalised rank tag
-    (`""` when none, else e.g. `"DP1 TP0"` or `"GPU0"`); `text` holds the record from at least its label on
-    (the whole line for the hot kinds, the joined lines for multi-line records)."""
+    """One recognised message. `line` is 1-based in its source; `time` is seconds on the log's clock (naive
+    timestamps read as UTC; `None` when the era prints none); `rank` is the normalised rank tag (`""` when
+    none, else e.g. `"DP1 TP0"` or `"GPU0"`); `text` is the message from its start (after the time, rank and
+    process prefix), with a multi-line record's continuation lines joined by newlines."""
 
     kind: str
     line: int

@@ -1,20 +1,24 @@
 """Field reading: an event's message -> `{canonical_name: value}`.
 
 Fields are read as an unordered `key: value` (or `key=value`) list; unknown keys are kept under their
-canonical name and never required, so forks and future eras parse without a template (LOG_FORMATS §11).
+canonical name and never required, so forks and future eras parse without a template (docs/log-formats.md §8).
+vLLM's messages (§9) have readers of their own where their numbers carry thousands separators or units.
 """
 from __future__ import annotations
 
 import ast
+import math
 import re
 from typing import Union
 
 Value = Union[int, float, bool, str, None]
 
 _DIGITS = frozenset("0123456789%")
+MAX_DIGITS = 30  # a longer run of digits is not a count any log prints: kept as text, never a number
 _ITER = re.compile(r"\s*\[(\d+)\]")
 _MIXED = re.compile(r"\(mixed #running-req: (\d+)\)")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
+_EST = re.compile(r"\best\. ")  # SGLang's `est. decode TFLOPS/s (per GPU)`: one key, not two pieces
 
 SYNONYMS: dict[str, str] = {
     "remaining_req": "queue_req",
@@ -33,6 +37,18 @@ SYNONYMS: dict[str, str] = {
     "max_prefill_num_token": "max_prefill_tokens",
     "time_elapsed": "elapsed",
     "avaliable_tokens": "available_tokens",
+    # vLLM's stats and spec-decoding lines (docs/log-formats.md §9.2)
+    "avg_prompt_throughput": "input_throughput",
+    "avg_generation_throughput": "gen_throughput",
+    "running": "running_req",
+    "waiting": "queue_req",
+    "pending": "queue_req",
+    "swapped": "swapped_req",
+    "deferred": "deferred_req",
+    "prefix_cache_hit_rate": "cache_hit_rate",
+    "mean_acceptance_length": "accept_len",
+    "avg_draft_acceptance_rate": "accept_rate",
+    "draft_acceptance_rate": "accept_rate",
 }
 # Per-pool usages whose maximum is the binding one (hybrid SWA / mamba models).
 _USAGES = ("token_usage", "swa_token_usage", "mamba_usage")
@@ -56,18 +72,20 @@ def value(text: str) -> Value:
     """`"0.82"` -> 0.82, `"True"` -> True, `"12.50%"` -> 0.125, `"78.50 GB"` -> 78.5, else the stripped text."""
     v = text.strip().rstrip(".,").strip()
     if v.isdigit():
-        return int(v)
+        return int(v) if len(v) <= MAX_DIGITS else v
     if v == "True" or v == "False":
         return v == "True"
     if v == "None":
         return None
     percent = v.endswith("%")
     head = v[:-1] if percent else v.split(" ", 1)[0]
-    if not head or head[-1] not in _DIGITS:
+    if not head or head[-1] not in _DIGITS or len(head) > MAX_DIGITS:
         return v
     try:
         number: int | float = int(head) if head.lstrip("-").isdigit() else float(head)
     except ValueError:
+        return v
+    if isinstance(number, float) and not math.isfinite(number):
         return v
     return number / 100 if percent else number
 
@@ -75,7 +93,7 @@ def value(text: str) -> Value:
 def pairs(text: str) -> dict[str, Value]:
     """Every `key: value` / `key=value` piece of `text`, in canonical names."""
     out: dict[str, Value] = {}
-    for piece in text.replace(". ", ",").split(","):
+    for piece in _EST.sub("est ", text).replace(". ", ",").split(","):
         key, sep, raw = piece.partition(": ")
         if not sep or "=" in key:
             key, sep, raw = piece.partition("=")
@@ -204,6 +222,148 @@ def _message(text: str) -> dict[str, Value]:
     return {"message": text.strip()}
 
 
+# -- vLLM (docs/log-formats.md §9) ----------------------------------------------------------------------
+
+_ENGINE = re.compile(r"(?:Engine (\d{1,4}): |(\d{1,4}) Engines Aggregated: )")
+_KV_USAGE = re.compile(r"^(\w+)_kv_cache_usage$")
+
+
+def _stats(text: str) -> dict[str, Value]:
+    """`Engine 000: Avg prompt throughput: ...`: the KV usage of the pool's device is `token_usage` (V0 also
+    prints the CPU swap space's usage, kept as `cpu_kv_cache_usage`)."""
+    out: dict[str, Value] = {}
+    m = _ENGINE.match(text)
+    if m is not None:
+        out["engine" if m.group(1) is not None else "engines"] = int(m.group(1) or m.group(2))
+        text = text[m.end():]
+    out.update(pairs(text))
+    devices = {found.group(1): key for key in out if (found := _KV_USAGE.match(key))}
+    pool = devices.get("gpu") or next((key for dev, key in devices.items() if dev != "cpu"), None) \
+        or devices.get("cpu")
+    if pool is not None:
+        out["token_usage"] = out[pool]
+    return out
+
+
+def _after_label(text: str) -> dict[str, Value]:
+    """`Label: key: value, ...` (spec-decoding metrics, V0's prefix cache line): the pieces after the label."""
+    out = pairs(text.partition(": ")[2])
+    if "gpu" in out:
+        out["cache_hit_rate"] = out["gpu"]
+    return out
+
+
+def _count(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+_KV_CAPACITY = re.compile(r"(?:(\w+)(?: \+ host)? )?KV cache size: ([\d,]{1,40}) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]{1,40}) tokens per request: ([\d.]{1,20})x")
+
+
+def _kv_capacity(text: str) -> dict[str, Value]:
+    out: dict[str, Value] = {}
+    m = _KV_CAPACITY.search(text)
+    if m is not None:
+        out.update(device=(m.group(1) or "GPU").lower(), kv_tokens=_count(m.group(2)))
+    out.update(_concurrency(text))
+    return out
+
+
+def _concurrency(text: str) -> dict[str, Value]:
+    m = _CONCURRENCY.search(text)
+    return {"max_model_len": _count(m.group(1)), "max_concurrency": float(m.group(2))} if m else {}
+
+
+_BLOCKS = re.compile(r"# (\w{1,10}) blocks: (\d{1,20})(?:, # CPU blocks: (\d{1,20}))?")
+
+
+def _gpu_blocks(text: str) -> dict[str, Value]:
+    m = _BLOCKS.search(text)
+    if m is None:
+        return {}
+    out: dict[str, Value] = {"device": m.group(1).lower(), "device_blocks": int(m.group(2))}
+    if m.group(3) is not None:
+        out["cpu_blocks"] = int(m.group(3))
+    return out
+
+
+_GIB = r"(-?[\d.]{1,20}) ?Gi?B"
+_PROFILE = {
+    "total_gpu_memory_gb": re.compile(r"total_gpu_memory \(" + _GIB + r"\)"),
+    "gpu_memory_utilization": re.compile(r"gpu_memory_utilization \(([\d.]{1,10})\)"),
+    "weights_gb": re.compile(r"model weights take " + _GIB),
+    "non_torch_gb": re.compile(r"non_torch_memory takes " + _GIB),
+    "activation_peak_gb": re.compile(r"activation peak memory takes " + _GIB),
+    "kv_cache_gb": re.compile(r"reserved for KV Cache is " + _GIB),
+    "profile_seconds": re.compile(r"Memory profiling takes ([\d.]{1,20}) seconds"),
+}
+_MEMORY = {
+    "kv_memory": {"kv_cache_gb": re.compile(r"Available KV cache memory: " + _GIB)},
+    "weights_loaded": {"weights_gb": re.compile(r"took " + _GIB),
+                       "load_seconds": re.compile(r"and ([\d.]{1,20}) seconds")},
+    "graph_captured": {"elapsed": re.compile(r"finished in ([\d.]{1,20}) secs?"),
+                       "graph_gb": re.compile(r", took " + _GIB)},
+    "memory_profile": _PROFILE,
+}
+
+
+def _numbers(kind: str, text: str) -> dict[str, Value]:
+    out: dict[str, Value] = {}
+    for key, pattern in _MEMORY[kind].items():
+        m = pattern.search(text)
+        if m is not None:
+            try:
+                out[key] = float(m.group(1))
+            except ValueError:
+                continue
+    return out
+
+
+_PREEMPT = re.compile(r"Sequence group (\S{1,200}) is preempted by (?:PreemptionMode\.)?(\w{1,20}) mode")
+_CUMULATIVE = re.compile(r"total_(?:num_)?cumulative_preemption(?:_cnt)?=(\d{1,20})")
+
+
+def _preempt(text: str) -> dict[str, Value]:
+    out: dict[str, Value] = {}
+    m = _PREEMPT.search(text)
+    if m is not None:
+        out.update(request=m.group(1), mode=m.group(2).lower())
+    c = _CUMULATIVE.search(text)
+    if c is not None:
+        out["cumulative_preemptions"] = int(c.group(1))
+    return out
+
+
+_VERSION = re.compile(r"LLM engine \(v([^)]{1,40})\)")
+_CAPTURE_SIZE = re.compile(r"['\"]max_(?:cudagraph_)?capture_size['\"]: (\d{1,10})")
+_CAPTURE_SIZES = re.compile(r"['\"]cudagraph_capture_sizes['\"]: \[([\d, ]{0,4000})\]")
+
+
+def _engine_config(text: str) -> dict[str, Value]:
+    """`Initializing a V1 LLM engine (v0.11.0) with config: model='m', ..., tensor_parallel_size=2, ...`."""
+    out: dict[str, Value] = {}
+    version = _VERSION.search(text)
+    if version is not None:
+        out["version"] = version.group(1)
+    body = text.partition("with config: ")[2]
+    for item in _top_level_items(body):
+        key, sep, raw = item.partition("=")
+        if sep and key.strip().isidentifier():
+            out[key.strip()] = _literal(raw.strip())
+    size = _CAPTURE_SIZE.search(body)
+    sizes = _CAPTURE_SIZES.search(body)
+    if size is not None:
+        out["max_cudagraph_capture_size"] = int(size.group(1))
+    elif sizes is not None and sizes.group(1).strip():
+        out["max_cudagraph_capture_size"] = max(int(x) for x in sizes.group(1).split(",") if x.strip())
+    return out
+
+
+def _engine_args(text: str) -> dict[str, Value]:
+    return parse_server_args(text.partition("non-default args: ")[2])
+
+
 _READERS = {
     "decode": _batch,
     "prefill": _batch,
@@ -219,6 +379,19 @@ _READERS = {
     "graph_failed": _message,
     "not_enough_memory": _message,
     "sigquit": _message,
+    "stats": _stats,
+    "prefix_cache": _after_label,
+    "spec_metrics": _after_label,
+    "preempt": _preempt,
+    "kv_capacity": _kv_capacity,
+    "max_concurrency": _concurrency,
+    "gpu_blocks": _gpu_blocks,
+    "kv_memory": lambda text: _numbers("kv_memory", text),
+    "memory_profile": lambda text: _numbers("memory_profile", text),
+    "weights_loaded": lambda text: _numbers("weights_loaded", text),
+    "graph_captured": lambda text: _numbers("graph_captured", text),
+    "engine_config": _engine_config,
+    "engine_args": _engine_args,
 }
 
 

@@ -5,7 +5,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import pandas as pd
+import numpy as np
+
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.series import Rows
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
@@ -35,7 +38,8 @@ class Evidence:
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One conclusion. `flag` and `suggested` say what to change (None when nothing on the server would
-    help), `current` what it is now, `tradeoff` what the change costs."""
+    help), `current` what it is now, `tradeoff` what the change costs. `rule` is the rule that found it
+    (the part of `id` before the dot)."""
 
     id: str
     severity: Severity
@@ -48,17 +52,22 @@ class Finding:
     tradeoff: str | None = None
     ranks: tuple[str, ...] = ()
 
+    @property
+    def rule(self) -> str:
+        return self.id.split(".", 1)[0]
 
-def evidence(rows: pd.DataFrame, total: int | None = None, **facts: float | int | str | None) -> Evidence:
-    """Evidence from the matching rows of a timeline frame."""
-    times = rows["time"].dropna() if "time" in rows else pd.Series(dtype=float)
+
+def evidence(rows: Rows, total: int | None = None, **facts: float | int | str | None) -> Evidence:
+    """Evidence from the matching batch lines."""
+    times = rows["time"]
+    times = times[~np.isnan(times)]
     span = (float(times.min()), float(times.max())) if len(times) else None
-    lines = tuple(int(x) for x in rows["line"].head(MAX_LINES)) if "line" in rows else ()
+    lines = tuple(int(x) for x in rows.head(MAX_LINES)["line"].tolist())
     return Evidence(len(rows), total, span, lines, dict(facts))
 
 
-def evidence_rows(rows: Sequence[tuple], **facts: float | int | str | None) -> Evidence:
-    """Evidence from raw event rows `(kind, line, time, rank, text, source)`."""
-    times = [r[2] for r in rows if r[2] is not None]
+def evidence_events(events: Sequence[Event], **facts: float | int | str | None) -> Evidence:
+    """Evidence from events."""
+    times = [e.time for e in events if e.time is not None]
     span = (min(times), max(times)) if times else None
-    return Evidence(len(rows), None, span, tuple(r[1] for r in rows[:MAX_LINES]), dict(facts))
+    return Evidence(len(events), None, span, tuple(e.line for e in events[:MAX_LINES]), dict(facts))

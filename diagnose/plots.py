@@ -1,21 +1,17 @@
-"""`--plots DIR`: one PNG per rank: token usage, running/queued requests, gen throughput (retractions marked)."""
+"""`--plots DIR`: one PNG per rank: KV usage, running/queued requests, gen throughput (retractions marked)."""
 from __future__ import annotations
 
 import io
 import re
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
 from toolkit.diagnose.timeline import Timeline
 
 
 def _safe_name(rank: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", rank).strip("-") or "server"
-
-
-def _x(df: pd.DataFrame) -> pd.Series:
-    return pd.to_datetime(df["time"], unit="s") if df["time"].notna().all() and len(df) else df["line"]
 
 
 def _pyplot():
@@ -27,23 +23,28 @@ def _pyplot():
     return plt
 
 
-def _figure(timeline: Timeline, rank: str, df: pd.DataFrame):
+def _figure(timeline: Timeline, rank: str):
     plt = _pyplot()
-    dec = df[df["kind"] == "decode"]
-    x = _x(dec)
+    load = timeline.load()
+    rows = load.where(load["rank"] == rank)
+    times = rows["time"]
+    timed = len(times) > 0 and bool(np.isfinite(times).all())
+    x = times.astype("datetime64[s]") if timed else rows["line"]
     fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
-    axes[0].plot(x, dec["usage"], lw=1, color="tab:purple")
-    axes[0].set_ylabel("token usage")
+    axes[0].plot(x, rows["usage"], lw=1, color="tab:purple")
+    axes[0].set_ylabel("KV usage")
     axes[0].set_ylim(0, 1.05)
-    axes[1].plot(x, dec["running_req"], lw=1, label="#running-req")
-    axes[1].plot(x, dec["queue_req"], lw=1, label="#queue-req")
+    axes[1].plot(x, rows["running_req"], lw=1, label="running")
+    axes[1].plot(x, rows["queue_req"], lw=1, label="queued")
     axes[1].set_ylabel("requests")
     axes[1].legend(loc="upper right")
-    axes[2].plot(x, dec["gen_throughput"], lw=1, color="tab:green", label="gen throughput")
+    axes[2].plot(x, rows["gen_throughput"], lw=1, color="tab:green", label="gen throughput")
     axes[2].set_ylabel("tokens/s")
-    retract = [r for r in timeline.kind("retract") if r[3] == rank]
-    for i, r in enumerate(retract):
-        at = pd.to_datetime(r[2], unit="s") if x is not dec["line"] and r[2] is not None else r[1]
+    marks = [e for e in timeline.kind("retract") + timeline.kind("preempt") if e.rank == rank]
+    for i, e in enumerate(marks):
+        if timed and e.time is None:
+            continue
+        at = np.datetime64(int(e.time), "s") if timed else e.line
         axes[2].axvline(at, color="tab:red", lw=0.6, alpha=0.6, label="retraction" if i == 0 else None)
     axes[2].legend(loc="upper right")
     fig.suptitle(f"rank {rank or '(single)'}")
@@ -57,8 +58,8 @@ def write_plots(timeline: Timeline, directory: str | Path) -> list[Path]:
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for rank, df in sorted(timeline.frames.items()):
-        fig = _figure(timeline, rank, df)
+    for rank in timeline.ranks:
+        fig = _figure(timeline, rank)
         path = out_dir / f"timeline-{_safe_name(rank)}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
@@ -70,8 +71,8 @@ def plot_pngs(timeline: Timeline, dpi: int = 90) -> dict[str, bytes]:
     """The same plots in memory, `{rank: PNG bytes}` in rank order (for the HTML report)."""
     plt = _pyplot()
     pngs = {}
-    for rank, df in sorted(timeline.frames.items()):
-        fig = _figure(timeline, rank, df)
+    for rank in timeline.ranks:
+        fig = _figure(timeline, rank)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi)
         plt.close(fig)

@@ -24,7 +24,7 @@ def _clean(value: Any) -> Any:
 def finding_dict(f: Finding) -> dict[str, Any]:
     ev = f.evidence
     return {
-        "id": f.id, "severity": f.severity, "title": f.title, "message": f.message,
+        "id": f.id, "rule": f.rule, "severity": f.severity, "title": f.title, "message": f.message,
         "flag": f.flag, "suggested": f.suggested, "current": f.current, "tradeoff": f.tradeoff,
         "ranks": list(f.ranks),
         "evidence": {
@@ -35,22 +35,33 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     }
 
 
+def _ranks(d: Diagnosis) -> dict[str, Any]:
+    tl = d.timeline
+    decode, prefill, stats, steady = (tl.series("decode"), tl.series("prefill"), tl.series("stats"), tl.steady())
+    out = {}
+    for rank in tl.ranks:
+        mine = steady.where(steady["rank"] == rank)
+        busy = mine.where(~mine["after_idle"].astype(bool))
+        out[rank] = {
+            "decode_lines": int((decode["rank"] == rank).sum()),
+            "prefill_lines": int((prefill["rank"] == rank).sum()),
+            "stats_lines": int((stats["rank"] == rank).sum()),
+            "steady_decode_lines": len(mine),
+            "queue_req": distribution(mine["queue_req"]), "usage": distribution(mine["usage"]),
+            "running_req": distribution(mine["running_req"]),
+            "gen_throughput": distribution(busy["gen_throughput"]),
+        }
+    return out
+
+
 def to_dict(d: Diagnosis) -> dict[str, Any]:
     cfg, tl = d.config, d.timeline
-    ranks = {}
-    for rank, df in tl.frames.items():
-        dec = df[(df["kind"] == "decode") & (df["phase"] == "steady")]
-        ranks[rank] = {
-            "decode_lines": int((df["kind"] == "decode").sum()),
-            "prefill_lines": int((df["kind"] == "prefill").sum()),
-            "steady_decode_lines": len(dec),
-            "queue_req": distribution(dec["queue_req"]), "usage": distribution(dec["usage"]),
-            "running_req": distribution(dec["running_req"]),
-            "gen_throughput": distribution(dec.loc[~dec["after_idle"].astype(bool), "gen_throughput"]),
-        }
+    ranks = _ranks(d)
     return {
         "schema": SCHEMA,
-        "verdict": {"status": d.worst or "ok", "text": d.verdict},
+        "verdict": {"status": d.status, "text": d.verdict, "enough_data": d.enough_data,
+                    "data_problem": d.data_problem},
+        "unjudged": [{"rule": rule, "why": why} for rule, why in d.unjudged],
         "sources": d.sources,
         "window": list(d.window) if d.window else None,
         "lines": {"total": d.stats.lines, "events": sum(d.stats.kinds.values()), "other": d.stats.other,
@@ -58,7 +69,9 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
         "unread_examples": [{"line": n, "text": t} for n, t in d.stats.unread_examples],
         "event_counts": {k: int(d.stats.kinds.get(k, 0)) for k in KINDS},
         "config": {
-            "era": cfg.era, "device": cfg.device, "max_total_num_tokens": cfg.max_total_num_tokens,
+            "era": cfg.era, "engine": cfg.engine, "engine_version": cfg.engine_version, "device": cfg.device,
+            "tp_size": cfg.tp_size, "dp_size": cfg.dp_size, "parallelism_source": cfg.parallelism_source,
+            "max_concurrency": cfg.max_concurrency, "max_total_num_tokens": cfg.max_total_num_tokens,
             "chunked_prefill_size": cfg.chunked_prefill_size, "max_prefill_tokens": cfg.max_prefill_tokens,
             "max_running_requests": cfg.max_running_requests, "context_len": cfg.context_len,
             "available_mem_gb": cfg.available_mem_gb, "gpu_mem_gb": cfg.gpu_mem_gb,

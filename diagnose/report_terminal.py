@@ -12,7 +12,7 @@ from rich.text import Text
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
 
-_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
+_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green", "insufficient": "magenta"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -53,15 +53,8 @@ def _finding(f: Finding) -> Panel:
 
 
 def _config(d: Diagnosis) -> Table:
-    cfg = d.config
     table = Table(title="Server (from the log)", show_header=False, box=None, title_justify="left")
-    rows = {
-        "era (guessed)": cfg.era, "device": cfg.device, "model": cfg.arg("model_path") or cfg.model_class,
-        "tp / dp": f"{cfg.tp_size} / {cfg.dp_size}", "max_total_num_tokens": cfg.max_total_num_tokens,
-        "max_running_requests": cfg.max_running_requests, "chunked_prefill_size": cfg.chunked_prefill_size,
-        "context_len": cfg.context_len, "available mem (GB)": cfg.available_mem_gb,
-        "memory before weights (GB)": cfg.gpu_mem_gb, "weights per device (GB)": cfg.weight_mem_gb,
-    }
+    rows = d.config.summary()
     for k, v in rows.items():
         if v is not None:
             table.add_row(k, Text(safe(v)))
@@ -79,10 +72,18 @@ def _parsing(d: Diagnosis) -> Table:
     return table
 
 
+def _unjudged(d: Diagnosis) -> Table:
+    table = Table(title="Rules that could not judge", box=None, title_justify="left")
+    table.add_column("rule")
+    table.add_column("why")
+    for rule, why in d.unjudged:
+        table.add_row(rule, Text(safe(why)))
+    return table
+
+
 def render(d: Diagnosis, console: Console) -> None:
     """Print the report to `console`."""
-    status = d.worst or "ok"
-    console.print(Panel(Text(safe(d.verdict), style=_STYLE[status]), title="Verdict", title_align="left"))
+    console.print(Panel(Text(safe(d.verdict), style=_STYLE[d.status]), title="Verdict", title_align="left"))
     for f in d.findings:
         console.print(_finding(f))
     if d.command:
@@ -90,6 +91,8 @@ def render(d: Diagnosis, console: Console) -> None:
         console.print(Text(safe(d.command)), soft_wrap=True)
     for note in d.notes:
         console.print(Text(safe(f"note: {note}"), style="dim"))
+    if d.unjudged:
+        console.print(_unjudged(d))
     console.print(_config(d))
     console.print(_parsing(d))
     for line, text in d.stats.unread_examples[:5]:

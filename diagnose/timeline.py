@@ -1,43 +1,39 @@
-"""Timeline: event rows -> per-rank pandas frames, phases (idle / ramp / steady / drain) and derived series.
+"""Timeline: the batch table with its derived columns, phases (idle / ramp / steady / drain), and the events.
 
-Rules judge the steady phase: a busy segment's steady part runs from the first to the last decode line whose
-running batch is near the segment's plateau (or that has a queue); before it is ramp, after it drain, and
-gaps without decode lines are idle. The first decode line after idle is marked `after_idle`: its throughput
-window spans the idle time (LOG_FORMATS §6), so no rule reads its throughput.
+The load series is the periodic line of the engine: SGLang's decode line, or vLLM's stats line. Rules judge
+its steady phase: a busy segment's steady part runs from the first to the last load line whose running batch
+is near the segment's plateau (or that has a queue); before it is ramp, after it drain, and gaps without load
+lines are idle. The first load line after idle is marked `after_idle`: its throughput window spans the idle
+time (docs/log-formats.md §7), so no rule reads its throughput. Prefill lines take the phase of the load line
+before them on their rank.
+
+Per-rank pandas frames (`Timeline.frames`) are built only when asked for (plots in other tools, the API).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from itertools import compress
-from operator import itemgetter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.eras import era_of
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.hotlines import Events, HotBlock
-from toolkit.diagnose.parser import Row
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.series import BatchTable, Rows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Phase = Literal["idle", "ramp", "steady", "drain"]
+PHASES = ("ramp", "steady", "drain")  # codes 0, 1, 2 of the `phase` column (-1: not a load or prefill line)
+RAMP, STEADY, DRAIN = 0, 1, 2
 
-IDLE_GAP_S = 10.0          # a gap between decode lines longer than this (and 5x the median gap) is idle
+IDLE_GAP_S = 10.0          # a gap between load lines longer than this (and 5x the median gap) is idle
 IDLE_GAP_MEDIANS = 5.0
 PLATEAU_QUANTILE = 0.9     # a segment's plateau is this quantile of its #running-req
 STEADY_FRACTION = 0.8      # a line is "loaded" at >= 80% of the plateau, or with a queue
 MIN_SEGMENT_LINES = 3      # shorter busy segments are all ramp
-BATCH_KINDS = ("decode", "prefill")
-BATCH_COLUMNS = ("running_req", "queue_req", "token", "token_usage", "gen_throughput", "new_token", "cached_token",
-                 "new_seq")
-NUMERIC = frozenset(BATCH_COLUMNS) | {"cache_hit_rate", "input_throughput", "iter"}
-# Every rank frame (and the empty frame of a log without decode lines) has at least these columns.
-FRAME_SCHEMA: dict[str, str] = {"kind": "object", "line": "int64", "time": "float64", "rank": "object",
-                                "source": "int64", **dict.fromkeys(BATCH_COLUMNS, "float64"), "usage": "float64",
-                                "hit_rate": "float64", "phase": "object", "after_idle": "bool"}
-SERIES_KINDS = frozenset({"decode", "prefill", "retract", "oom", "watchdog", "exception", "leak", "access"})
 
 
 class PhaseSpan(NamedTuple):
@@ -51,39 +47,45 @@ class PhaseSpan(NamedTuple):
 
 @dataclass(slots=True)
 class Timeline:
-    """Everything the rules read. `frames[rank]` holds that rank's decode and prefill lines in time order with
-    their fields and the derived columns `usage`, `phase`, `after_idle`, `hit_rate`."""
+    """Everything the rules read. `batches[kind]` holds every decode, prefill or stats line with its fields and
+    the derived columns `usage`, `hit_rate`, `phase` and (load lines) `after_idle`; `events` the other events
+    by kind."""
 
     config: ServerConfig
-    frames: dict[str, pd.DataFrame]
-    events: Mapping[str, list[Row]]
+    batches: Mapping[str, BatchTable]
+    events: Mapping[str, list[Event]]
     phases: list[PhaseSpan] = field(default_factory=list)
     decode_log_interval: int = 40
-    _batches: dict[tuple[str, str | None], pd.DataFrame] = field(default_factory=dict, repr=False)
+    load_kind: str = "decode"
+    _frames: dict[str, pd.DataFrame] | None = field(default=None, repr=False)
 
     @property
     def ranks(self) -> list[str]:
-        return sorted(self.frames)
+        """Ranks with load lines."""
+        return list(self.load().ranks)
 
-    def kind(self, kind: str) -> list[Row]:
-        return self.events.get(kind, [])
+    def kind(self, kind: str) -> list[Event]:
+        return list(self.events.get(kind, []))
 
-    def batches(self, kind: str, phase: str | None = None) -> pd.DataFrame:
-        """All ranks' rows of one batch kind, optionally one phase only (computed once; callers filter it,
-        never modify it)."""
-        if (kind, phase) not in self._batches:
-            parts = [f[f["kind"] == kind] for f in self.frames.values()]
-            df = pd.concat(parts) if parts else _empty()
-            self._batches[(kind, phase)] = df[df["phase"] == phase] if phase is not None else df
-        return self._batches[(kind, phase)]
+    def series(self, kind: str, phase: str | None = None) -> Rows:
+        """The lines of one batch kind, optionally of one phase only."""
+        rows = self.batches[kind].rows()
+        if phase is not None:
+            rows = rows.where(rows["phase"] == PHASES.index(phase))
+        return rows
 
-    def steady_decode(self) -> pd.DataFrame:
-        return self.batches("decode", "steady")
+    def load(self, phase: str | None = None) -> Rows:
+        """The load series: decode lines (SGLang) or stats lines (vLLM)."""
+        return self.series(self.load_kind, phase)
+
+    def steady(self) -> Rows:
+        return self.load("steady")
 
     def busy_seconds(self, rank: str) -> float | None:
-        """Wall time of `rank`'s busy segments (first to last decode line of each), None without times."""
+        """Wall time of `rank`'s busy segments (first to last load line of each), None without times."""
         total, start, end = 0.0, None, None
-        for p in (p for p in self.phases if p.rank == rank):
+        spans = [p for p in self.phases if p.rank == rank]
+        for p in spans:
             if p.start is None or p.end is None:
                 return None
             if p.phase == "idle":
@@ -92,118 +94,63 @@ class Timeline:
                 continue
             start = p.start if start is None else start
             end = p.end
-        return total + ((end or 0.0) - (start or 0.0)) if self.phases else None
+        return total + ((end or 0.0) - (start or 0.0)) if spans else None
 
     @property
     def span(self) -> tuple[float, float] | None:
-        times = [f["time"].dropna() for f in self.frames.values()]
-        times = [t for t in times if len(t)]
-        if not times:
-            return None
-        return float(min(t.min() for t in times)), float(max(t.max() for t in times))
+        times = np.concatenate([t.columns["time"] for t in self.batches.values()])
+        times = times[~np.isnan(times)]
+        return (float(times.min()), float(times.max())) if len(times) else None
+
+    @property
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """`{rank: DataFrame}` of each rank's batch lines with every column (`phase` as text), in time order;
+        ranks without load lines have none."""
+        if self._frames is None:
+            self._frames = _frames(self)
+        return self._frames
 
 
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in FRAME_SCHEMA.items()})
+# -- building -------------------------------------------------------------------------------------------
+
+def build_timeline(batches: Mapping[str, BatchTable], events: Mapping[str, list[Event]],
+                   config: ServerConfig) -> Timeline:
+    """Derive usage, hit rate, phases and the idle flag; returns the timeline the rules read."""
+    load_kind = "stats" if len(batches["stats"]) and not len(batches["decode"]) else "decode"
+    total = config.max_total_num_tokens
+    for table in batches.values():
+        columns, n = table.columns, len(table)
+        token = columns.get("token", np.full(n, np.nan))
+        usage = token / total if total else np.full(n, np.nan)
+        columns["usage"] = np.where(np.isnan(usage), columns.get("token_usage", np.full(n, np.nan)), usage)
+        columns["phase"] = np.full(n, -1, np.int8)
+        columns["after_idle"] = np.zeros(n, bool)
+    prefill = batches["prefill"].columns
+    cached = prefill.get("cached_token", np.full(len(batches["prefill"]), np.nan))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prefill["hit_rate"] = cached / (cached + prefill.get("new_token", np.full(len(cached), np.nan)))
+    load = batches[load_kind]
+    spans: list[PhaseSpan] = []
+    codes = np.unique(load.columns["rank"]).tolist()
+    for code in sorted(codes, key=lambda c: load.ranks[c]):
+        rows = np.flatnonzero(load.columns["rank"] == code)
+        _phases(load.columns, rows, load.ranks[code], spans)
+        if load_kind == "decode":
+            _fill_prefill_phase(load.columns, rows, prefill, np.flatnonzero(prefill["rank"] == code))
+    interval = config.arg("decode_log_interval", 40)
+    return Timeline(config, batches, events, spans, int(interval) if isinstance(interval, int) else 40, load_kind)
 
 
-# -- config ---------------------------------------------------------------------------------------------
-
-def _first(rows: list[Row]) -> dict:
-    return parse_fields(rows[0][0], rows[0][4]) if rows else {}
-
-
-def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def read_config(events: Mapping[str, list[Row]]) -> ServerConfig:
-    """Server configuration from `server_args=` and the startup lines (first occurrence of each)."""
-    args = _first(events.get("server_args", []))
-    pool = _first(events.get("pool", []))
-    load_begin = [parse_fields(r[0], r[4]) for r in events.get("load_begin", [])]
-    load_end = _first(events.get("load_end", []))
-    kv = _first(events.get("kv_alloc", []))
-    graph_end = [parse_fields(r[0], r[4]) for r in events.get("graph_end", [])]
-    pool_end = _first(events.get("pool_end", []))
-    avail = _num(pool.get("available_gpu_mem"))
-    device = "gpu" if avail is not None else None
-    if "available_cpu_mem" in pool or str(args.get("device", "")) == "cpu":
-        avail, device = _num(pool.get("available_cpu_mem", avail)), "cpu"
-    if avail is None:
-        candidates = [g.get("avail_mem") for g in graph_end if not g.get("draft")] or [pool_end.get("avail_mem")]
-        avail = _num(candidates[-1])
-    begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]
-    gpu_mem = max(begins) if begins else None
-    weights = _num(load_end.get("mem_usage"))
-    if weights is None and begins and _num(load_end.get("avail_mem")) is not None:
-        weights = round(begins[0] - float(load_end["avail_mem"]), 2)
-    kv_gb = sum(v for v in (_num(kv.get(k)) for k in ("k_size", "v_size", "kv_size")) if v is not None) or None
-    graph_mem = sum(v for v in (_num(g.get("mem_usage")) for g in graph_end) if v is not None) or None
-    texts = events.edge_texts() if isinstance(events, Events) else _edge_texts(events)
-    return ServerConfig(
-        args=args,
-        max_total_num_tokens=_int(pool.get("max_total_num_tokens"), kv.get("tokens")),
-        chunked_prefill_size=_int(pool.get("chunked_prefill_size"), args.get("chunked_prefill_size")),
-        max_prefill_tokens=_int(pool.get("max_prefill_tokens"), args.get("max_prefill_tokens")),
-        max_running_requests=_int(pool.get("max_running_requests"), args.get("max_running_requests")),
-        context_len=_int(pool.get("context_len"), args.get("context_length")),
-        available_mem_gb=avail,
-        device=device or ("gpu" if gpu_mem is not None else None),
-        gpu_mem_gb=gpu_mem,
-        weight_mem_gb=weights,
-        kv_mem_gb=kv_gb,
-        graph_mem_gb=graph_mem,
-        dtype=str(load_end["dtype"]) if "dtype" in load_end else None,
-        model_class=str(load_end["type"]) if "type" in load_end else None,
-        era=era_of(texts),
-    )
-
-
-def _edge_texts(events: Mapping[str, list[Row]]) -> dict[str, str]:
-    texts = {k: rows[0][4] for k, rows in events.items() if rows}
-    texts.update({f"{k}#last": rows[-1][4] for k, rows in events.items() if rows})
-    return texts
-
-
-def _int(*values: object) -> int | None:
-    for v in values:
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            return int(v)
-    return None
-
-
-# -- frames ---------------------------------------------------------------------------------------------
-
-def batch_frame(rows: list[Row], read: list[pd.DataFrame] = ()) -> pd.DataFrame:
-    """Decode/prefill rows with their fields as columns (numeric where the log printed numbers), after the
-    frames in `read` of lines whose fields the block reader already read (`diagnose.columns`)."""
-    done = pd.concat(read, ignore_index=True) if read else None
-    records = []
-    for kind, line, time, rank, text, source in rows:
-        rec = parse_fields(kind, text)
-        rec.update(kind=kind, line=line, time=time, rank=rank, source=source)
-        records.append(rec)
-    df = pd.DataFrame.from_records(records)
-    if done is not None and len(done):
-        df = pd.concat([done, df], ignore_index=True) if len(df) else done.reset_index(drop=True)
-    for col in ("kind", "rank"):
-        df[col] = df[col].astype("category")
-    for col in df.columns:
-        if col in ("kind", "rank", "cuda_graph") or pd.api.types.is_numeric_dtype(df[col]):
-            continue
-        converted = pd.to_numeric(df[col].map(_number), errors="coerce")
-        if col in NUMERIC or converted.notna().sum() >= df[col].notna().sum() * 0.5:
-            df[col] = converted.astype(float)
-    return df
-
-
-def _number(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def _time_order(columns: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """`rows` (in table order) in time order, ties in table order; unchanged without times."""
+    times = columns["time"][rows]
+    if np.isnan(times).any() or len(rows) < 2 or bool((np.diff(times) >= 0).all()):
+        return rows
+    return rows[np.argsort(times, kind="stable")]
 
 
 def _segments(times: np.ndarray) -> np.ndarray:
-    """Segment id per decode line; a new segment starts after an idle gap."""
+    """Segment id per load line; a new segment starts after an idle gap."""
     if len(times) < 2 or np.isnan(times).all():
         return np.zeros(len(times), dtype=int)
     gaps = np.diff(times)
@@ -212,142 +159,149 @@ def _segments(times: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(idle)])
 
 
-def _phase_of_segment(running: np.ndarray, queue: np.ndarray) -> np.ndarray:
+def _segment_phases(running: np.ndarray, queue: np.ndarray) -> np.ndarray:
     n = len(running)
-    phases = np.full(n, "ramp", dtype=object)
+    phases = np.full(n, RAMP, np.int8)
     if n < MIN_SEGMENT_LINES:
         return phases
     plateau = np.nanquantile(running, PLATEAU_QUANTILE) if np.isfinite(running).any() else 0
-    loaded = np.nan_to_num(running) >= STEADY_FRACTION * plateau
-    loaded |= np.nan_to_num(queue) > 0
+    loaded = (np.nan_to_num(running) >= STEADY_FRACTION * plateau) | (np.nan_to_num(queue) > 0)
     idx = np.flatnonzero(loaded)
     if len(idx) == 0:
         return phases
-    phases[idx[0]: idx[-1] + 1] = "steady"
-    phases[idx[-1] + 1:] = "drain"
+    phases[idx[0]: idx[-1] + 1] = STEADY
+    phases[idx[-1] + 1:] = DRAIN
     return phases
 
 
-def _decorate(df: pd.DataFrame, config: ServerConfig, rank: str, spans: list[PhaseSpan]) -> pd.DataFrame:
-    df = df.sort_values(["time", "source", "line"] if df["time"].notna().all() else ["source", "line"],
-                        kind="stable").reset_index(drop=True)
-    for col in BATCH_COLUMNS:
-        if col not in df:
-            df[col] = np.nan
-    total = config.max_total_num_tokens
-    df["usage"] = df["token"] / total if total else np.nan
-    df["usage"] = df["usage"].fillna(df["token_usage"])
-    df["hit_rate"] = df["cached_token"] / (df["cached_token"] + df["new_token"])
-    dec = df["kind"] == "decode"
-    d = df[dec]
-    times = d["time"].to_numpy(dtype=float)
+def _phases(columns: dict[str, np.ndarray], rows: np.ndarray, rank: str, spans: list[PhaseSpan]) -> None:
+    rows = _time_order(columns, rows)
+    phase, after_idle = columns["phase"], columns["after_idle"]
+    times = columns["time"][rows]
+    running = columns.get("running_req", np.full(len(columns["line"]), np.nan))[rows]
+    queue = columns.get("queue_req", np.full(len(columns["line"]), np.nan))[rows]
     seg = _segments(times)
-    phase = np.empty(len(d), dtype=object)
-    for s in np.unique(seg):
-        m = seg == s
-        phase[m] = _phase_of_segment(d["running_req"].to_numpy(float)[m], d["queue_req"].to_numpy(float)[m])
-    df["phase"] = None
-    df.loc[dec, "phase"] = phase
-    df["after_idle"] = False
-    firsts = np.flatnonzero(np.concatenate([[True], np.diff(seg) > 0])) if len(seg) else []
-    df.loc[d.index[firsts], "after_idle"] = True
-    df["phase"] = df["phase"].ffill().fillna("ramp")
-    _spans(d, seg, phase, rank, spans)
-    return df
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(seg) > 0]))
+    bounds = np.concatenate([starts, [len(rows)]])
+    ordered = np.empty(len(rows), np.int8)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        ordered[a:b] = _segment_phases(running[a:b], queue[a:b])
+    phase[rows] = ordered
+    after_idle[rows[starts]] = True
+    _spans(times, columns["line"][rows], seg, ordered, rank, spans)
 
 
-def _spans(d: pd.DataFrame, seg: np.ndarray, phase: np.ndarray, rank: str, out: list[PhaseSpan]) -> None:
-    """Runs of equal (segment, phase) over the decode lines, with an idle span between segments."""
-    if len(d) == 0:
+def _fill_prefill_phase(load: dict[str, np.ndarray], load_rows: np.ndarray, prefill: dict[str, np.ndarray],
+                       rows: np.ndarray) -> None:
+    """Prefill lines take the phase of the load line before them on their rank (ramp before the first): the
+    last one before in line order, or in time order when the rank's lines are not in time order."""
+    if not len(rows):
         return
-    times, lines = d["time"].to_numpy(float), d["line"].to_numpy()
+    key = _line_key(prefill, rows)
+    before = np.searchsorted(_line_key(load, load_rows), key, side="left") - 1
+    times = np.concatenate([load["time"][load_rows], prefill["time"][rows]])
+    if not np.isnan(times).any() and not _time_sorted(load, load_rows, prefill, rows, before):
+        order = np.argsort(load["time"][load_rows], kind="stable")
+        before = np.searchsorted(load["time"][load_rows][order], prefill["time"][rows], side="right") - 1
+        before = np.where(before >= 0, order[np.maximum(before, 0)], -1)
+    phase = load["phase"][load_rows]
+    prefill["phase"][rows] = np.where(before >= 0, phase[np.maximum(before, 0)], RAMP)
+
+
+def _line_key(columns: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    return columns["source"][rows].astype(np.int64) * (1 << 40) + columns["line"][rows]
+
+
+def _time_sorted(load, load_rows, prefill, rows, before) -> bool:
+    """Whether line order is time order for these lines (then "before in line order" is "before in time")."""
+    load_time, times = load["time"][load_rows], prefill["time"][rows]
+    if len(load_time) > 1 and not bool((np.diff(load_time) >= 0).all()):
+        return False
+    if len(times) > 1 and not bool((np.diff(times) >= 0).all()):
+        return False
+    prev = before >= 0
+    nxt = before + 1 < len(load_time)
+    ok = ~prev | (load_time[np.maximum(before, 0)] <= times)
+    ok &= ~nxt | (load_time[np.minimum(before + 1, len(load_time) - 1)] >= times)
+    return bool(ok.all())
+
+
+def _spans(times: np.ndarray, lines: np.ndarray, seg: np.ndarray, phase: np.ndarray, rank: str,
+           out: list[PhaseSpan]) -> None:
+    """Runs of equal (segment, phase) over the load lines, with an idle span between segments."""
+    if len(times) == 0:
+        return
     new_seg = np.concatenate([[False], seg[1:] != seg[:-1]])
     starts = np.flatnonzero(np.concatenate([[True], new_seg[1:] | (phase[1:] != phase[:-1])]))
-    stops = np.concatenate([starts[1:], [len(d)]]) - 1
+    stops = np.concatenate([starts[1:], [len(times)]]) - 1
     for a, b in zip(starts.tolist(), stops.tolist()):
         if new_seg[a]:
             out.append(PhaseSpan(rank, "idle", _t(times[a - 1]), _t(times[a]), int(lines[a - 1]), int(lines[a])))
-        out.append(PhaseSpan(rank, str(phase[a]), _t(times[a]), _t(times[b]), int(lines[a]), int(lines[b])))
+        out.append(PhaseSpan(rank, PHASES[phase[a]], _t(times[a]), _t(times[b]), int(lines[a]), int(lines[b])))
 
 
 def _t(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
-def _kept(row: Row, window: tuple[float, float]) -> bool:
-    t = row[2]
-    return row[0] not in SERIES_KINDS or (t is not None and window[0] <= t <= window[1])
-
-
-def _group(rows: list[Row], events: dict[str, list[Row]]) -> None:
-    """Append `rows` to their kind's list, in order (one pass per kind present)."""
-    kinds = list(map(itemgetter(0), rows))
-    for kind in dict.fromkeys(kinds):
-        events.setdefault(kind, []).extend(compress(rows, map(kind.__eq__, kinds)))
-
-
-def build_timeline(batches: Iterable[list[Row]], window: tuple[float, float] | None = None,
-                   hot: list[HotBlock] | None = None) -> Timeline:
-    """Group rows by kind (keeping config kinds whatever the window), read the config, build rank frames.
-    `hot`: the hot lines kept as blocks (filled while `batches` runs), their fields already read."""
-    grouped: dict[str, list[Row]] = {}
-    for rows in batches:
-        _group(rows if window is None else [r for r in rows if _kept(r, window)], grouped)
-    blocks = [block.within(window) for block in hot or []]
-    events = Events(grouped, blocks)
-    config = read_config(events)
-    unread = [row for block in blocks for row in block.rows(only=block.unread)]
-    batch_rows = grouped.get("decode", []) + grouped.get("prefill", []) + unread
-    read = [block.frame for block in blocks if len(block.frame)]
-    frames: dict[str, pd.DataFrame] = {}
-    spans: list[PhaseSpan] = []
-    if batch_rows or read:
-        df = batch_frame(batch_rows, read)
-        for rank, part in df.groupby("rank", sort=True, observed=True):
-            if (part["kind"] == "decode").any():
-                frames[str(rank)] = _decorate(part, config, str(rank), spans)
-    interval = config.arg("decode_log_interval", 40)
-    return Timeline(config, frames, events, spans, int(interval) if isinstance(interval, int) else 40)
-
-
 # -- derived series -------------------------------------------------------------------------------------
 
-def retractions_per_minute(timeline: Timeline, rank: str) -> pd.Series:
-    """Rolling 60 s count of retraction lines of one rank, indexed by time."""
-    times = sorted(r[2] for r in timeline.kind("retract") if r[3] == rank and r[2] is not None)
-    if not times:
-        return pd.Series(dtype=float)
-    s = pd.Series(1.0, index=pd.to_datetime(times, unit="s"))
-    return s.rolling("60s").sum()
-
-
 def prefill_time_share(timeline: Timeline, rank: str) -> float | None:
-    """Estimated share of steady-state wall time spent in prefill batches.
+    """Estimated share of steady-state wall time spent in prefill batches (SGLang).
 
     A decode line's window is `interval * running / gen_throughput` seconds; windows without a prefill line
     give the pure decode step time, and the rest of each window is charged to its prefills."""
-    df = timeline.frames.get(rank)
-    if df is None:
+    decode, prefill = timeline.batches["decode"], timeline.batches["prefill"]
+    if rank not in decode.ranks:
         return None
-    steady = df[df["phase"] == "steady"]
-    dec_mask = (steady["kind"] == "decode").to_numpy()
-    prefills_before = np.cumsum(~dec_mask)[dec_mask]
-    k = np.diff(np.concatenate([[0], prefills_before]))
-    d = steady[dec_mask]
-    window = timeline.decode_log_interval * d["running_req"].to_numpy(float) / d["gen_throughput"].to_numpy(float)
-    ok = np.isfinite(window) & (window > 0) & ~d["after_idle"].to_numpy(bool)
+    code = decode.ranks.index(rank)
+    dc, pc = decode.columns, prefill.columns
+    d = _time_order(dc, np.flatnonzero((dc["rank"] == code) & (dc["phase"] == STEADY)))
+    p = np.flatnonzero((pc["rank"] == code) & (pc["phase"] == STEADY))
+    if len(d) < 3:
+        return None
+    # NOTE: prefills between two decode lines, counted on the line (or time) order of the rank
+    decode_key, prefill_key = _line_key(dc, d), np.sort(_line_key(pc, p))
+    k = np.diff(np.concatenate([[0], np.searchsorted(prefill_key, decode_key)]))
+    interval = timeline.decode_log_interval
+    with np.errstate(invalid="ignore", divide="ignore"):
+        window = interval * dc.get("running_req", np.full(len(decode), np.nan))[d] \
+            / dc.get("gen_throughput", np.full(len(decode), np.nan))[d]
+    ok = np.isfinite(window) & (window > 0) & ~dc["after_idle"][d]
     if ok.sum() < 3 or not ((k == 0) & ok).any():
         return None
-    step = np.median(window[(k == 0) & ok]) / timeline.decode_log_interval
-    prefill = np.clip(window[ok] - timeline.decode_log_interval * step, 0, None)
-    return float(prefill.sum() / window[ok].sum())
+    step = np.median(window[(k == 0) & ok]) / interval
+    prefill_s = np.clip(window[ok] - interval * step, 0, None)
+    return float(prefill_s.sum() / window[ok].sum())
 
 
-def distribution(series: pd.Series) -> dict[str, float]:
-    """p10/p50/p90/max/mean of a numeric series (empty dict when it has no values)."""
-    s = pd.to_numeric(series, errors="coerce").dropna()
-    if s.empty:
+def distribution(values: np.ndarray) -> dict[str, float]:
+    """p10/p50/p90/max/mean of the numbers in `values` (empty dict when it has none)."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if not len(values):
         return {}
-    q = s.quantile([0.1, 0.5, 0.9])
-    return {"p10": float(q[0.1]), "p50": float(q[0.5]), "p90": float(q[0.9]), "max": float(s.max()),
-            "mean": float(s.mean())}
+    p10, p50, p90 = np.quantile(values, [0.1, 0.5, 0.9]).tolist()
+    return {"p10": p10, "p50": p50, "p90": p90, "max": float(values.max()), "mean": float(values.mean())}
+
+
+def _frames(timeline: Timeline) -> dict[str, pd.DataFrame]:
+    import pandas as pd
+
+    out: dict[str, pd.DataFrame] = {}
+    kinds = ("decode", "prefill") if timeline.load_kind == "decode" else ("stats",)
+    for rank in timeline.ranks:
+        parts = []
+        for kind in kinds:
+            table = timeline.batches[kind]
+            code = table.ranks.index(rank)
+            rows = np.flatnonzero(table.columns["rank"] == code)
+            frame = {name: values[rows] for name, values in table.columns.items() if name not in ("rank", "phase")}
+            frame["kind"] = kind
+            frame["rank"] = rank
+            frame["phase"] = np.array([*PHASES, None], dtype=object)[table.columns["phase"][rows]]
+            parts.append(pd.DataFrame(frame))
+        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        order = ["time", "source", "line"] if df["time"].notna().all() else ["source", "line"]
+        out[rank] = df.sort_values(order, kind="stable").reset_index(drop=True)
+    return out

@@ -15,17 +15,20 @@ def when(t: float | None) -> str:
 
 
 def server_rows(d: Diagnosis) -> list[tuple[str, object]]:
-    cfg = d.config
-    rows = {
-        "SGLang era (guessed)": cfg.era, "device": cfg.device, "model": cfg.arg("model_path") or cfg.model_class,
-        "tp / dp": f"{cfg.tp_size} / {cfg.dp_size}", "dtype": cfg.dtype,
-        "max_total_num_tokens": cfg.max_total_num_tokens, "max_running_requests": cfg.max_running_requests,
-        "chunked_prefill_size": cfg.chunked_prefill_size, "max_prefill_tokens": cfg.max_prefill_tokens,
-        "context_len": cfg.context_len, "available memory (GB)": cfg.available_mem_gb,
-        "memory before weights (GB)": cfg.gpu_mem_gb, "weights per device (GB)": cfg.weight_mem_gb,
-        "KV cache (GB)": cfg.kv_mem_gb,
-    }
-    return [(k, v) for k, v in rows.items() if v is not None]
+    return [(k, v) for k, v in d.config.summary().items() if v is not None]
+
+
+def load_word(d: Diagnosis) -> str:
+    """What the load lines are called in this log: SGLang's decode lines or vLLM's stats lines."""
+    return "stats" if d.timeline.load_kind == "stats" else "decode"
+
+
+def load_lines(d: Diagnosis) -> int:
+    return len(d.timeline.load())
+
+
+def retractions(d: Diagnosis) -> int:
+    return len(d.timeline.kind("retract")) + len(d.timeline.kind("preempt"))
 
 
 def change(f: Finding) -> tuple[str, str] | None:
@@ -66,12 +69,13 @@ def read_rows(d: Diagnosis) -> list[tuple[str, int]]:
 
 
 def no_timeline_reason(d: Diagnosis) -> str:
-    decode = d.stats.kinds.get("decode", 0)
-    if decode == 0:
-        return ("The log has no decode lines, so there is no timeline: the server writes one every "
+    word = load_word(d)
+    count = d.stats.kinds.get(d.timeline.load_kind, 0)
+    if count == 0:
+        return ("The log has no decode or stats lines, so there is no timeline: SGLang writes a decode line every "
                 "--decode-log-interval decode steps (40 by default), so short outputs may leave none; a smaller "
-                "interval or longer outputs give one.")
+                "interval or longer outputs give one. vLLM writes its stats line every 10 s while busy.")
     if d.window is not None:
-        return (f"None of the log's {decode} decode lines fall inside the bench window: is this the log of the "
+        return (f"None of the log's {count} {word} lines fall inside the bench window: is this the log of the "
                 "same run?")
-    return f"The log's {decode} decode lines carry nothing to plot."
+    return f"The log's {count} {word} lines carry nothing to plot."

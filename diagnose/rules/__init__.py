@@ -1,14 +1,17 @@
 """Rules: one module per finding, each `check(ctx) -> list[Finding]` with its thresholds at the top.
 
 `RULES` is the registry in report order; `run_rules` evaluates them all and never lets one rule's error stop
-the others (the error becomes an `info` finding so it is seen, not hidden).
+the others (the error becomes an `info` finding so it is seen, not hidden). A rule that cannot judge says why
+with `ctx.cannot_judge(...)`; the verdict lists those.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 from toolkit.diagnose.findings import Evidence, Finding
 from toolkit.diagnose.rules import (
+    capacity,
     client,
     crashes,
     cuda_graph,
@@ -21,6 +24,7 @@ from toolkit.diagnose.rules import (
     retraction,
     running_cap,
     schedule_policy,
+    throughput,
     torch_compile,
     usage,
 )
@@ -32,7 +36,9 @@ RULES: dict[str, Rule] = {
     "crashes": crashes.check,
     "oom": oom.check,
     "gpu_memory": gpu_memory.check,
+    "capacity": capacity.check,
     "retraction": retraction.check,
+    "throughput": throughput.check,
     "usage": usage.check,
     "running_cap": running_cap.check,
     "queue": queue.check,
@@ -49,8 +55,11 @@ RULES: dict[str, Rule] = {
 def run_rules(ctx: Context) -> list[Finding]:
     findings: list[Finding] = []
     for name, rule in RULES.items():
+        ctx.rule = name
         try:
-            findings.extend(rule(ctx))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                findings.extend(rule(ctx))
         except Exception as exc:  # noqa: BLE001 - a broken rule is reported, the others still run
             findings.append(Finding(f"rule-error.{name}", "info", f"rule {name} could not run",
                                     f"{type(exc).__name__}: {exc}", Evidence()))

@@ -1,17 +1,18 @@
-"""What every rule reads: the timeline, the server config, and the optional scrape and bench run."""
+"""What every rule reads: the timeline, the server config, the optional scrape and bench run; and where a
+rule says it could not judge (the verdict lists those, so "OK" is said only when the rules ran)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from toolkit.diagnose.bench_input import BenchInput
 from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.metrics_input import Metrics
+from toolkit.diagnose.series import Rows
 from toolkit.diagnose.timeline import Timeline
 
-MIN_LINES = 10  # fewer steady decode lines than this and load-shape rules stay silent
+MIN_LINES = 10  # fewer steady load lines than this and load-shape rules cannot judge
 
 
 @dataclass(slots=True)
@@ -20,28 +21,43 @@ class Context:
     metrics: Metrics | None = None
     bench: BenchInput | None = None
     notes: list[str] = field(default_factory=list)
+    unjudged: list[tuple[str, str]] = field(default_factory=list)  # (rule, why it could not judge)
+    rule: str = ""
 
     @property
     def config(self) -> ServerConfig:
         return self.timeline.config
 
-    def steady(self) -> pd.DataFrame:
-        return self.timeline.steady_decode()
+    @property
+    def load_word(self) -> str:
+        return "stats" if self.timeline.load_kind == "stats" else "decode"
+
+    def steady(self) -> Rows:
+        return self.timeline.steady()
+
+    def cannot_judge(self, why: str) -> None:
+        self.unjudged.append((self.rule, why))
+
+    def steady_enough(self, minimum: int = MIN_LINES) -> Rows | None:
+        """The steady load lines, or None (noted as not judged) when there are fewer than `minimum`."""
+        steady = self.steady()
+        if len(steady) >= minimum:
+            return steady
+        total = len(self.timeline.load())
+        self.cannot_judge(f"{len(steady)} steady {self.load_word} lines of {total} (needs {minimum})")
+        return None
 
     def retraction_rate(self) -> tuple[int, float | None, str]:
         """(retractions, worst per-rank rate per busy minute or None without timestamps, that rank)."""
-        rows = self.timeline.kind("retract")
-        best: tuple[int, float | None, str] = (len(rows), None, "")
-        for rank in {r[3] for r in rows}:
-            n = sum(1 for r in rows if r[3] == rank)
-            busy = self.timeline.busy_seconds(rank) if rank in self.timeline.frames else None
-            if busy is None and len(self.timeline.frames) == 1:
-                busy = self.timeline.busy_seconds(next(iter(self.timeline.frames)))
-            if busy:
-                rate = n / max(busy / 60.0, 1.0)
-                if best[1] is None or rate > best[1]:
-                    best = (len(rows), rate, rank)
-        return best
+        from toolkit.diagnose.rules.retraction import per_rank_rates
+
+        rates = per_rank_rates(self)
+        count = sum(n for n, _ in rates.values())
+        timed = [(rate, rank) for rank, (_, rate) in rates.items() if rate is not None]
+        if not timed:
+            return count, None, ""
+        rate, rank = max(timed)
+        return count, rate, rank
 
 
 def pow2_at_least(n: float, cap: int) -> int:
@@ -49,5 +65,5 @@ def pow2_at_least(n: float, cap: int) -> int:
     return int(min(cap, 2 ** int(np.ceil(np.log2(max(n, 1.0))))))
 
 
-def ranks_of(rows: pd.DataFrame) -> tuple[str, ...]:
-    return tuple(sorted(str(r) for r in pd.unique(rows["rank"]))) if "rank" in rows else ()
+def ranks_of(rows: Rows) -> tuple[str, ...]:
+    return rows.ranks

@@ -1,37 +1,36 @@
 """Crashes and integrity errors: every occurrence is a finding (critical).
 
-- `crash.exception`: `... hit an exception` / tracebacks (not the OOMs, which `oom` explains) and the parent's
-  `Received sigquit`.
+- `crash.exception`: `... hit an exception` / tracebacks / vLLM's `EngineCore encountered a fatal error` (not the
+  OOMs and memory errors, which `oom` explains) and SGLang's parent's `Received sigquit`.
 - `crash.watchdog`: a forward pass exceeded `--watchdog-timeout` (default 300 s).
 - `crash.leak`: the idle integrity check found KV slots neither free, cached nor in use.
 - `crash.graph_capture`: CUDA graph capture failed at start-up.
 """
 from __future__ import annotations
 
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.findings import Finding, evidence_rows
+from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.rules.context import Context
 
 
 def check(ctx: Context) -> list[Finding]:
     tl, out = ctx.timeline, []
-    exceptions = [r for r in tl.kind("exception") if "oom_phase" not in parse_fields("exception", r[4])]
-    exceptions += tl.kind("sigquit")
+    explained = {e.line for kind in ("oom", "not_enough_memory", "leak") for e in tl.kind(kind)}
+    exceptions = [e for e in tl.kind("exception") if e.line not in explained] + tl.kind("sigquit")
     if exceptions:
-        errors = [str(parse_fields(r[0], r[4]).get("error", "")) for r in exceptions if r[0] == "exception"]
+        errors = [str(e.fields.get("error", "")) for e in exceptions if e.kind == "exception"]
         last = errors[-1] if errors else "a child process failed"
         out.append(Finding(
             "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
-            f"Last error: {last}", evidence_rows(exceptions, error=last), None, None, None,
+            f"Last error: {last}", evidence_events(exceptions, error=last), None, None, None,
             "Read the traceback at the quoted line; the scheduler does not recover from it."))
     watchdog = tl.kind("watchdog")
     if watchdog:
-        timeout = parse_fields("watchdog", watchdog[0][4]).get("watchdog_timeout")
+        timeout = watchdog[0].fields.get("watchdog_timeout")
         out.append(Finding(
             "crash.watchdog", "critical", f"Watchdog timeout ({len(watchdog)}x)",
             f"A forward pass ran longer than the watchdog allows ({timeout} s): the scheduler was stuck "
             "(a hang in NCCL, a kernel, or a huge batch).",
-            evidence_rows(watchdog, watchdog_timeout=timeout if isinstance(timeout, (int, float)) else None),
+            evidence_events(watchdog, watchdog_timeout=timeout if isinstance(timeout, (int, float)) else None),
             "--watchdog-timeout", None, str(timeout) if timeout is not None else None,
             "Raise it only if one forward pass legitimately takes that long; otherwise it hides a hang."))
     leaks = tl.kind("leak")
@@ -39,13 +38,13 @@ def check(ctx: Context) -> list[Finding]:
         out.append(Finding(
             "crash.leak", "critical", f"KV cache leak detected ({len(leaks)}x)",
             "The idle check found KV slots that are neither free, cached nor owned by a request: a scheduler "
-            "bug; memory drains until restart.", evidence_rows(leaks), None, None, None,
+            "bug; memory drains until restart.", evidence_events(leaks), None, None, None,
             "Restart to recover; --disable-radix-cache narrows down whether the cache is involved."))
     graph = tl.kind("graph_failed")
     if graph:
         out.append(Finding(
             "crash.graph_capture", "critical", "CUDA graph capture failed",
-            "Capturing decode graphs ran out of memory or hit an unsupported op.", evidence_rows(graph),
+            "Capturing decode graphs ran out of memory or hit an unsupported op.", evidence_events(graph),
             "--cuda-graph-max-bs", str(max(1, (ctx.config.cuda_graph_max_bs or 16) // 2)),
             str(ctx.config.cuda_graph_max_bs) if ctx.config.cuda_graph_max_bs else None,
             "Fewer captured sizes: larger batches run without graphs. Lowering --mem-fraction-static also helps."))

@@ -1,36 +1,55 @@
-"""`cuda_graph.not_used`: steady decode batches ran without a CUDA graph.
+"""CUDA graphs: steady decode batches that ran without one, and what capturing them cost. Not judged on CPU.
 
-Trigger: >= 20% of steady decode lines that print `cuda graph:` say False (0.4.9+). If their batches are
-larger than `cuda_graph_max_bs`, suggest raising it to cover the p90 batch (power of two, <= 1024) and
-lowering `--mem-fraction-static` by 0.02 per doubling to pay for the graphs. With `--disable-cuda-graph`
-(any era) and a median steady batch <= 256, suggest enabling graphs. Not judged on CPU.
+- `cuda_graph.not_used`: >= 20% of steady decode lines that print `cuda graph:` (SGLang 0.4.9+) say False. If
+  their batches are larger than `cuda_graph_max_bs`, suggest raising it to cover the p90 batch (power of two,
+  <= 1024) and lowering `--mem-fraction-static` by 0.02 per doubling to pay for the graphs.
+- `cuda_graph.ceiling`: the lines do not say (older SGLang, vLLM), but the running batch sits above the
+  captured maximum in >= 50% of steady load lines: those steps run eagerly. Suggest raising the maximum to
+  cover the p90 batch (vLLM `--max-cudagraph-capture-size`, default 512).
+- `cuda_graph.disabled`: graphs are off (`--disable-cuda-graph`, vLLM `--enforce-eager`) and the median steady
+  batch is <= 256: suggest turning them on.
+- `cuda_graph.capture_memory`: capturing took >= 1 GB and more than what is left: SGLang's `mem usage` of the
+  captures against the `avail mem` after them; vLLM's `Graph capturing ... took X GiB` against >= 20% of the
+  KV cache memory. Suggest half the captured maximum.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, ranks_of
+from toolkit.diagnose.findings import Evidence, Finding, evidence
+from toolkit.diagnose.flags import flag
+from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
 
 OFF_FRACTION = 0.2
+CEILING_FRACTION = 0.5
 MAX_SUGGESTED_BS = 1024
 DISABLED_MEDIAN_BS = 256
+MIN_GRAPH_GB = 1.0
+VLLM_GRAPH_SHARE = 0.2
 
 
 def check(ctx: Context) -> list[Finding]:
-    steady = ctx.steady()
-    if len(steady) < MIN_LINES or not ctx.config.on_gpu:
+    if not ctx.config.on_gpu:
         return []
+    out = _capture_memory(ctx)
+    steady = ctx.steady_enough()
+    if steady is None:
+        return out
     if ctx.config.cuda_graph_disabled:
-        return _disabled(ctx, steady)
-    if "cuda_graph" not in steady:
-        return []
-    printed = steady[steady["cuda_graph"].isin([True, False])]
-    off = printed[printed["cuda_graph"] == False]  # noqa: E712 - a column of bools
+        return out + _disabled(ctx, steady)
+    if "cuda_graph" in steady:
+        return out + _not_used(ctx, steady)
+    return out + _ceiling(ctx, steady)
+
+
+def _not_used(ctx: Context, steady) -> list[Finding]:
+    graph = steady["cuda_graph"]
+    printed = steady.where(np.isfinite(graph))
+    off = printed.where(printed["cuda_graph"] == 0)
     if len(printed) < MIN_LINES or len(off) / len(printed) < OFF_FRACTION:
         return []
     cgmb = ctx.config.cuda_graph_max_bs
-    p90 = float(off["running_req"].quantile(0.9))
+    p90 = off.quantile("running_req", 0.9)
     frac = len(off) / len(printed)
     if cgmb and p90 > cgmb:
         target = pow2_at_least(p90, MAX_SUGGESTED_BS)
@@ -43,23 +62,70 @@ def check(ctx: Context) -> list[Finding]:
             f"(p90 {p90:.0f} requests) exceed cuda_graph_max_bs={cgmb}. Graphs remove launch overhead.",
             evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
             "--cuda-graph-max-bs", f"{target}{extra}", str(cgmb),
-            "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", ranks_of(off))]
+            "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks)]
     return [Finding(
         "cuda_graph.not_used", "warning", "Decode ran without CUDA graphs within the capture range",
         f"{frac:.0%} of {len(printed)} steady decode lines ran without a graph although their batches "
         f"(p90 {p90:.0f}) are within cuda_graph_max_bs={cgmb}: another feature (speculative decoding, "
         "mixed chunks, a backend) disabled them for these steps.",
         evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
-        None, None, str(cgmb) if cgmb else None, None, ranks_of(off))]
+        None, None, str(cgmb) if cgmb else None, None, off.ranks)]
+
+
+def _ceiling(ctx: Context, steady) -> list[Finding]:
+    cgmb = ctx.config.cuda_graph_max_bs
+    if not cgmb:
+        ctx.cannot_judge("the captured maximum batch is not known")
+        return []
+    above = steady.where(steady["running_req"] > cgmb)
+    fraction = len(above) / len(steady)
+    if fraction < CEILING_FRACTION:
+        return []
+    p90 = steady.quantile("running_req", 0.9)
+    target = pow2_at_least(p90, MAX_SUGGESTED_BS)
+    if target <= cgmb:
+        return []
+    known = "" if ctx.config.cuda_graph_max_bs_known else " (the default)"
+    return [Finding(
+        "cuda_graph.ceiling", "warning", "Running batch above the CUDA-graph ceiling",
+        f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines the batch ran more than {cgmb} requests, "
+        f"the largest captured graph{known}: those steps run without graphs and pay the launch overhead.",
+        evidence(above, len(steady), p90_running=p90, captured_max=cgmb),
+        flag(ctx.config, "graph_max_bs"), str(target), str(cgmb),
+        "Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.", above.ranks)]
 
 
 def _disabled(ctx: Context, steady) -> list[Finding]:
-    median = float(steady["running_req"].median())
+    median = steady.median("running_req")
     if median > DISABLED_MEDIAN_BS:
         return []
+    name = flag(ctx.config, "graphs_off")
     return [Finding(
         "cuda_graph.disabled", "warning", "CUDA graphs are disabled",
-        f"--disable-cuda-graph is set while the median steady batch is {median:.0f} requests; small decode "
+        f"{name} is set while the median steady batch is {median:.0f} requests; small decode "
         "batches are launch-bound and graphs speed them up.",
-        evidence(steady, len(steady), median_running=median), "--disable-cuda-graph", "remove (graphs on)",
-        "set", "Graph capture takes start-up time and some GPU memory.", ranks_of(steady))]
+        evidence(steady, len(steady), median_running=median), name, "remove (graphs on)",
+        "set", "Graph capture takes start-up time and some GPU memory.", steady.ranks)]
+
+
+def _capture_memory(ctx: Context) -> list[Finding]:
+    cfg = ctx.config
+    graphs = cfg.graph_mem_gb
+    left = cfg.kv_mem_gb * VLLM_GRAPH_SHARE if cfg.vllm and cfg.kv_mem_gb else (
+        None if cfg.vllm else cfg.available_mem_gb)
+    if graphs is None or left is None:
+        return []
+    if graphs < MIN_GRAPH_GB or graphs <= left:
+        return []
+    cgmb = cfg.cuda_graph_max_bs
+    rows = ctx.timeline.kind("graph_end" if not cfg.vllm else "graph_captured")
+    against = (f"{VLLM_GRAPH_SHARE:.0%} of the {cfg.kv_mem_gb:.2f} GB KV cache" if cfg.vllm
+               else f"the {left:.2f} GB left after them")
+    return [Finding(
+        "cuda_graph.capture_memory", "warning", f"CUDA graphs took {graphs:.2f} GB",
+        f"Capturing the decode graphs took {graphs:.2f} GB, more than {against}: memory the KV cache or "
+        "activations could use. Fewer captured batch sizes take less.",
+        Evidence(len(rows), None, None, tuple(e.line for e in rows[:5]),
+                 {"graph_gb": graphs, "left_gb": cfg.available_mem_gb, "kv_cache_gb": cfg.kv_mem_gb}),
+        flag(cfg, "graph_max_bs"), str(max(1, cgmb // 2)) if cgmb else None, str(cgmb) if cgmb else None,
+        "Batches above the smaller maximum run without graphs (slower decode steps for them).")]

@@ -1,4 +1,4 @@
-"""GPU memory left after the KV pool and graphs (`available_gpu_mem`, else the last `avail mem=`).
+"""GPU memory left (SGLang) after the KV pool and graphs (`available_gpu_mem`, else the last `avail mem=`).
 
 - below 5 GB: `gpu_memory.too_little` (warning): activations and graphs may run out; lower
   `--mem-fraction-static`.
@@ -21,7 +21,12 @@ TARGET_GB = 6.5
 def check(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     avail = cfg.available_mem_gb
-    if avail is None or cfg.device == "cpu" or LOW_GB <= avail <= GOOD_GB:
+    if avail is None:
+        if cfg.vllm or cfg.engine is not None:
+            ctx.cannot_judge("the memory left after start-up is not in the log" + (
+                " (vLLM does not print it; see its KV cache size)" if cfg.vllm else ""))
+        return []
+    if cfg.device == "cpu" or LOW_GB <= avail <= GOOD_GB:
         return []
     mfs, total = cfg.mem_fraction_static, cfg.gpu_mem_gb
     if mfs is not None and total:
@@ -53,5 +58,5 @@ def _startup_lines(ctx: Context) -> tuple[int, ...]:
     for kind in ("pool", "graph_end", "pool_end"):
         rows = ctx.timeline.kind(kind)
         if rows:
-            return (rows[0][1],)
+            return (rows[0].line,)
     return ()

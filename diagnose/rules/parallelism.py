@@ -6,6 +6,7 @@ Trigger: `--tp-size` >= 2, `--dp-size` 1, and the whole model's weights (per-ran
 from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.flags import flag
 from toolkit.diagnose.rules.context import Context
 
 FITS_FRACTION = 0.5
@@ -16,12 +17,13 @@ def check(ctx: Context) -> list[Finding]:
     tp, weights, gpu = cfg.tp_size, cfg.total_weight_gb, cfg.gpu_mem_gb
     if tp < 2 or cfg.dp_size > 1 or weights is None or not gpu or weights > FITS_FRACTION * gpu:
         return []
-    rows = ctx.timeline.kind("load_end")
+    rows = ctx.timeline.kind("weights_loaded" if cfg.vllm else "load_end")
+    dp, tp_flag = flag(cfg, "dp"), flag(cfg, "tp")
     return [Finding(
         "parallelism.dp_over_tp", "info", "Model fits on one GPU: prefer data parallelism",
         f"The weights take {weights:.1f} GB in all ({weights / gpu:.0%} of one {gpu:.0f} GB GPU) but run with "
-        f"tp_size={tp}. {tp} replicas (--dp-size {tp} --tp-size 1) skip the per-layer all-reduce.",
-        Evidence(len(rows), None, None, tuple(r[1] for r in rows[:5]),
+        f"tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer all-reduce.",
+        Evidence(len(rows), None, None, tuple(e.line for e in rows[:5]),
                  {"total_weight_gb": weights, "gpu_mem_gb": gpu, "tp_size": tp}),
-        "--dp-size", f"{tp} (with --tp-size 1)", f"1 (tp_size={tp})",
+        dp, f"{tp} (with {tp_flag} 1)", f"1 (tp_size={tp})",
         "Each replica has a smaller KV pool and a single request decodes slower than with TP.")]

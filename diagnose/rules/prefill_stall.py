@@ -1,13 +1,16 @@
-"""`prefill_stall.throughput_dips`: decode throughput collapses while prefills run.
+"""`prefill_stall.throughput_dips`: decode throughput collapses while prefills run (SGLang).
 
 Trigger: >= 15% of steady decode lines (never the first line after idle, whose window includes the idle
 time) report gen throughput below half the steady median, and the estimated prefill share of steady time
-is >= 30%. Smaller prefill chunks interleave with decode; mixed chunks let decode ride along.
+is >= 30%. Smaller prefill chunks interleave with decode; mixed chunks let decode ride along. vLLM's stats
+lines average ten seconds and print no prefill lines, so it is not judged there.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.rules.context import MIN_LINES, Context, ranks_of
+from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.timeline import prefill_time_share
 
 DIP = 0.5
@@ -17,12 +20,16 @@ MIN_CHUNK = 1024
 
 
 def check(ctx: Context) -> list[Finding]:
-    steady = ctx.steady()
-    steady = steady[~steady["after_idle"].astype(bool)]
-    if len(steady) < MIN_LINES or steady["gen_throughput"].isna().all():
+    if ctx.config.vllm:
         return []
-    median = float(steady["gen_throughput"].median())
-    dips = steady[steady["gen_throughput"] < DIP * median]
+    steady = ctx.steady()
+    steady = steady.where(~steady["after_idle"].astype(bool))
+    throughput = steady["gen_throughput"]
+    if len(steady) < MIN_LINES or np.isnan(throughput).all():
+        ctx.cannot_judge(f"{len(steady)} steady decode lines with a throughput (needs {MIN_LINES})")
+        return []
+    median = steady.median("gen_throughput")
+    dips = steady.where(throughput < DIP * median)
     if len(dips) / len(steady) < DIP_FRACTION:
         return []
     shares = [s for s in (prefill_time_share(ctx.timeline, r) for r in ctx.timeline.ranks) if s is not None]
@@ -37,4 +44,4 @@ def check(ctx: Context) -> list[Finding]:
         f"gen throughput ({median:.0f} tok/s), and prefill takes about {share:.0%} of steady time.",
         evidence(dips, len(steady), median_throughput=round(median, 1), prefill_share=round(share, 3)),
         "--chunked-prefill-size", f"{suggested} (or --enable-mixed-chunk)", str(chunk) if chunk else None,
-        "Smaller chunks prefill long prompts in more steps: higher TTFT for them.", ranks_of(dips))]
+        "Smaller chunks prefill long prompts in more steps: higher TTFT for them.", dips.ranks)]

@@ -1,48 +1,150 @@
-"""`retraction.frequent`: decode ran out of KV slots and requests were retracted (re-queued, re-prefilled).
+"""`retraction.frequent`: decode ran out of KV slots and requests were retracted (SGLang) or preempted (vLLM):
+re-queued and recomputed later.
 
-Trigger: more than 1 retraction per busy minute on some rank (at least 2 retractions); critical above 10/min.
-Without timestamps (0.1-0.2.5): more than 1 retraction per 25 decode lines (1000 decode steps).
-Below that, retractions are occasional and fine: a note, no finding.
+Judged from the retraction lines and their timestamps alone, per rank and per TP group, so an excerpt without
+decode lines is judged too (docs/log-formats.md §6.1). A rank's rate is its retractions per busy minute: its
+load segments' wall time when it has load lines, else the time from its first to its last retraction, and at
+least one minute either way (so a few seconds of excerpt never inflate the rate). A DP rank's TP ranks retract
+together; their retractions within one second are one event of the group.
+Trigger: more than FREQUENT_PER_MIN per busy minute on a rank or group, at least MIN_COUNT retractions;
+critical above CRITICAL_PER_MIN (a storm). Without timestamps (SGLang 0.1-0.2.5): more than one retraction per
+PER_DECODE_LINES decode lines. vLLM V1 prints `Preemptions: N` per stats interval; V0 warns once per preemption.
+Below the trigger, retractions are occasional and fine: a note, no finding.
 """
 from __future__ import annotations
 
-from toolkit.diagnose.fields import Value, parse_fields
-from toolkit.diagnose.findings import Finding, evidence_rows
+import re
+
+import numpy as np
+
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.fields import Value
+from toolkit.diagnose.findings import Finding, evidence_events
+from toolkit.diagnose.flags import flag
 from toolkit.diagnose.rules.context import Context
 
 FREQUENT_PER_MIN = 1.0
 CRITICAL_PER_MIN = 10.0
 MIN_COUNT = 2
 PER_DECODE_LINES = 25
+MIN_BUSY_S = 60.0
+_DP = re.compile(r"DP\d+")
+
+
+def _retractions(ctx: Context) -> list[Event]:
+    return ctx.timeline.kind("retract") + ctx.timeline.kind("preempt")
+
+
+def _preemption_counts(ctx: Context) -> dict[str, tuple[int, float | None]]:
+    """vLLM V1's `Preemptions: N` summed per rank: (count, its first-to-last span in seconds)."""
+    load = ctx.timeline.load()
+    if "preemptions" not in load:
+        return {}
+    counts = load["preemptions"]
+    out = {}
+    for rank in load.ranks:
+        mine = load["rank"] == rank
+        n = int(np.nansum(counts[mine]))
+        if n:
+            times = load["time"][mine & (np.nan_to_num(counts) > 0)]
+            out[rank] = (n, float(times.max() - times.min()) if len(times) and np.isfinite(times).all() else None)
+    return out
+
+
+def _busy(ctx: Context, rank: str, times: list[float]) -> float | None:
+    busy = ctx.timeline.busy_seconds(rank) if rank in ctx.timeline.ranks else None
+    if busy is None and times:
+        busy = max(times) - min(times)
+    if busy is None and len(ctx.timeline.ranks) == 1:
+        busy = ctx.timeline.busy_seconds(ctx.timeline.ranks[0])
+    return busy
+
+
+def per_rank_rates(ctx: Context) -> dict[str, tuple[int, float | None]]:
+    """{rank: (retractions, per busy minute or None without timestamps)}."""
+    rows = _retractions(ctx)
+    out: dict[str, tuple[int, float | None]] = {}
+    for rank in sorted({e.rank for e in rows}):
+        mine = [e for e in rows if e.rank == rank]
+        times = [e.time for e in mine if e.time is not None]
+        busy = _busy(ctx, rank, times) if len(times) == len(mine) else None
+        out[rank] = (len(mine), len(mine) / max(busy, MIN_BUSY_S) * 60.0 if busy is not None else None)
+    for rank, (n, span) in _preemption_counts(ctx).items():
+        busy = _busy(ctx, rank, [0.0, span] if span is not None else [])
+        out[rank] = (n, n / max(busy, MIN_BUSY_S) * 60.0 if busy is not None else None)
+    return out
+
+
+def group_rates(ctx: Context) -> dict[str, tuple[int, float]]:
+    """{DP group: (distinct seconds with a retraction, per busy minute)} over the TP ranks of each group."""
+    groups: dict[str, list[float]] = {}
+    for e in _retractions(ctx):
+        if e.time is not None:
+            dp = _DP.search(e.rank)
+            groups.setdefault(dp.group() if dp else "all ranks", []).append(e.time)
+    out = {}
+    for group, times in groups.items():
+        seconds = np.unique(np.floor(times))
+        busy = max(max(times) - min(times), MIN_BUSY_S)
+        out[group] = (len(seconds), len(seconds) / busy * 60.0)
+    return out
 
 
 def check(ctx: Context) -> list[Finding]:
-    rows = ctx.timeline.kind("retract")
-    if not rows:
+    rows = _retractions(ctx)
+    rates = per_rank_rates(ctx)
+    if not rates:
         return []
-    count, rate, rank = ctx.retraction_rate()
-    if rate is None:
-        decode_lines = len(ctx.timeline.kind("decode"))
+    count = sum(n for n, _ in rates.values())
+    timed = {rank: rate for rank, (_, rate) in rates.items() if rate is not None}
+    word = "preemptions" if ctx.config.vllm else "retractions"
+    if not timed:
+        decode_lines = len(ctx.timeline.series("decode"))
         frequent = decode_lines > 0 and count / decode_lines > 1 / PER_DECODE_LINES
-        how = f"{count} retractions in {decode_lines} decode lines"
+        rate, how = None, f"{count} {word} in {decode_lines} decode lines"
+        if decode_lines == 0:
+            ctx.cannot_judge(f"{count} {word} without timestamps or decode lines to rate them by")
+            return []
     else:
+        rank = max(timed, key=timed.get)  # type: ignore[arg-type]
+        rate = timed[rank]
+        groups = group_rates(ctx)
+        where = f" on {rank}" if rank else ""
+        how = f"{count} {word} on {len(rates)} rank{'s' if len(rates) != 1 else ''}, up to {rate:.1f} per busy minute{where}"
+        if len(rates) > 1 and groups:
+            g, (events, g_rate) = max(groups.items(), key=lambda kv: kv[1][1])
+            how += f" ({events} distinct seconds with one in {g}: {g_rate:.1f} per minute for the group)"
         frequent = rate > FREQUENT_PER_MIN
-        how = f"{count} retractions, up to {rate:.1f} per busy minute{f' on {rank}' if rank else ''}"
     if not frequent or count < MIN_COUNT:
-        ctx.notes.append(f"{how}: occasional retractions are fine.")
+        ctx.notes.append(f"{how}: occasional {word} are fine.")
         return []
+    severity = "critical" if rate is not None and rate > CRITICAL_PER_MIN else "warning"
+    retracted = sum(_int(e.fields.get("retracted_reqs")) for e in rows if e.kind == "retract")
+    facts = {"per_minute": round(rate, 2) if rate is not None else None, "retracted_requests": retracted or None,
+             "ranks": len(rates)}
+    title = ("Preemption storm" if ctx.config.vllm else "Retraction storm") if severity == "critical" \
+        else ("Frequent preemptions" if ctx.config.vllm else "Frequent retractions")
+    if ctx.config.vllm:
+        current = ctx.config.mem_fraction_static
+        return [Finding(
+            "retraction.frequent", severity, title,
+            f"{how}. A preempted request loses its KV cache and is recomputed later: the KV cache is too small "
+            "for the running batch. More KV memory, or fewer concurrent sequences (--max-num-seqs), helps.",
+            evidence_events(rows, **facts), flag(ctx.config, "kv_memory"),
+            f"{min(0.95, (current or 0.9) + 0.05):.2f}", f"{current:g}" if current is not None else None,
+            "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.",
+            tuple(sorted(rates)))]
     current = ctx.config.schedule_conservativeness
     suggested = round(max(1.3, current * 1.3), 1)
-    severity = "critical" if rate is not None and rate > CRITICAL_PER_MIN else "warning"
-    retracted = sum(_int(parse_fields("retract", r[4]).get("retracted_reqs")) for r in rows)
     return [Finding(
-        "retraction.frequent", severity, "Frequent retractions",
-        f"{how} ({retracted} requests retracted). Each retraction throws away decoded KV and re-prefills the "
-        "request later; admission was too optimistic about how much the running requests would still decode.",
-        evidence_rows(rows, per_minute=round(rate, 2) if rate is not None else None, retracted_requests=retracted),
+        "retraction.frequent", severity, title,
+        f"{how}" + (f" ({retracted} requests retracted)" if retracted else "") + ". Each retraction throws away "
+        "decoded KV and re-prefills the request later; admission was too optimistic about how much the running "
+        "requests would still decode.",
+        evidence_events(rows, **facts),
         flag="--schedule-conservativeness", suggested=f"{suggested:g}", current=f"{current:g}",
         tradeoff="A higher value admits fewer requests at once: lower peak batch and throughput, fewer retractions.",
-        ranks=tuple(sorted({r[3] for r in rows})),
+        ranks=tuple(sorted(rates)),
     )]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.diagnose import analyze
-from toolkit.diagnose.parser import parse_lines
+from toolkit.diagnose.lines import parse_lines
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import ERAS, Log, Rank, Startup
 
@@ -134,5 +134,5 @@ def test_own_runtime_lines_parse_completely(device: str) -> None:
     assert cfg.device == device
     assert cfg.weight_mem_gb == 15.1 and cfg.graph_mem_gb == 0.81 and cfg.gpu_mem_gb == 78.5
     assert cfg.kv_mem_gb == pytest.approx(81.26)
-    dec = d.timeline.batches("decode").iloc[0]
-    assert dec["token"] == 370959 and dec["usage"] == pytest.approx(370959 / 665690)
+    dec = d.timeline.series("decode")
+    assert dec["token"][0] == 370959 and dec["usage"][0] == pytest.approx(370959 / 665690)

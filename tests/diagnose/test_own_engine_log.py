@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from toolkit.diagnose import Diagnosis, analyze
-from toolkit.diagnose.parser import parse_path
+from toolkit.diagnose.lines import parse_path
 from tests.runtime.engine_fixtures import random_prompts, tiny_engine
 from tests.runtime.tiny_models import TINY_CONFIGS
 from toolkit.cli import app
@@ -80,7 +80,7 @@ def test_event_counts_equal_the_schedulers_counters(engine_run: EngineRun, diagn
 
 def test_field_sums_equal_the_schedulers_totals(engine_run: EngineRun, diagnosis: Diagnosis) -> None:
     tl, stats = diagnosis.timeline, engine_run.stats
-    prefill = tl.batches("prefill")
+    prefill = tl.series("prefill")
     assert prefill["new_token"].sum() == stats.total_prefill_tokens
     assert prefill["cached_token"].sum() == stats.total_cached_tokens > 0
     retracted = sum(e.fields["retracted_reqs"] for e in parse_path(engine_run.log) if e.kind == "retract")
@@ -89,9 +89,9 @@ def test_field_sums_equal_the_schedulers_totals(engine_run: EngineRun, diagnosis
 
 
 def test_token_usage_is_the_token_count_over_the_pool(engine_run: EngineRun, diagnosis: Diagnosis) -> None:
-    decode = diagnosis.timeline.batches("decode")
+    decode = diagnosis.timeline.series("decode")
     pool = engine_run.scheduler.max_total_num_tokens
-    assert ((decode["token"] / pool - decode["token_usage"]).abs() <= 0.005 + 1e-9).all()
+    assert (abs(decode["token"] / pool - decode["token_usage"]) <= 0.005 + 1e-9).all()
     assert decode["token"].max() <= pool
 
 

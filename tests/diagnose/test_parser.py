@@ -5,8 +5,8 @@ import gzip
 
 import pytest
 
-from toolkit.diagnose.parser import ParseStats, parse_lines, parse_path
-from toolkit.diagnose.reader import LineReader
+from toolkit.diagnose.lines import ParseStats, parse_lines, parse_path
+from toolkit.diagnose.source import LineReader, decode_lines
 
 DECODE = ("Decode batch. #running-req: 233, #token: 370959, token usage: 0.82, cuda graph: True, "
           "gen throughput (token/s): 4594.01, #queue-req: 317")
@@ -157,22 +157,18 @@ def test_huge_line_is_cut_and_memory_stays_bounded(tmp_path) -> None:
     path.write_bytes(b"x" * 5000 + b"\n" + (DECODE + "\n").encode())
     import io
 
-    reader = LineReader(io.BytesIO(path.read_bytes()), max_line=1000, block=256)
-    blocks = [line for block in reader.blocks() for line in block]
-    assert max(len(x) for x in blocks) <= 1000 and reader.num_cut == 1
-    assert blocks[-2].startswith("Decode batch") or any(b.startswith("Decode batch") for b in blocks)
+    reader = LineReader(io.BytesIO(path.read_bytes()), max_line=1000, chunk=256)
+    chunks = list(reader.chunks())
+    lines = [line for chunk in chunks for line in decode_lines(chunk.data[: chunk.size])]
+    assert max(len(x) for x in lines) <= 1000 and sum(chunk.cut for chunk in chunks) == 1
+    assert any(line.startswith("Decode batch") for line in lines)
+    assert all(chunk.data[chunk.size:] == bytes(len(chunk.data) - chunk.size) for chunk in chunks)
 
 
-def test_line_numbers_count_across_blocks(tmp_path) -> None:
+def test_line_numbers_count_across_chunks(tmp_path, monkeypatch) -> None:
     path = tmp_path / "many.log"
     lines = ["noise"] * 999 + [DECODE] + ["noise"] * 10
     path.write_text("\n".join(lines))
-    import toolkit.diagnose.reader as reader
-
-    old = reader.BLOCK
-    reader.BLOCK = 997
-    try:
-        (e,) = list(parse_path(path))
-    finally:
-        reader.BLOCK = old
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 997)
+    (e,) = list(parse_path(path))
     assert e.line == 1000

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit.diagnose import analyze
-from toolkit.diagnose.parser import ParseStats, Parser, parse_lines
-from toolkit.diagnose.reader import LineReader
+from toolkit.diagnose.lines import LineParser, ParseStats, parse_lines
+from toolkit.diagnose.source import LineReader, decode_lines
 from tests.diagnose import logfactory as lf
 from tests.diagnose.test_eras import _era_log
 
@@ -20,10 +20,11 @@ SAMPLE = [line for era in lf.ERAS for line in _era_log(era).lines]
 
 def _parse_bytes(data: bytes, block: int = 64) -> tuple[list, ParseStats]:
     stats = ParseStats()
-    parser = Parser(0, stats)
+    parser = LineParser(0, stats)
     events, no = [], 1
-    reader = LineReader(io.BytesIO(data), max_line=4096, block=block)
-    for lines in reader.blocks():
+    reader = LineReader(io.BytesIO(data), max_line=4096, chunk=block)
+    for chunk in reader.chunks():
+        lines = decode_lines(chunk.data[: chunk.size])
         events += parser.feed(lines, no)
         no += len(lines)
     events += parser.finish()
@@ -34,10 +35,8 @@ def _parse_bytes(data: bytes, block: int = 64) -> tuple[list, ParseStats]:
 @given(st.binary(max_size=4000))
 def test_random_bytes_never_raise(data: bytes) -> None:
     events, stats = _parse_bytes(data)
-    for kind, _, _, _, text, _ in events:
-        from toolkit.diagnose.fields import parse_fields
-
-        parse_fields(kind, text)
+    for e in events:
+        e.fields
     assert stats.lines <= data.count(b"\n") + 1
 
 

@@ -96,5 +96,5 @@ def test_short_log_reports_render(name: str) -> None:
 def test_prefill_only_log_still_reads_the_config_and_counts() -> None:
     d = analyze(lines=_prefill_only())
     assert d.stats.kinds["prefill"] == 20 and d.config.max_total_num_tokens == Startup().max_total
-    assert d.timeline.batches("prefill").empty  # no rank frame without decode lines
-    assert set(d.timeline.batches("decode").columns) >= {"queue_req", "after_idle", "cached_token", "usage"}
+    assert len(d.timeline.series("prefill")) == 20 and d.timeline.frames == {}  # no rank frame without decode lines
+    assert len(d.timeline.series("decode")) == 0 and d.status == "insufficient"

@@ -73,8 +73,8 @@ def test_the_log_is_cut_to_the_bench_window(records, server_log):
     d = diagnose_log(records, server_log)
     t0, t1 = bench_window(records)
     assert d.window == (t0, t1) and t0 == math.floor(t0) and t1 - t0 < 30
-    decode = d.timeline.kind("decode")
-    assert decode and all(t0 <= row[2] <= t1 for row in decode)
+    decode = d.timeline.series("decode")
+    assert len(decode) and ((t0 <= decode["time"]) & (decode["time"] <= t1)).all()
     assert 0 < len(d.timeline.kind("retract")) < d.stats.kinds["retract"]
     assert len(decode) < d.stats.kinds["decode"] / 10
 
@@ -130,8 +130,11 @@ def test_a_log_without_decode_lines_says_why_there_is_no_timeline(tmp_path):
     path = tmp_path / "server.log"
     path.write_text(log.text())
     page = Page(render_report([], diagnose_log([], path)))
-    assert "no decode lines" in page.sections["timeline"] and "--decode-log-interval" in page.sections["timeline"]
+    assert "no decode or stats lines" in page.sections["timeline"]
+    assert "--decode-log-interval" in page.sections["timeline"]
     assert page.images() == []
+    diagnosis = page.sections["diagnosis"]
+    assert "NOT ENOUGH DATA" in diagnosis and "insufficient" in diagnosis and "Rules that could not judge" in diagnosis
 
 
 @pytest.mark.parametrize("content,problem", [

@@ -1,0 +1,206 @@
+"""The per-line parser: log lines -> `Event`s, in constant memory, for every SGLang era and vLLM
+(docs/log-formats.md §1-§9). It is the reference: `diagnose.fastpath` reads the common lines of a block
+vectorized and must give exactly what this gives.
+
+Each line's prefix (time, rank, process) is read first; the message after it is classified by how it starts
+(`diagnose.messages`). Multi-line records (tracebacks, hard OOM, leak warnings, vLLM's memory profile) are
+joined into one event. Unreadable lines are counted in `ParseStats`, never raised.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.messages import OPENERS, error_kinds, kind_of
+from toolkit.diagnose.prefix import Prefix, read_prefix
+
+MAX_RECORD_LINES = 200
+MAX_RECORD_CHARS = 64 * 1024
+MAX_EXAMPLES = 20
+_CONTINUATION = re.compile(
+    r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
+    r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
+    r"|the current vLLM instance can use|model weights take|the rest of the memory")
+_VLLM_ENGINE = re.compile(r"Engine (\d{1,4}): |\d{1,4} Engines Aggregated: ")
+
+
+@dataclass(slots=True)
+class ParseStats:
+    """What the parser saw: every line is an event line, a continuation, `other` (readable, not an event),
+    or unread (binary garbage, a label whose fields cannot be read, or a line cut at the length limit)."""
+
+    lines: int = 0
+    other: int = 0
+    unread: int = 0
+    kinds: Counter = field(default_factory=Counter)
+    unread_examples: list[tuple[int, str]] = field(default_factory=list)
+
+    def note_unread(self, line: int, text: str) -> None:
+        self.unread += 1
+        if len(self.unread_examples) < MAX_EXAMPLES:
+            self.unread_examples.append((line, text[:300]))
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """A multi-line record being joined: its opening line's kind, number, time and rank, and its lines."""
+
+    kind: str
+    line: int
+    time: float | None
+    rank: str
+    parts: list[str]
+    chars: int = 0
+
+    def add(self, text: str) -> bool:
+        if len(self.parts) >= MAX_RECORD_LINES or self.chars >= MAX_RECORD_CHARS:
+            return False
+        self.parts.append(text)
+        self.chars += len(text)
+        return True
+
+
+class LineParser:
+    """Turns lines into events. One instance per source; it keeps only its clock and at most one open
+    multi-line record, so memory does not grow with the log."""
+
+    def __init__(self, source: int = 0, stats: ParseStats | None = None) -> None:
+        self.source = source
+        self.stats = stats if stats is not None else ParseStats()
+        self.stamped = False  # a line with a time was seen: later lines without one continue records
+        self._record: PendingRecord | None = None
+        self._wraps, self._last = 0.0, None  # clock wraps added, last time read (clocks without a date)
+
+    @property
+    def open_record(self) -> bool:
+        return self._record is not None
+
+    def feed(self, lines: Iterable[str], first_line: int = 1) -> list[Event]:
+        """Events for `lines`, numbered from `first_line`; call `finish()` at the end of the source."""
+        events: list[Event] = []
+        no = first_line - 1
+        for no, line in enumerate(lines, first_line):
+            record = self._record
+            if record is not None:
+                if self._continues(record, line):
+                    continue
+                events += self._close()
+            event = self._event(line, no)
+            if event is not None:
+                events.append(event)
+        self.stats.kinds.update(map(attrgetter("kind"), events))
+        self.stats.lines = max(self.stats.lines, no)
+        return events
+
+    def finish(self) -> list[Event]:
+        """The events of a multi-line record left open at the end of the source."""
+        events = self._close() if self._record is not None else []
+        self.stats.kinds.update(map(attrgetter("kind"), events))
+        return events
+
+    def _event(self, line: str, no: int) -> Event | None:
+        prefix = read_prefix(line)
+        if prefix.time is not None:
+            self.stamped = True
+        kind = kind_of(line, prefix.start)
+        if kind is None:
+            if "\ufffd" in line or "\x00" in line:
+                self.stats.note_unread(no, line)
+            else:
+                self.stats.other += 1
+            return None
+        time, text = self._clock(prefix), line[prefix.start:]
+        if kind in OPENERS:
+            self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text))
+            return None
+        if kind in ("decode", "prefill") and ("running" not in text or ": " not in text):
+            self.stats.note_unread(no, line)
+            return None
+        rank = _engine_rank(text, prefix.rank) if kind == "stats" else prefix.rank
+        return Event(kind, no, time, rank, text, self.source)
+
+    def _clock(self, prefix: Prefix) -> float | None:
+        """The prefix's time, with the wraps of a clock without a date (or year) added."""
+        if prefix.time is None or prefix.period is None:
+            return prefix.time
+        t = prefix.time + self._wraps
+        if self._last is not None and t < self._last - prefix.period / 2:
+            self._wraps += prefix.period
+            t += prefix.period
+        self._last = t
+        return t
+
+    def _continues(self, record: PendingRecord, line: str) -> bool:
+        prefix = read_prefix(line)
+        message = line[prefix.start:]
+        if prefix.time is not None:
+            # vLLM prints every line of a multi-line message with its prefix (a traceback line by line).
+            looks_new = _CONTINUATION.match(message) is None and not (
+                record.kind == "exception" and message.startswith("Traceback (most recent call last)"))
+        elif self.stamped:
+            looks_new = False
+        else:
+            looks_new = _CONTINUATION.match(line) is None and line.strip() != ""
+        kind = kind_of(line, prefix.start)
+        if kind is not None and kind != "exception":
+            looks_new = looks_new or not (record.kind == "leak" and kind == "leak")
+        return not looks_new and record.add(message)
+
+    def _close(self) -> list[Event]:
+        record = self._record
+        assert record is not None
+        self._record = None
+        text = "\n".join(record.parts)
+        kinds = [record.kind]
+        if record.kind == "exception":
+            kinds += error_kinds(text)
+        if record.kind == "leak" and "leak detected" not in text and "Warning: available_size" in text:
+            kinds = []
+            self.stats.other += 1
+        return [Event(kind, record.line, record.time, record.rank, text, self.source) for kind in kinds]
+
+
+def _engine_rank(text: str, rank: str) -> str:
+    """vLLM's stats line names its engine (a DP rank): `Engine 001:` -> `DP1`; aggregated lines -> `DP*`."""
+    m = _VLLM_ENGINE.match(text)
+    if m is None or "DP" in rank:
+        return rank
+    return f"DP{int(m.group(1))}" if m.group(1) is not None else "DP*"
+
+
+def parse_lines(lines: Iterable[str], source: int = 0, stats: ParseStats | None = None) -> Iterator[Event]:
+    """Events from an iterable of lines (trailing newlines are dropped), streamed in batches."""
+    parser = LineParser(source, stats)
+    batch: list[str] = []
+    no = 1
+    for line in lines:
+        batch.append(line.rstrip("\r\n"))
+        if len(batch) >= 4096:
+            yield from parser.feed(batch, no)
+            no += len(batch)
+            batch = []
+    yield from parser.feed(batch, no)
+    yield from parser.finish()
+
+
+def parse_path(path: str | Path, source: int = 0, stats: ParseStats | None = None) -> Iterator[Event]:
+    """Events from a plain or gzip file, or stdin for `-`, streamed, every line read by the per-line parser."""
+    from toolkit.diagnose.source import LineReader, decode_lines, open_log
+
+    parser = LineParser(source, stats)
+    with open_log(path) as stream:
+        reader = LineReader(stream)
+        no = 1
+        for chunk in reader.chunks():
+            lines = decode_lines(chunk.data[: chunk.size])
+            if chunk.cut:
+                reader.note_cut(no)
+            yield from parser.feed(lines, no)
+            no += len(lines)
+        reader.report_cuts(parser.stats)
+    yield from parser.finish()

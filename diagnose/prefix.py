@@ -1,0 +1,138 @@
+"""Where a log message starts: the time, rank and process prefix before it (docs/log-formats.md §1, §9.1).
+
+A message is recognised only where it starts, so a line that quotes one (a traceback's source line, an issue
+title, a request body) is not that event. Prefixes, in the order they are tried:
+
+- SGLang's stamp tag `[YYYY-mm-dd HH:MM:SS(.fff)( DPn)( TPn)...]` or `[HH:MM:SS TPn]`, preceded by any text
+  without quotes (docker compose, Ray, kubectl, syslog); the tag closest to the message wins;
+- vLLM's `(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ` (the bracket is absent before 0.7);
+- Python's default logging format `YYYY-mm-dd HH:MM:SS,mmm - name - LEVEL - `;
+- at the start of the line only: `[gpu_id=N] ` / `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), a Python warning's
+  `file.py:N: UserWarning: `, a container runtime's `2025-11-11T04:06:27.123Z stdout F `.
+
+Times are seconds on the log's clock: naive timestamps read as UTC. `HH:MM:SS` (SGLang 0.2.15-0.3.0) gives
+seconds within day 0 and vLLM's `MM-DD HH:MM:SS` seconds within the year 2000 (a leap year); `period` says how
+long such a clock runs before it wraps, and the parser adds periods when it does.
+"""
+from __future__ import annotations
+
+import calendar
+import re
+from functools import lru_cache
+from typing import NamedTuple
+
+DAY = 86400.0
+YEAR = 366 * DAY
+
+_TIME = r"(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?Z?"
+_SGLANG = re.compile(r"\[" + _TIME + r"((?:\s+[A-Z][A-Z_]*\d+)*)\s*\] ?")
+_VLLM = re.compile(
+    r"(?:\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+)?"
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? "
+    r"\[?[\w./-]{1,200}:\d+\] ?")
+_VLLM_PROCESS = re.compile(r"\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+")
+_PYLOG = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) - [\w.]{1,100} - [A-Z]{1,10} - ")
+_START = re.compile(
+    r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|Rank (?P<rank>\d+): ?|[^\s:]{1,300}:\d+: \w{0,40}Warning: "
+    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP])? ")
+_RANK_PARTS = re.compile(r"(?<![A-Za-z])(DP|TP|PP|EP)(\d+)")
+_QUOTES = frozenset("\"'`")
+
+
+class Prefix(NamedTuple):
+    """The prefix of one line: `time` (None when it prints none), `rank`, `start` of the message, and
+    `period` (seconds after which the clock wraps: a day for `HH:MM:SS`, a year for vLLM; None when dated)."""
+
+    time: float | None
+    rank: str
+    start: int
+    period: float | None = None
+
+
+NO_PREFIX = Prefix(None, "", 0, None)
+
+
+@lru_cache(maxsize=512)
+def _midnight(y: int, mo: int, d: int) -> float:
+    return float(calendar.timegm((y, mo, d, 0, 0, 0, 0, 0, 0)))
+
+
+def _clock(y: str | None, mo: str | None, d: str | None, h: str, mi: str, s: str, frac: str | None,
+           default_year: int | None = None) -> tuple[float, float | None] | None:
+    """(seconds, period) of a date and time of day, None when the date is not a calendar date."""
+    tod = int(h) * 3600 + int(mi) * 60 + int(s) + (float("0." + frac) if frac else 0.0)
+    if mo is None:
+        return tod, DAY
+    year = int(y) if y is not None else default_year
+    if year is None or year < 1 or not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31):  # type: ignore[arg-type]
+        return None
+    try:
+        midnight = _midnight(year, int(mo), int(d))  # type: ignore[arg-type]
+    except (ValueError, OverflowError):
+        return None
+    return midnight + tod, (None if y is not None else YEAR)
+
+
+def _unquoted(text: str) -> bool:
+    return not (_QUOTES & set(text))
+
+
+def _rank(tags: str) -> str:
+    return " ".join(tags.split())
+
+
+def _sglang(line: str) -> Prefix | None:
+    m = _SGLANG.search(line)
+    if m is None or not _unquoted(line[: m.start()]):
+        return None
+    while (nxt := _SGLANG.match(line, m.end())) is not None:
+        m = nxt
+    clock = _clock(*m.groups()[:7])
+    time, period = clock if clock is not None else (None, None)
+    start = m.end()
+    gpu = _START.match(line, start)
+    rank = _rank(m.group(8))
+    if gpu is not None and gpu.group("gpu") is not None:
+        start, rank = gpu.end(), rank or f"GPU{gpu.group('gpu')}"
+    return Prefix(time, rank, start, period)
+
+
+def _vllm(line: str) -> Prefix | None:
+    m = _VLLM.search(line)
+    if m is None or not _unquoted(line[: m.start()]):
+        return None
+    clock = _clock(None, m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7), 2000)
+    time, period = clock if clock is not None else (None, None)
+    return Prefix(time, process_rank(m.group(1) or ""), m.end(), period)
+
+
+def process_rank(process: str) -> str:
+    """`EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, `APIServer` -> `""`."""
+    return " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
+
+
+def read_prefix(line: str) -> Prefix:
+    """The time, rank and message start of `line`; `NO_PREFIX` parts where it has none."""
+    found = _sglang(line) if "[" in line else None
+    if found is None and ":" in line:
+        found = _vllm(line)
+    if found is not None:
+        return found
+    m = _PYLOG.search(line)
+    if m is not None and _unquoted(line[: m.start()]):
+        clock = _clock(*m.groups())
+        return Prefix(clock[0] if clock else None, "", m.end(), None)
+    process = _VLLM_PROCESS.match(line)
+    at = process.end() if process else 0
+    m = _START.match(line, at)
+    if m is None:
+        return Prefix(None, process_rank(process.group(1)) if process else "", at, None)
+    if m.group("gpu") is not None:
+        return Prefix(None, f"GPU{m.group('gpu')}", m.end(), None)
+    if m.group("rank") is not None:
+        return Prefix(None, f"TP{m.group('rank')}", m.end(), None)
+    if m.group("iso") is not None:
+        iso = re.match(_TIME, m.group("iso").replace("T", " "))
+        clock = _clock(*iso.groups()) if iso else None
+        return Prefix(clock[0] if clock else None, "", m.end(), None)
+    return Prefix(None, "", m.end(), None)

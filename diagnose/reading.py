@@ -1,0 +1,187 @@
+"""Reading logs into records: the fast path for the chunks' hot lines, the per-line parser for the rest.
+
+For each source, chunks are scanned ahead on worker threads (`diagnose.fastpath`); the caller hands each
+chunk's slow lines, in order, to one `LineParser`, and keeps the hot batch lines as columns. Access lines are
+counted, never kept. With `fast=False` every line takes the per-line path (the reference the fast path is
+tested against).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from toolkit.diagnose.events import BATCH_KINDS, Event
+from toolkit.diagnose.fastpath.ahead import scanned_chunks
+from toolkit.diagnose.fastpath.scan import DECODE, PREFILL, ScannedChunk
+from toolkit.diagnose.lines import LineParser, ParseStats
+from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
+from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
+
+SERIES_KINDS = frozenset({"retract", "preempt", "oom", "watchdog", "exception", "leak", "spec_metrics",
+                          "prefix_cache"})
+
+
+class _Sink:
+    """Where events go: batch kinds to the table builder (per chunk), the others by kind; access dropped."""
+
+    def __init__(self, builder: BatchTableBuilder) -> None:
+        self.builder = builder
+        self.events: dict[str, list[Event]] = {}
+        self.batch: list[Event] = []
+        self.samples: dict[str, str] = {}
+
+    def take(self, events: list[Event]) -> None:
+        for e in events:
+            if e.kind in BATCH_KINDS:
+                self.batch.append(e)
+                self.sample(e.kind, e.text)
+            elif e.kind != "access":
+                self.events.setdefault(e.kind, []).append(e)
+
+    def sample(self, kind: str, text: str) -> None:
+        self.samples.setdefault(kind, text)
+        self.samples[f"{kind}#last"] = text
+
+    def flush(self, fast: dict[str, dict[str, np.ndarray]] | None = None) -> None:
+        slow = self.builder.events_parts(self.batch) if self.batch else {}
+        self.batch = []
+        fast = fast or {}
+        for kind in BATCH_KINDS:
+            a, b = fast.get(kind), slow.get(kind)
+            if a is not None and b is not None:
+                self.builder.add_columns(kind, merge_parts(a, b))
+            elif a is not None or b is not None:
+                self.builder.add_columns(kind, a if a is not None else b)  # type: ignore[arg-type]
+
+
+def read_logs(paths: Sequence[str | Path] = (), lines: Iterable[str] | None = None, stats: ParseStats | None = None,
+              window: tuple[float, float] | None = None, fast: bool = True) -> LogRecords:
+    """Records of every source: files (plain, gzip, `-` for stdin) in order, then `lines` if given.
+    `window=(t0, t1)` keeps only the time series inside it (start-up lines are always kept)."""
+    stats = stats if stats is not None else ParseStats()
+    sink = _Sink(BatchTableBuilder())
+    for source, path in enumerate(paths):
+        _read_path(path, source, stats, sink, fast)
+    if lines is not None:
+        _read_lines(lines, len(paths), stats, sink)
+    events = sink.events
+    if window is not None:
+        events = {kind: [e for e in rows if _inside(e, window)] for kind, rows in events.items()}
+    return LogRecords(sink.builder.build(window), events, sink.samples, sink.builder.ranks)
+
+
+def _inside(e: Event, window: tuple[float, float]) -> bool:
+    return e.kind not in SERIES_KINDS or (e.time is not None and window[0] <= e.time <= window[1])
+
+
+def _read_lines(lines: Iterable[str], source: int, stats: ParseStats, sink: _Sink) -> None:
+    parser = LineParser(source, stats)
+    batch: list[str] = []
+    no = 1
+    for line in lines:
+        batch.append(line.rstrip("\r\n"))
+        if len(batch) >= 8192:
+            sink.take(parser.feed(batch, no))
+            sink.flush()
+            no, batch = no + len(batch), []
+    sink.take(parser.feed(batch, no))
+    sink.take(parser.finish())
+    sink.flush()
+
+
+def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fast: bool) -> None:
+    parser = LineParser(source, stats)
+    with open_log(path) as stream:
+        reader = LineReader(stream)
+        no = 1
+        chunks = scanned_chunks(reader.chunks()) if fast else ((c, None) for c in reader.chunks())
+        for chunk, scanned in chunks:
+            if chunk.cut:
+                reader.note_cut(no)
+            no += _read_chunk(chunk, scanned, no, parser, sink)
+        reader.report_cuts(stats)
+    sink.take(parser.finish())
+    sink.flush()
+
+
+def _read_chunk(chunk: Chunk, scanned: ScannedChunk | None, first: int, parser: LineParser, sink: _Sink) -> int:
+    """Read one chunk whose first line is number `first`; returns its number of lines."""
+    if scanned is None or scanned.slow.all():
+        lines = decode_lines(memoryview(chunk.data)[: chunk.size])
+        sink.take(parser.feed(lines, first))
+        sink.flush()
+        return len(lines)
+    routed: list[int] = []
+    for begin, end, slow in _runs(scanned.slow):
+        if slow:
+            sink.take(parser.feed(_texts(chunk, scanned, begin, end), first + begin))
+            continue
+        if parser.open_record:
+            # NOTE: an open multi-line record decides for itself whether the next line continues it.
+            sink.take(parser.feed(_texts(chunk, scanned, begin, begin + 1), first + begin))
+            routed.append(begin)
+        parser.stamped = True
+    sink.flush(_hot_columns(scanned, first, parser, sink.builder, routed))
+    _sample(chunk, scanned, sink)
+    return scanned.lines
+
+
+def _sample(chunk: Chunk, scanned: ScannedChunk, sink: _Sink) -> None:
+    """The first and last hot line of each batch kind, as messages (for the era)."""
+    batch = scanned.batch
+    for code, kind in enumerate(("decode", "prefill")):
+        rows = np.flatnonzero(batch.kind == code)
+        picks = rows[:1].tolist() + (rows[-1:].tolist() if len(rows) > 1 else [])
+        for i in picks:
+            text = _texts(chunk, scanned, int(batch.index[i]), int(batch.index[i]) + 1)[0]
+            sink.sample(kind, text[text.index("] ") + 2:])
+
+
+def _texts(chunk: Chunk, scanned: ScannedChunk, begin: int, end: int) -> list[str]:
+    return decode_lines(memoryview(chunk.data)[scanned.starts[begin]: scanned.ends[end - 1]])
+
+
+def _hot_columns(scanned: ScannedChunk, first: int, parser: LineParser, builder: BatchTableBuilder,
+                 routed: list[int]) -> dict[str, dict[str, np.ndarray]]:
+    """The chunk's hot batch lines as table columns by kind, counted in the parser's stats (routed lines are
+    the per-line parser's)."""
+    batch = scanned.batch
+    keep = np.ones(len(batch.index), bool)
+    access = scanned.access
+    if routed:
+        mine = np.isin(batch.index, routed)
+        access -= len(routed) - int(mine.sum())
+        keep = ~mine
+    stats = parser.stats
+    kinds = batch.kind[keep]
+    decode = int((kinds == DECODE).sum())
+    stats.kinds.update({"decode": decode, "prefill": len(kinds) - decode, "access": access})
+    stats.lines = max(stats.lines, first + scanned.lines - 1)
+    if len(kinds) == 0:
+        return {}
+    codes = builder.rank_codes(batch.ranks) if batch.ranks else np.zeros(1, np.int16)
+    out = {}
+    for code, kind in ((DECODE, "decode"), (PREFILL, "prefill")):
+        mine = np.flatnonzero(batch.kind == code)
+        if routed:
+            mine = mine[keep[mine]]
+        if not len(mine):
+            continue
+        columns = {"source": np.full(len(mine), parser.source, np.int16), "line": batch.index[mine] + first,
+                   "time": batch.time[mine], "rank": codes[batch.rank[mine]]}
+        for name, values in batch.fields.items():
+            picked = values[mine]
+            if not np.isnan(picked).all():
+                columns[name] = picked
+        out[kind] = columns
+    return out
+
+
+def _runs(slow: np.ndarray) -> Iterable[tuple[int, int, bool]]:
+    """(begin, end, slow) for each run of equal values in `slow`."""
+    edges = np.flatnonzero(np.diff(slow.view(np.int8))) + 1
+    bounds = np.concatenate(([0], edges, [len(slow)])).tolist()
+    flags = slow[bounds[:-1]].tolist()
+    return zip(bounds[:-1], bounds[1:], flags)

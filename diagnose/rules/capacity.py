@@ -1,0 +1,97 @@
+"""The KV pool's capacity against what the server was asked to hold.
+
+- `capacity.pool_bound` (warning): in >= 50% of steady load lines KV usage is >= 0.9 with requests waiting: the
+  pool, not the scheduler, limits the batch. More KV memory first (SGLang: raise `--mem-fraction-static` toward
+  6.5 GB left when more than 8 GB are left; vLLM: `--gpu-memory-utilization` up to 0.95), else an fp8 KV
+  cache, else smaller outputs (the client's `max_tokens`).
+- `capacity.context_exceeds_pool` (warning): `max_total_num_tokens` (vLLM: its KV cache size in tokens) is
+  below the context length: one request at full context cannot fit. Suggest a context length the pool holds.
+- `capacity.pool_vs_concurrency` (warning): the user asked for R concurrent requests (an explicit
+  `--max-running-requests` / `--max-num-seqs`) at up to `context_len` tokens each, and the pool holds fewer
+  than R full-context requests. Suggest the cap the pool holds at full context.
+"""
+from __future__ import annotations
+
+from toolkit.diagnose.findings import Evidence, Finding, evidence
+from toolkit.diagnose.flags import flag, fp8_kv
+from toolkit.diagnose.rules.context import Context
+
+FULL_USAGE = 0.9
+BOUND_FRACTION = 0.5
+SPARE_GB = 8.0
+TARGET_GB = 6.5
+VLLM_MAX_UTILIZATION = 0.95
+
+
+def check(ctx: Context) -> list[Finding]:
+    return [f for f in (_pool_vs_context(ctx), _pool_bound(ctx)) if f is not None]
+
+
+def _pool_bound(ctx: Context) -> Finding | None:
+    steady = ctx.steady_enough()
+    if steady is None:
+        return None
+    full = steady.where((steady["queue_req"] > 0) & (steady["usage"] >= FULL_USAGE))
+    fraction = len(full) / len(steady)
+    if fraction < BOUND_FRACTION:
+        return None
+    cfg = ctx.config
+    name, suggested, current, tradeoff = _more_memory(ctx)
+    why = (f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines the KV pool was at least "
+           f"{FULL_USAGE:.0%} used while requests waited (median usage {full.median('usage'):.2f}, queue "
+           f"{full.median('queue_req'):.0f}): memory, not the scheduler, limits the batch.")
+    return Finding(
+        "capacity.pool_bound", "warning", "KV pool full with requests waiting",
+        f"{why} More KV memory, an fp8 KV cache ({flag(cfg, 'kv_dtype')} {fp8_kv(cfg)}), or shorter outputs "
+        "(the client's max_tokens) let more requests run.",
+        evidence(full, len(steady), full_fraction=round(fraction, 3)), name, suggested, current, tradeoff,
+        full.ranks)
+
+
+def _more_memory(ctx: Context) -> tuple[str | None, str | None, str | None, str]:
+    """(flag, suggested, current, trade-off): more KV memory where there is some, else fp8 KV, else outputs."""
+    cfg = ctx.config
+    mfs = cfg.mem_fraction_static
+    if cfg.vllm and (mfs is None or mfs < VLLM_MAX_UTILIZATION):
+        now = mfs if mfs is not None else 0.9
+        return (flag(cfg, "kv_memory"), f"{min(VLLM_MAX_UTILIZATION, now + 0.05):.2f}", f"{now:g}",
+                "Less memory left for activations and graphs: too high a value risks CUDA OOM.")
+    avail, total = cfg.available_mem_gb, cfg.gpu_mem_gb
+    if not cfg.vllm and mfs is not None and avail is not None and avail > SPARE_GB and total:
+        return (flag(cfg, "kv_memory"), f"{min(0.95, mfs + (avail - TARGET_GB) / total):.3f}", f"{mfs:g}",
+                "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")
+    if "fp8" not in cfg.kv_cache_dtype:
+        return (flag(cfg, "kv_dtype"), fp8_kv(cfg), cfg.kv_cache_dtype, "Slight accuracy loss; check your evals.")
+    return (None, "client: lower max_tokens, or add GPUs (tensor parallelism)", None,
+            "Shorter outputs change what users get; more GPUs cost money.")
+
+
+def _pool_vs_context(ctx: Context) -> Finding | None:
+    cfg = ctx.config
+    pool, context = cfg.max_total_num_tokens, cfg.context_len
+    if not pool or not context:
+        ctx.cannot_judge("the KV pool size or the context length is not in the log")
+        return None
+    rows = ctx.timeline.kind("kv_capacity" if cfg.vllm else "pool")
+    lines = tuple(e.line for e in rows[:3])
+    fit = pool / context
+    if pool < context:
+        suggested = max(1024, pool // 1024 * 1024) if pool >= 1024 else pool
+        return Finding(
+            "capacity.context_exceeds_pool", "warning", "One request at full context does not fit the KV pool",
+            f"The KV pool holds {pool} tokens but the context length is {context}: a request that long can never "
+            "run (SGLang retracts or aborts it; vLLM refuses to start).",
+            Evidence(len(rows), None, None, lines, {"pool_tokens": pool, "context_len": context}),
+            flag(cfg, "context"), str(suggested), str(context),
+            "Longer prompts are rejected; more KV memory instead keeps them.")
+    wanted = cfg.arg("max_num_seqs") if cfg.vllm else cfg.arg("max_running_requests")
+    if not isinstance(wanted, int) or wanted <= fit:
+        return None
+    return Finding(
+        "capacity.pool_vs_concurrency", "warning", "The pool holds fewer full-context requests than asked for",
+        f"The running cap is set to {wanted} requests of up to {context} tokens each, but the KV pool holds "
+        f"{pool} tokens: {fit:.1f} requests at full context. Long requests will be retracted or wait.",
+        Evidence(len(rows), None, None, lines, {"pool_tokens": pool, "context_len": context,
+                                                "full_context_requests": round(fit, 2), "asked": wanted}),
+        flag(cfg, "running_cap"), str(max(1, int(fit))), str(wanted),
+        "A lower cap runs fewer short requests at once too; a shorter context length instead keeps the cap.")

@@ -1,0 +1,206 @@
+"""Batch lines as tables of numpy columns: the time series every load rule reads.
+
+Decode and prefill lines (SGLang) and stats lines (vLLM) are many, so they are kept as columns, never as one
+object per line: one table per kind with `source`, `line`, `time`, `rank` (index into `ranks`) and every
+numeric field under its canonical name (float64, NaN where a line does not print it; booleans as 1.0 / 0.0).
+`Rows` is a selection of a table's lines, read column by column.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from toolkit.diagnose.events import BATCH_KINDS, Event
+from toolkit.diagnose.fields import parse_fields
+
+META = ("source", "line", "time", "rank")
+_DTYPES = {"source": np.int16, "line": np.int64, "time": np.float64, "rank": np.int16}
+
+
+@dataclass(slots=True)
+class BatchTable:
+    """The lines of one batch kind as columns of equal length in (source, line) order; `ranks[code]` names
+    the rank codes (one list shared by every kind's table)."""
+
+    kind: str
+    columns: dict[str, np.ndarray]
+    ranks: list[str]
+
+    def __len__(self) -> int:
+        return len(self.columns["line"])
+
+    @classmethod
+    def empty(cls, kind: str, ranks: list[str] | None = None) -> BatchTable:
+        return cls(kind, {name: np.zeros(0, dtype) for name, dtype in _DTYPES.items()}, ranks if ranks is not None else [])
+
+    def rows(self, mask: np.ndarray | None = None) -> Rows:
+        return Rows(self, np.arange(len(self)) if mask is None else np.flatnonzero(mask))
+
+
+class Rows:
+    """A selection of a `BatchTable`'s lines. `rows[name]` is that column for these lines (NaN where absent;
+    `rank` as names), `where(mask)` a narrower selection; the order is the table's."""
+
+    __slots__ = ("table", "index")
+
+    def __init__(self, table: BatchTable, index: np.ndarray) -> None:
+        self.table, self.index = table, index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __contains__(self, name: str) -> bool:
+        column = self.table.columns.get(name)
+        return column is not None and len(self.index) > 0 and bool(np.isfinite(column[self.index]).any())
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name == "rank":
+            names = np.array(self.table.ranks or [""], dtype=object)
+            return names[self.table.columns["rank"][self.index]]
+        column = self.table.columns.get(name)
+        if column is None:
+            return np.full(len(self.index), np.nan)
+        return column[self.index]
+
+    def where(self, mask: np.ndarray) -> Rows:
+        return Rows(self.table, self.index[mask])
+
+    def head(self, n: int) -> Rows:
+        return Rows(self.table, self.index[:n])
+
+    @property
+    def ranks(self) -> tuple[str, ...]:
+        codes = np.unique(self.table.columns["rank"][self.index])
+        return tuple(sorted(self.table.ranks[c] for c in codes.tolist()))
+
+    def median(self, name: str) -> float:
+        values = self[name]
+        values = values[~np.isnan(values)]
+        return float(np.median(values)) if len(values) else float("nan")
+
+    def quantile(self, name: str, q: float) -> float:
+        values = self[name]
+        values = values[~np.isnan(values)]
+        return float(np.quantile(values, q)) if len(values) else float("nan")
+
+    def fraction(self, mask: np.ndarray) -> float:
+        return float(mask.sum()) / len(self) if len(self) else 0.0
+
+
+class BatchTableBuilder:
+    """Collects batch lines as they are read (column parts from the fast path, events from the per-line
+    parser) and builds one table per kind once."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, list[dict[str, np.ndarray]]] = {kind: [] for kind in BATCH_KINDS}
+        self._ranks: dict[str, int] = {}
+        self.ranks: list[str] = []
+
+    def rank_codes(self, names: Iterable[str]) -> np.ndarray:
+        codes = []
+        for name in names:
+            code = self._ranks.get(name)
+            if code is None:
+                code = self._ranks[name] = len(self.ranks)
+                self.ranks.append(name)
+            codes.append(code)
+        return np.array(codes, np.int16)
+
+    def add_columns(self, kind: str, columns: dict[str, np.ndarray]) -> None:
+        if len(columns["line"]):
+            self._parts[kind].append(columns)
+
+    def events_parts(self, events: list[Event]) -> dict[str, dict[str, np.ndarray]]:
+        """The columns of batch-kind events read by the per-line parser (numbers only), by kind."""
+        by_kind: dict[str, list[Event]] = {}
+        for e in events:
+            by_kind.setdefault(e.kind, []).append(e)
+        return {kind: self._events_part(rows) for kind, rows in by_kind.items()}
+
+    def _events_part(self, events: list[Event]) -> dict[str, np.ndarray]:
+        n = len(events)
+        part: dict[str, np.ndarray] = {
+            "source": np.array([e.source for e in events], np.int16),
+            "line": np.array([e.line for e in events], np.int64),
+            "time": np.array([np.nan if e.time is None else e.time for e in events], np.float64),
+            "rank": self.rank_codes(e.rank for e in events),
+        }
+        for i, e in enumerate(events):
+            for name, value in parse_fields(e.kind, e.text).items():
+                number = _number(value)
+                if number is None:
+                    continue
+                if name not in part:
+                    part[name] = np.full(n, np.nan)
+                part[name][i] = number
+        return part
+
+    def build(self, window: tuple[float, float] | None = None) -> dict[str, BatchTable]:
+        tables = {kind: self._build(kind, parts, window) for kind, parts in self._parts.items()}
+        self._parts = {kind: [] for kind in BATCH_KINDS}
+        return tables
+
+    def _build(self, kind: str, parts: list[dict[str, np.ndarray]], window: tuple[float, float] | None) -> BatchTable:
+        if not parts:
+            return BatchTable.empty(kind, self.ranks)
+        names = list(dict.fromkeys(name for part in parts for name in part))
+        sizes = [len(part["line"]) for part in parts]
+        columns: dict[str, np.ndarray] = {}
+        for name in reversed(names):
+            dtype = _DTYPES.get(name, np.float64)
+            # each part's column is dropped once joined, so building costs one column more than the table
+            columns[name] = np.concatenate([part.pop(name) if name in part else np.full(size, np.nan)
+                                            for part, size in zip(parts, sizes)]).astype(dtype, copy=False)
+        columns = {name: columns[name] for name in names}
+        order = _order(columns["source"], columns["line"])
+        if order is not None:
+            columns = {name: values[order] for name, values in columns.items()}
+        if window is not None:
+            time = columns["time"]
+            inside = (time >= window[0]) & (time <= window[1])
+            columns = {name: values[inside] for name, values in columns.items()}
+        return BatchTable(kind, columns, self.ranks)
+
+
+def merge_parts(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Two parts of one chunk as one, in line order."""
+    n1, n2 = len(first["line"]), len(second["line"])
+    names = list(dict.fromkeys([*first, *second]))
+    joined = {name: np.concatenate([first.get(name, np.full(n1, np.nan)), second.get(name, np.full(n2, np.nan))])
+              .astype(_DTYPES.get(name, np.float64), copy=False) for name in names}
+    order = np.argsort(joined["line"], kind="stable")
+    return {name: values[order] for name, values in joined.items()}
+
+
+def _order(source: np.ndarray, line: np.ndarray) -> np.ndarray | None:
+    """The (source, line) order of the rows, None when they are in it already."""
+    key = source.astype(np.int64) * (1 << 40) + line
+    if len(key) < 2 or bool((np.diff(key) >= 0).all()):
+        return None
+    return np.argsort(key, kind="stable")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        return number if np.isfinite(number) else None
+    return None
+
+
+@dataclass(slots=True)
+class LogRecords:
+    """What reading the logs gives: the batch lines as one table per kind, every other event by kind, the
+    rank names, and the first and last message of each batch kind (`samples["decode"]`,
+    `samples["decode#last"]`: the era shows in them)."""
+
+    batches: Mapping[str, BatchTable]
+    events: Mapping[str, list[Event]] = field(default_factory=dict)
+    samples: Mapping[str, str] = field(default_factory=dict)
+    ranks: list[str] = field(default_factory=list)

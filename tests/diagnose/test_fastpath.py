@@ -1,0 +1,213 @@
+"""The fast path gives exactly what the per-line parser gives: the same batch lines (kind, line, time, rank and
+every field), the same events and the same counts of other and unread lines, on every era, every stamp and
+body, cut and garbled lines, random pieces and the whole calendar; and the same timelines and findings."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchmarks.diagnose_parse import write_log
+from toolkit.diagnose import analyze
+from toolkit.diagnose.fastpath.fields import KEYS
+from toolkit.diagnose.fastpath.scan import scan_chunk
+from toolkit.diagnose.fields import parse_fields
+from toolkit.diagnose.lines import ParseStats
+from toolkit.diagnose.reading import read_logs
+from toolkit.diagnose.source import PAD
+from tests.diagnose import logfactory as lf
+from tests.diagnose.test_eras import _era_log
+
+STAMPS = ["[2025-11-11 04:06:27] ", "[2025-11-11 04:06:27 TP3] ", "[2025-11-11 04:06:27 DP1 TP1] ",
+          "[2025-11-11 04:06:27.250 TP0] ", "[2025-11-11 04:06:27,999] ", "[2025-11-11 04:06:27.1234 TP0] ",
+          "[2025-11-11 04:06:27  TP0 ] ", "[2025-13-11 04:06:27] ", "[2025-02-31 04:06:27] ",
+          "[2025-11-11 04:06:27 tp0] ", "[2025-11-11 04:06:27 DP0 PP1 ATTN_CP0 MOE_DP0 TP2 EP2] ",
+          "sglang-1  | [2025-11-11 04:06:27 TP0] ", "[12:34:56 TP0] ", "[0000-01-01 00:00:00] ", "",
+          "[2025-11-11 04:06:27]", "(APIServer pid=1) INFO 11-11 04:06:27 [loggers.py:335] "]
+BODIES = [
+    lf.decode("0.4.9", running=233, token=370959, usage=0.82, throughput=4594.01, queue=317),
+    lf.decode("0.5.5", running=3, token=9, usage=0.0, throughput=1.0, queue=0, it=51341),
+    lf.decode("0.5.23", running=3, token=9, usage=0.0, throughput=1.0, queue=0),
+    lf.prefill("0.4.9", new_seq=4, new_token=8192, cached=512, running=229, queue=313, usage=0.41, token=1),
+    lf.prefill("0.5.23", new_seq=4, new_token=8192, cached=512, running=229, queue=313, usage=0.41, token=1),
+    lf.prefill("0.3.0", new_seq=1, new_token=5, cached=0, running=2, queue=0, mixed=3),
+    'INFO:     127.0.0.1:54321 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    'INFO:     [::1]:54321 - "GET /health HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1 54321 - "GET /health HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1:5 - "GET /Decode batch HTTP/1.1" 200 OK',
+    'INFO:     a\tb - "GET / HTTP/1.1" 200 OK',
+    "Prefill batch. #new-seq: 4, #new-token: 8192",
+    "Prefill batch. #new-seq: 4, Decode batch #running-req: 1",
+    "Decode batch. #running-req: 1",
+    "Decode batch, #running_req: 1",
+    "Decode batch. #running-req: 1, #token: 123456789, token usage: 1.5%",
+    "Decode batch. #running-req: 4, #full token: 9, full token usage: 0.10, #swa token: 5, swa token usage: 0.70, "
+    "mamba num: 3, mamba usage: 0.20, accept len: 1.50, accept rate: 0.75, cpu graph: False, "
+    "gen throughput (token/s): 12.00, #queue-req: 0",
+    "Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 10048, token usage: 0.00, #running-req: 0, "
+    "#queue-req: 0, #pending-token: 0, #bootstrap-req: 0, #inflight-req: 1, cuda graph: False, "
+    "input throughput (token/s): 178.18, est. prefill TFLOPS/s (per GPU): 9.90, fwd occupancy: nan%",
+    lf.retract("0.4.9", k=1, old=0.5, new=1.0),
+    "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "scheduler.py", line 10, in run',
+    "RuntimeError: Decode out of memory. Try to lower your batch size.",
+    "max_total_num_tokens=665690, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, "
+    "context_len=65536, available_gpu_mem=13.50 GB",
+    "some other line",
+]
+LINES = [stamp + body for stamp in STAMPS for body in BODIES]
+LINES += ["", "\x00\x01", "caf\u00e9 Decode batch. #running-req: 1"]
+
+
+def _read(tmp_path, monkeypatch, data: bytes, chunk: int, max_line: int, fast: bool):
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", chunk)
+    monkeypatch.setattr("toolkit.diagnose.source.MAX_LINE", max_line)
+    path = tmp_path / "x.log"
+    path.write_bytes(data)
+    stats = ParseStats()
+    return read_logs([path], stats=stats, fast=fast), stats
+
+
+def _table_rows(records) -> dict[str, dict[str, list]]:
+    """Every batch table as {kind: {column: values}} with ranks as names and NaN as None."""
+    out = {}
+    for kind, table in records.batches.items():
+        rows = table.rows()
+        columns = {name: [None if (isinstance(v, float) and math.isnan(v)) else v for v in rows[name].tolist()]
+                   for name in table.columns if name != "rank"}
+        columns = {name: values for name, values in columns.items() if any(v is not None for v in values)}
+        columns["rank"] = rows["rank"].tolist()
+        out[kind] = columns
+    return out
+
+
+def _same(tmp_path, monkeypatch, data: bytes, chunk: int = 8 << 20, max_line: int = 1 << 20) -> None:
+    got, got_stats = _read(tmp_path, monkeypatch, data, chunk, max_line, fast=True)
+    want, want_stats = _read(tmp_path, monkeypatch, data, chunk, max_line, fast=False)
+    assert _table_rows(got) == _table_rows(want)
+    assert got.events == want.events
+    for name in ("lines", "other", "unread", "kinds", "unread_examples"):
+        assert getattr(got_stats, name) == getattr(want_stats, name), name
+
+
+def test_the_benchmark_log_is_all_hot_lines(tmp_path) -> None:
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 3000)
+    data = bytearray(path.read_bytes()[:-1]) + bytearray(PAD)
+    scanned = scan_chunk(data, len(data) - PAD)
+    assert not scanned.slow.any()
+    assert len(scanned.batch.index) + scanned.access == 3000
+
+
+def test_fast_path_equals_the_per_line_parser_on_the_benchmark_log(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 3000)
+    _same(tmp_path, monkeypatch, path.read_bytes(), chunk=64 * 1024)
+
+
+def test_fast_path_equals_the_per_line_parser_on_every_era(tmp_path, monkeypatch) -> None:
+    lines = [line for era in lf.ERAS for line in _era_log(era).lines]
+    _same(tmp_path, monkeypatch, ("\n".join(lines * 3) + "\n").encode())
+
+
+def test_fast_path_equals_the_per_line_parser_on_every_stamp_and_body(tmp_path, monkeypatch) -> None:
+    _same(tmp_path, monkeypatch, ("\n".join(LINES) + "\n").encode(), chunk=2048)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(LINES), st.integers(0, 200), st.sampled_from(["", "\r", "\x1b[0m", "\xff",
+                                                                                          "]", " ", "x"])),
+                max_size=60),
+       st.sampled_from([64, 256, 4096]), st.sampled_from([80, 1 << 20]), st.booleans())
+def test_fast_path_equals_the_per_line_parser_on_cut_and_garbled_lines(tmp_path, monkeypatch, cuts, chunk: int,
+                                                                        max_line: int, newline: bool) -> None:
+    text = "\n".join(line[:cut] + junk + line[cut:] if cut % 3 == 0 else line[:cut] + junk
+                     for line, cut, junk in cuts)
+    _same(tmp_path, monkeypatch, text.encode("utf-8", "surrogateescape") + (b"\n" if newline else b""), chunk,
+          max_line)
+
+
+def test_fast_path_dates_equal_the_per_line_reader_across_the_calendar(tmp_path, monkeypatch) -> None:
+    dates = [f"{y:04d}-{m:02d}-{d:02d}" for y in (1, 4, 100, 1600, 1900, 1969, 1970, 2000, 2024, 2025, 9999)
+             for m in (1, 2, 3, 12) for d in (1, 28, 29, 30, 31)]
+    lines = [f"[{date} 23:59:59{ms} TP0] Decode batch, #running-req: 1, #token: 2, token usage: 0.00, "
+             "gen throughput (token/s): 1.00, #queue-req: 0" for date in dates for ms in ("", ".999", ".001")]
+    data = "\n".join(lines).encode()
+    assert not scan_chunk(bytearray(data) + bytearray(PAD), len(data)).slow.any()
+    _same(tmp_path, monkeypatch, data + b"\n")
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NUMBERS = st.one_of(st.integers(-10**9, 10**9).map(str), st.integers(0, 10**7).map(lambda n: f"{n / 100:.2f}"),
+                    st.floats(0, 1e6, allow_nan=False).map(lambda x: f"{x:.{int(x) % 9}f}"),
+                    st.sampled_from(["12.50%", "7%", "0.5.1", "1.", ".5", "-", "--3", "1e-05", "None", "??", "",
+                                     "12 GB", "0012", "3 -> 4", "\u0663", "12345678", "1234567.1234567", "-0.5",
+                                     "99999.999", "0.001", "nan%", "1" * 400]))
+VALUES = st.one_of(NUMBERS, st.sampled_from(["True", "False", "Truex", "Fals"]))
+PIECE_KEYS = st.sampled_from(list(KEYS) + ["mystery key", "#Running-Req", "est. decode TFLOPS/s (per GPU)"])
+SEPARATORS = st.sampled_from([", "] * 8 + [",", ",  ", ". ", " , "])
+ENDS = st.sampled_from(["", ", ", ",", " ", "  ", ",x"])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(["Decode batch", "Prefill batch"]), st.sampled_from([". ", ", ", ".", ","]),
+                          st.lists(st.tuples(PIECE_KEYS, VALUES, SEPARATORS), min_size=1, max_size=8), ENDS),
+                min_size=1, max_size=20))
+def test_fast_path_fields_equal_parse_fields(lines) -> None:
+    texts = []
+    for label, after, pieces, end in lines:
+        body = "".join(f"{key}: {value}{sep}" for key, value, sep in pieces[:-1])
+        key, value, _ = pieces[-1]
+        running = "#running-req: 1, " if label == "Decode batch" else ""
+        texts.append(f"[2025-11-11 04:06:27 TP0] {label}{after}{running}{body}{key}: {value}{end}")
+    data = "\n".join(texts).encode("utf-8", "surrogateescape")
+    batch = scan_chunk(bytearray(data) + bytearray(PAD), len(data)).batch
+    for i, line in enumerate(batch.index.tolist()):
+        text = texts[line]
+        want = parse_fields("decode" if batch.kind[i] == 0 else "prefill", text[text.index("] ") + 2:])
+        got = {name: values[i] for name, values in batch.fields.items() if not math.isnan(values[i])}
+        want = {k: (1.0 if v is True else 0.0 if v is False else v) for k, v in want.items()}
+        assert got == want, text
+
+
+def test_every_era_form_of_batch_lines_is_read_by_the_fast_path() -> None:
+    lines = []
+    for era in ("0.3.6", "0.4.3", "0.4.9", "0.5.3", "0.5.5", "0.5.23"):
+        lines.append("[2025-11-11 04:06:27 TP0] " + lf.decode(era, running=233, token=370959, usage=0.82,
+                                                             throughput=4594.01, queue=317))
+        lines.append("[2025-11-11 04:06:27 TP0] " + lf.prefill(era, new_seq=4, new_token=8192, cached=512,
+                                                              running=229, queue=313, usage=0.41, token=272933,
+                                                              hit_rate=0.25, pending=777, throughput=1234.5))
+    data = "\n".join(lines).encode()
+    scanned = scan_chunk(bytearray(data) + bytearray(PAD), len(data))
+    assert not scanned.slow.any() and len(scanned.batch.index) == len(lines)
+
+
+def _analyses(tmp_path, lines: list[str], window=None):
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    return analyze([path], window=window), analyze(lines=lines, window=window)
+
+
+def test_timelines_and_findings_equal_the_per_line_path(tmp_path) -> None:
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 5000)
+    lines = path.read_text().splitlines()
+    for era in lf.ERAS:
+        lines += _era_log(era).lines
+    lines += LINES
+    for window in (None, (lf.T0 + 10, lf.T0 + 40)):
+        fast, per_line = _analyses(tmp_path, lines, window)
+        assert fast.stats.kinds == per_line.stats.kinds
+        for kind, table in fast.timeline.batches.items():
+            other = per_line.timeline.batches[kind]
+            assert sorted(table.columns) == sorted(other.columns), kind
+            for name in table.columns:
+                a, b = table.rows()[name], other.rows()[name]
+                assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (kind, name)
+        assert fast.timeline.events == per_line.timeline.events
+        assert [f.id for f in fast.findings] == [f.id for f in per_line.findings]
+        assert fast.config == per_line.config and fast.timeline.phases == per_line.timeline.phases
