@@ -57,7 +57,8 @@ class BenchOptions:
     progress: bool = True
 
 
-def _check(opts: BenchOptions) -> None:
+def check_options(opts: BenchOptions) -> None:
+    """Raises `UsageError` for flags that cannot work together or values out of range (no I/O)."""
     choices = (("--backend", opts.backend, BACKENDS), ("--dataset", opts.dataset.name, DATASETS),
                ("--arrival", opts.arrival, ARRIVALS))
     for flag, value, allowed in choices:
@@ -158,7 +159,7 @@ class Prepared:
 
 def prepare(opts: BenchOptions, console: Console, tokenizer=None) -> Prepared:
     """Checks the flags, asks the server for its model and loads the tokenizer (unless one is given)."""
-    _check(opts)
+    check_options(opts)
     slo_ms, extra_body = parse_slo(list(opts.slo)), parse_extra_body(opts.extra_request_body)
     model = eventloop.run(resolve_model(opts.base_url, opts.backend, opts.model, opts.api_key))
     if tokenizer is None:

@@ -58,28 +58,31 @@ from toolkit.diagnose.cli import diagnose  # noqa: E402
 app.command("diagnose")(diagnose)
 from toolkit.reports.cli import report  # noqa: E402
 app.command("report")(report)
+from toolkit.tune.cli import tune  # noqa: E402
+app.command("tune")(tune)
 
 
 @app.command("demo")
 def demo(
-    out: Path = typer.Option(Path("toolkit-out/demo"), "--out", help="Folder for the log, bench records and report."),
-    num_prompts: int = typer.Option(32, "--num-prompts", min=1, help="Requests per bench run."),
-    input_len: int = typer.Option(256, "--input-len", min=1, help="Prompt tokens (uniform in [len/2, len])."),
-    output_len: int = typer.Option(64, "--output-len", min=1, help="Output tokens (uniform in [len/2, len])."),
+    out: Path = typer.Option(Path("toolkit-out/demo"), "--out", help="Folder for the logs, tune steps and pages."),
+    num_prompts: int = typer.Option(84, "--num-prompts", min=1, help="Chat requests per run."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Runs per configuration."),
+    max_steps: int = typer.Option(4, "--max-steps", min=0, help="Most configurations to try after the start."),
+    max_time: float = typer.Option(420.0, "--max-time", help="Seconds of tuning; no step starts past it."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu or cuda."),
 ) -> None:
-    """Serve the embedded model, bench a rate sweep, diagnose the log, and write one HTML report."""
+    """Tune the embedded model's server from a mistuned start and show the gain, step by step."""
     from rich.console import Console
 
     from toolkit.demo import DemoSettings, run_demo
 
     console = Console()
     try:
-        run_demo(DemoSettings(out, num_prompts, input_len, output_len, device), console)
+        run_demo(DemoSettings(out, num_prompts, repeats, max_steps, max_time, device), console)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted; the server was stopped[/]")
+        console.print("[yellow]interrupted; every server was stopped[/]")
         raise typer.Exit(130) from None
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
 

@@ -1,146 +1,122 @@
-"""`toolkit demo`: the main job in one command on the embedded model.
+"""`toolkit demo`: the tuning guide's story on the embedded model, in one command.
 
-serve (log to a file) → wait for health → bench sweep (saturation first, then rates below it, so the server
-saturates on whatever machine this is) → stop the server → diagnose its log → one HTML report.
+A deliberately mistuned server — a small KV pool (2048 tokens, contexts capped to fit it, as on a small GPU) with
+`--schedule-conservativeness 2` — serves chat clients that allow 512 tokens per answer but stop at the first sentence (~20 tokens). Admission
+reserves room for every request's whole `max_tokens`, so token usage stays low while requests queue. `toolkit tune`
+launches it, loads it, diagnoses the log, applies the advice (lower the conservativeness), re-measures, keeps or
+reverts, and goes on until nothing actionable is left or the budget is spent. It ends with the tune page (the
+objective per step and its evidence), the `toolkit report` page of the best configuration, and the command that
+got there. Every server is stopped on any exit, Ctrl-C included.
 """
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-HEALTH_TIMEOUT = 600.0
-STOP_TIMEOUT = 10.0
-SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+QUESTIONS = (
+    "What is the capital of France?", "Name three primary colors.", "What is 7 times 8?",
+    "Translate 'thank you' into Spanish.", "What is the boiling point of water in Celsius?",
+    "How many days are in a week?", "What planet is known as the red planet?", "What is the largest ocean on Earth?",
+    "Name a fruit that is yellow.", "What gas do plants absorb from the air?", "What is the opposite of cold?",
+    "How many legs does a spider have?", "What is the chemical symbol for gold?", "Which animal says moo?",
+    "What is 15 plus 27?", "Name the first month of the year.", "Which continent is Egypt in?",
+    "Name a mammal that can fly.", "What is the capital of Japan?", "What is the tallest mountain in the world?",
+    "Who painted the Mona Lisa?", "What is the capital of Italy?", "How many continents are there?",
+    "What is the main ingredient of guacamole?", "What is the currency of the United Kingdom?",
+    "What is the largest planet in our solar system?", "How many sides does a triangle have?",
+    "What is the freezing point of water in Celsius?", "What is the capital of Canada?",
+    "Name a vegetable that is orange.", "What instrument has 88 keys?", "What is H2O commonly called?",
+    "How many minutes are in an hour?", "What is the capital of Germany?", "Which season comes after winter?",
+    "Name a shape with four equal sides.", "What is the capital of Spain?", "What do you call a baby cat?",
+    "Which organ pumps blood through the body?", "What is 100 divided by 4?",
+    "Name the star at the center of our solar system.", "What is the capital of Australia?",
+)
+MISTUNED = "--max-total-tokens 2048 --context-length 2048 --schedule-conservativeness 2"
+MAX_TOKENS = 512
+STOP = {"stop": ["."]}  # each answer ends with its first sentence
 
 
 @dataclass(frozen=True)
 class DemoSettings:
     out_dir: Path
-    num_prompts: int = 32
-    input_len: int = 256
-    output_len: int = 64
+    num_prompts: int = 84
+    repeats: int = 3
+    max_steps: int = 4
+    max_time: float = 420.0
     device: str = "auto"
-    decode_log_interval: int = 5
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _write_prompts(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in QUESTIONS), encoding="utf-8")
+    return path
 
 
-def _toolkit(*args: str) -> list[str]:
-    return [sys.executable, "-m", "toolkit.cli", *args]
+def tune_options(settings: DemoSettings):
+    from toolkit.bench.command import BenchOptions
+    from toolkit.bench.datasets import DatasetSpec
+    from toolkit.tune.flags import Flags
+    from toolkit.tune.session import TuneOptions
+
+    prompts = _write_prompts(settings.out_dir / "prompts.jsonl")
+    spec = DatasetSpec(name="custom", path=prompts, sharegpt_output_len=MAX_TOKENS)
+    workload = BenchOptions(base_url="http://127.0.0.1:0", backend="openai-chat", dataset=spec,
+                            num_prompts=settings.num_prompts, ignore_eos=False,
+                            extra_request_body=json.dumps(STOP), warmup_requests=2, progress=False)
+    device = [] if settings.device == "auto" else ["--device", settings.device]
+    return TuneOptions(workload, "throughput", Flags.parse([*device, *MISTUNED.split()]), repeats=settings.repeats,
+                       max_steps=settings.max_steps, max_time=settings.max_time, out_dir=settings.out_dir,
+                       title="toolkit demo: tuning SmolLM2-135M-Instruct from a mistuned start")
 
 
-class DemoServer:
-    """`toolkit serve` in a child process, always stopped on the way out."""
+def _best_report(outcome, out_dir: Path) -> Path | None:
+    """The `toolkit report` page of the best configuration: its bench runs beside its server log."""
+    from toolkit.reports.build import build_report
 
-    def __init__(self, settings: DemoSettings, console: Console) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_file = settings.out_dir / "server.log"
-        self.console = console
-        self._output = open(settings.out_dir / "serve.out", "w")
-        self.proc = subprocess.Popen(
-            _toolkit("serve", "--host", "127.0.0.1", "--port", str(self.port), "--device", settings.device,
-                     "--log-file", str(self.log_file), "--enable-metrics",
-                     "--decode-log-interval", str(settings.decode_log_interval)),
-            stdout=self._output, stderr=subprocess.STDOUT,
-        )
-
-    def wait_healthy(self) -> None:
-        import requests
-
-        deadline = time.monotonic() + HEALTH_TIMEOUT
-        with self.console.status("starting toolkit serve on the embedded SmolLM2-135M-Instruct…"):
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"toolkit serve exited with code {self.proc.returncode}; see "
-                                       f"{self._output.name}")
-                try:
-                    if requests.get(f"{self.url}/health", timeout=1).status_code == 200:
-                        return
-                except requests.RequestException:
-                    pass
-                time.sleep(0.5)
-        raise RuntimeError(f"toolkit serve was not healthy within {HEALTH_TIMEOUT:.0f} s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_TIMEOUT)
-        self._output.close()
+    best = outcome.result.best
+    if best is None or not best.trial.records or best.trial.folder is None:
+        return None
+    log = Path(best.trial.folder) / "server.log"
+    title = f"toolkit demo: the tuned server (step {best.index}: {best.flags.text()})"
+    return build_report(list(best.trial.records), log if log.is_file() else None, out_dir / "report.html", title)
 
 
-def _run_bench(settings: DemoSettings, server: DemoServer, records_path: Path) -> list[dict]:
-    command = _toolkit(
-        "bench", "--base-url", server.url, "--backend", "sglang", "--dataset", "random",
-        "--random-input-len", str(settings.input_len), "--random-output-len", str(settings.output_len),
-        "--random-range-ratio", "0.5", "--num-prompts", str(settings.num_prompts), "--sweep",
-        "--warmup-requests", "2", "--scrape-metrics", "--server-log", str(server.log_file),
-        "--output-file", str(records_path),
-    )
-    code = subprocess.call(command)
-    if code != 0 or not records_path.exists():
-        raise RuntimeError(f"toolkit bench failed with exit code {code}")
-    return [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+def _story(console: Console, settings: DemoSettings) -> None:
+    console.rule("[bold]toolkit demo: the tuning guide as a closed loop")
+    console.print(
+        f"Start: toolkit serve {MISTUNED} — a small KV pool and a cautious scheduler.\n"
+        f"Load: {settings.num_prompts} chat requests at once, max_tokens {MAX_TOKENS}, each answer stopping at its "
+        "first sentence (~20 tokens), so admission reserves far more than requests use.\n"
+        f"Loop: launch → load ({settings.repeats} runs) → diagnose → apply the most severe finding's flag → "
+        f"keep it only if output tok/s beats the noise; at most {settings.max_steps} steps, {settings.max_time:.0f} s.",
+        highlight=False)
 
 
-def _write_report(settings: DemoSettings, records: list[dict], log: Path):
-    from toolkit.reports.build import diagnose_log, render_report, write_html
+def run_demo(settings: DemoSettings, console: Console | None = None) -> Path | None:
+    """Runs the story; returns the tune page's path. No server outlives this call."""
+    from toolkit.tune.session import run_tune
 
-    diagnosis = diagnose_log(records, log)
-    title = "toolkit demo: SmolLM2-135M-Instruct on this machine"
-    path = write_html(render_report(records, diagnosis, title, [str(settings.out_dir / "bench.jsonl")]),
-                      settings.out_dir / "report.html")
-    return path, diagnosis
-
-
-def _print_summary(console: Console, report: Path, diagnosis, records: list[dict]) -> None:
-    best = max(records, key=lambda r: r.get("output_throughput") or 0.0)
-    console.rule("[bold]toolkit demo done")
-    console.print(f"peak output throughput: {best.get('output_throughput', 0.0):.1f} tok/s at rate "
-                  f"{best.get('request_rate')} ({len(records)} bench runs)")
-    console.print(f"diagnosis: {diagnosis.verdict}")
-    for finding in diagnosis.findings[:3]:
-        style = SEVERITY_STYLE.get(finding.severity, "")
-        flag = f" → {finding.flag} {finding.suggested or ''}".rstrip() if finding.flag else ""
-        console.print(f"  [{style}]{finding.severity}[/] {finding.title}{flag}", highlight=False)
-    console.print(f"report: [bold]{report.resolve()}[/]")
-
-
-def run_demo(settings: DemoSettings, console: Console | None = None) -> Path:
-    """Run the whole loop; returns the report's path. The server never outlives this call."""
     console = console or Console()
-    settings.out_dir.mkdir(parents=True, exist_ok=True)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    server = DemoServer(settings, console)
-    try:
-        server.wait_healthy()
-        console.print(f"[green]✓[/] toolkit serve is up at {server.url} (log: {server.log_file})")
-        records = _run_bench(settings, server, settings.out_dir / "bench.jsonl")
-    finally:
-        with console.status("stopping the server…"):
-            server.stop()
-        signal.signal(signal.SIGTERM, previous)
-    console.print(f"[green]✓[/] server stopped; diagnosing {server.log_file.name} and writing the report")
-    report, diagnosis = _write_report(settings, records, server.log_file)
-    _print_summary(console, report, diagnosis, records)
-    return report
-
-
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+    began = time.monotonic()
+    _story(console, settings)
+    outcome = run_tune(tune_options(settings), console)
+    report = _best_report(outcome, settings.out_dir)
+    info = outcome.summary
+    console.rule("[bold]toolkit demo done")
+    if info["start"] and info["best"]:
+        gain = f"{info['gain']:+.0%}" if info["gain"] is not None else "n/a"
+        console.print(f"output throughput: {info['start']['mean']:.1f} tok/s at the start → "
+                      f"{info['best']['mean']:.1f} tok/s after tuning ({gain}), {info['steps']} steps, "
+                      f"{time.monotonic() - began:.0f} s", highlight=False)
+        console.print(f"the command that got there: {info['best']['command']}", highlight=False, soft_wrap=True)
+    if report is not None:
+        console.print(f"report of the tuned server: {report.resolve()}", highlight=False)
+    if outcome.html_path is not None:
+        console.print(f"tune page: [bold]{outcome.html_path.resolve()}[/]", highlight=False)
+    if outcome.result.reason == "stopped by Ctrl-C":
+        raise KeyboardInterrupt
+    return outcome.html_path

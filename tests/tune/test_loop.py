@@ -1,0 +1,176 @@
+"""The tuning loop on a scripted world (no server): keep/revert, the noise test, failed launches, budgets, Ctrl-C,
+severity order and the push-until-it-breaks knob."""
+from __future__ import annotations
+
+import pytest
+
+from tests.tune.fakes import CLIENT, LOW_USAGE, TRY_LPM, Advice, World, flag
+from toolkit.tune.flags import Flags
+from toolkit.tune.loop import Settings, Tuner
+from toolkit.tune.objective import NoiseRule, Sample, compare
+
+START = Flags.parse("--max-total-tokens 2048 --schedule-conservativeness 2")
+
+
+def conservativeness_world(gain: float, lpm_gain: float = 0.0) -> World:
+    """Lowering the conservativeness to 0.3 gains `gain` tok/s; lpm gains `lpm_gain`; repeats are ±1 tok/s."""
+
+    def objective(flags: Flags) -> tuple[float, ...]:
+        mean = 90.0 + (gain if flag(flags, "--schedule-conservativeness", "1") == "0.3" else 0.0)
+        mean += lpm_gain if flags.get("--schedule-policy") == "lpm" else 0.0
+        return (mean - 1.0, mean + 1.0)
+
+    def findings(flags: Flags) -> tuple[Advice, ...]:
+        low = () if flags.get("--schedule-conservativeness") == "0.3" else (LOW_USAGE,)
+        return (TRY_LPM, CLIENT) + low
+
+    return World(objective, findings)
+
+
+def test_a_change_that_beats_the_noise_is_kept_and_the_loop_ends_when_nothing_is_left():
+    world = conservativeness_world(gain=30.0, lpm_gain=0.5)
+    result = Tuner(world, clock=world.clock).run(START)
+    assert [s.status for s in result.steps] == ["baseline", "kept", "reverted"]
+    kept = result.steps[1]
+    assert kept.change.flag == "--schedule-conservativeness" and kept.change.value == "0.3"
+    assert kept.finding.id == "usage.low_while_queued" and kept.against == 0
+    assert kept.comparison.delta == pytest.approx(30.0) and kept.comparison.better
+    assert result.best is kept and result.best.flags.get("--max-total-tokens") == "2048"
+    assert result.steps[2].change.flag == "--schedule-policy" and result.steps[2].against == 1
+    assert result.reason == "nothing actionable is left"
+
+
+def test_a_change_within_the_noise_is_reverted_and_never_tried_again():
+    world = conservativeness_world(gain=1.5)
+    result = Tuner(world, clock=world.clock).run(START)
+    assert [s.status for s in result.steps] == ["baseline", "reverted", "reverted"]
+    assert result.best is result.steps[0] and len(world.asked) == 3
+    assert result.reason.startswith("nothing helped")
+    assert [s.change.flag for s in result.steps[1:]] == ["--schedule-conservativeness", "--schedule-policy"]
+
+
+def test_the_most_severe_actionable_finding_drives_the_first_step():
+    findings = (TRY_LPM, Advice("oom.decode", "critical", "--max-running-requests", "12", "64"),
+                Advice("fp8.kv_cache", "warning", "--not-a-flag-anywhere", "fp8"), CLIENT)
+    world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
+    result = Tuner(world, Settings(max_steps=1), clock=world.clock).run(START)
+    assert result.steps[1].change.flag == "--max-running-requests" and result.steps[1].change.value == "12"
+    assert result.steps[1].finding.severity == "critical"
+
+
+@pytest.mark.parametrize("best, candidate, better", [
+    ((90.0, 92.0), (120.0, 122.0), True),  # far beyond the spread
+    ((90.0, 92.0), (91.0, 93.5), False),  # within the spread
+    ((60.0, 120.0), (100.0, 140.0), False),  # a big gain, but the repeats scatter even more
+    ((100.0, 100.0), (102.0, 102.0), False),  # no spread at all, but under the 3% margin
+    ((100.0, 100.0), (104.0, 104.0), True),
+    ((100.0,), (102.5,), False),  # one repeat: only the margin applies
+    ((100.0,), (103.5,), True),
+])
+def test_the_noise_rule_asks_for_k_pooled_standard_errors_and_a_minimum_margin(best, candidate, better):
+    assert compare(Sample(best), Sample(candidate), NoiseRule(k=2.0, min_gain=0.03)).better is better
+
+
+def test_the_noise_rule_threshold_is_k_pooled_standard_errors():
+    result = compare(Sample((90.0, 92.0)), Sample((120.0, 126.0)), NoiseRule(k=2.0, min_gain=0.0))
+    pooled = ((2 ** 0.5) ** 2 / 2 + (18 ** 0.5) ** 2 / 2) ** 0.5
+    assert result.threshold == pytest.approx(2.0 * pooled * (1 / 2 + 1 / 2) ** 0.5)
+    assert result.delta == pytest.approx(32.0) and result.relative == pytest.approx(32.0 / 91.0)
+
+
+def test_a_failed_launch_is_a_reverted_step_and_the_loop_goes_on():
+    world = conservativeness_world(gain=0.0, lpm_gain=20.0)
+    world.fails = lambda flags: flags.get("--schedule-conservativeness") == "0.3"
+    result = Tuner(world, clock=world.clock).run(START)
+    assert [s.status for s in result.steps] == ["baseline", "failed", "kept"]
+    assert "launch failed" in result.steps[1].trial.error
+    assert result.best.flags.get("--schedule-policy") == "lpm"
+    assert result.best.flags.get("--schedule-conservativeness") == "2"
+
+
+def test_a_start_that_does_not_launch_stops_the_loop_with_the_reason():
+    world = conservativeness_world(gain=30.0)
+    world.fails = lambda flags: True
+    result = Tuner(world, clock=world.clock).run(START)
+    assert [s.status for s in result.steps] == ["failed"] and result.best is None
+    assert result.reason.startswith("the starting configuration failed: launch failed")
+
+
+def doubling_world() -> World:
+    """The running cap is always pinned and doubling it always helps: the loop would go on forever."""
+
+    def objective(flags: Flags) -> tuple[float, ...]:
+        cap = int(flag(flags, "--max-running-requests", "2"))
+        return (10.0 * cap, 10.0 * cap + 1.0)
+
+    def findings(flags: Flags) -> tuple[Advice, ...]:
+        cap = int(flag(flags, "--max-running-requests", "2"))
+        return (Advice("running_cap.pinned", "warning", "--max-running-requests", str(cap * 2), str(cap)),)
+
+    return World(objective, findings)
+
+
+def test_the_step_budget_bounds_the_loop():
+    world = doubling_world()
+    result = Tuner(world, Settings(max_steps=3), clock=world.clock).run(Flags.parse("--max-running-requests 2"))
+    assert [s.status for s in result.steps] == ["baseline", "kept", "kept", "kept"]
+    assert result.best.flags.get("--max-running-requests") == "16"
+    assert result.reason == "the step budget is spent (3 steps)" and len(world.asked) == 4
+
+
+def test_the_time_budget_stops_before_a_step_that_would_not_fit():
+    world = doubling_world()
+    world.step_seconds = 100.0
+    result = Tuner(world, Settings(max_steps=100, max_time=250.0), clock=world.clock).run(Flags())
+    assert len(result.steps) == 2 and result.reason.startswith("the time budget is spent (200 s of 250 s")
+    assert result.seconds == pytest.approx(200.0)
+
+
+def test_ctrl_c_stops_the_loop_and_keeps_the_best_so_far():
+    world = doubling_world()
+    world.interrupt_at = 2
+    seen: list[str] = []
+    result = Tuner(world, on_step=lambda step, best: seen.append(step.status), clock=world.clock).run(Flags())
+    assert [s.status for s in result.steps] == ["baseline", "kept", "interrupted"] and seen == ["baseline", "kept",
+                                                                                                  "interrupted"]
+    assert result.reason == "stopped by Ctrl-C" and result.best is result.steps[1]
+    assert result.best.flags.get("--max-running-requests") == "4"
+
+
+def test_ctrl_c_during_the_start_leaves_no_best():
+    world = doubling_world()
+    world.interrupt_at = 0
+    result = Tuner(world, clock=world.clock).run(Flags())
+    assert result.steps == [] and result.best is None and result.reason == "stopped by Ctrl-C"
+
+
+def test_a_push_knob_grows_its_step_until_it_helps_and_stops_where_the_launch_breaks():
+    more_memory = Advice("gpu_memory.too_much", "warning", "--mem-fraction-static", "higher", "0.8")
+
+    def objective(flags: Flags) -> tuple[float, ...]:
+        mfs = float(flag(flags, "--mem-fraction-static", "0.8"))
+        return (100.0, 101.0) if mfs < 0.835 else (120.0, 121.0)
+
+    world = World(objective, lambda flags: (more_memory,),
+                  fails=lambda flags: float(flag(flags, "--mem-fraction-static", "0.8")) >= 0.845)
+    result = Tuner(world, clock=world.clock).run(Flags.parse("--mem-fraction-static 0.8"))
+    tried = [s.flags.get("--mem-fraction-static") for s in result.steps]
+    assert tried == ["0.8", "0.81", "0.82", "0.84", "0.85"]
+    assert [s.status for s in result.steps] == ["baseline", "reverted", "reverted", "kept", "failed"]
+    assert result.best.flags.get("--mem-fraction-static") == "0.84" and result.reason == "nothing actionable is left"
+
+
+def test_a_push_knob_stops_after_a_bounded_number_of_tries():
+    more_memory = Advice("gpu_memory.too_much", "warning", "--mem-fraction-static", "0.95", "0.8")
+    world = World(lambda flags: (100.0, 101.0), lambda flags: (more_memory,))
+    result = Tuner(world, clock=world.clock).run(Flags.parse("--mem-fraction-static 0.8"))
+    tried = [s.flags.get("--mem-fraction-static") for s in result.steps[1:]]
+    assert tried == ["0.81", "0.82", "0.84", "0.88"] and result.reason.startswith("nothing helped")
+
+
+def test_vllm_advice_uses_vllm_names_and_skips_what_vllm_cannot_do():
+    findings = (LOW_USAGE, Advice("oom.decode", "warning", "--max-running-requests", "48", "64"))
+    world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
+    result = Tuner(world, Settings(engine="vllm"), clock=world.clock).run(Flags.parse("--max-num-seqs 64"))
+    assert [s.change.flag for s in result.steps[1:]] == ["--max-num-seqs"]
+    assert result.steps[1].flags.get("--max-num-seqs") == "48"

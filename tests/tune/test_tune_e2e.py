@@ -1,0 +1,35 @@
+"""`toolkit tune` on the embedded model (CPU, a few minutes at most): from a mistuned start — a small pool with a
+high `--schedule-conservativeness`, chat requests that may write 512 tokens but stop at their first sentence — the
+loop lowers the conservativeness, as the guide says, and the kept configuration beats the start in the same run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.server.server_process import alive, cmdline
+from toolkit.demo import QUESTIONS
+
+MISTUNED = "--max-total-tokens 2048 --context-length 2048 --schedule-conservativeness 2 --device cpu"
+
+
+def test_tune_lowers_the_conservativeness_and_the_result_beats_the_start(tmp_path):
+    prompts, out = tmp_path / "prompts.jsonl", tmp_path / "tune"
+    prompts.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in QUESTIONS))
+    command = [sys.executable, "-m", "toolkit.cli", "tune", "--flags", MISTUNED, "--backend", "openai-chat",
+               "--dataset", "custom", "--dataset-path", str(prompts), "--sharegpt-output-len", "512",
+               "--no-ignore-eos", "--extra-request-body", '{"stop": ["."]}', "--num-prompts", "42",
+               "--repeats", "2", "--max-steps", "1", "--max-time", "400", "--out", str(out)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    assert not [pid for pid in pids if str(out) in cmdline(pid) and alive(pid)], "a tuned server outlived tune"
+    start, step = [json.loads(line) for line in (out / "tune.jsonl").read_text().splitlines()]
+    assert start["status"] == "baseline" and start["finding"] is None
+    assert step["finding"]["id"] == "usage.low_while_queued", step["finding"]
+    assert step["change"]["flag"] == "--schedule-conservativeness" and float(step["change"]["to"]) < 1.0
+    assert step["status"] == "kept", (step["values"], start["values"], step["threshold"])
+    assert min(step["values"]) > max(start["values"]) and step["delta"] > step["threshold"]
+    assert "best launch command:" in proc.stdout and "--schedule-conservativeness 0.3" in proc.stdout
+    assert (out / "tune.html").is_file()

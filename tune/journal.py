@@ -1,0 +1,81 @@
+"""What `tune` writes: one JSON line per step (`tune.jsonl`) and a summary (`summary.json`).
+
+Step line: `step`, `status` (baseline|kept|reverted|failed|interrupted), `flags` ({flag: value}, true for a
+switch), `command` (the launch line), `change` ({"flag", "from", "to", "text"} or null), `finding` (the one that
+drove the step: {"id", "severity", "title", "flag", "suggested", "current"} or null), `objective`, `unit`,
+`values` (one per repeat), `mean`, `spread` (sample standard deviation), `delta`, `relative`, `threshold` (the
+gain the noise rule asked for) and `against` (the step compared with), `error`, `verdict` (diagnose's line),
+`findings` (every finding of the step, with `message`, `tradeoff`, `evidence` text and `facts`), `records` (the
+step's bench records), `folder` (its server log and output), `seconds`, `started` (seconds since the start).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from toolkit.bench.output import clean
+from toolkit.tune.flags import Advice, Value, show
+from toolkit.tune.loop import Result, Step
+from toolkit.tune.objective import UNITS
+
+
+def finding_entry(f: Advice, full: bool = False) -> dict:
+    entry = {k: getattr(f, k, None) for k in ("id", "severity", "title", "flag", "suggested", "current")}
+    if full:
+        entry |= {"message": getattr(f, "message", None), "tradeoff": getattr(f, "tradeoff", None)}
+        if getattr(f, "evidence", None) is not None:
+            from toolkit.reports.diagnosis_rows import evidence_summary, facts
+
+            entry |= {"evidence": evidence_summary(f), "facts": dict(facts(f))}
+    return entry
+
+
+def _flags(items: tuple[tuple[str, Value], ...]) -> dict:
+    return {flag: value for flag, value in items}
+
+
+def step_entry(step: Step, objective: str, command: str) -> dict:
+    change = None
+    if step.change is not None and step.base is not None:
+        change = {"flag": step.change.flag, "from": show(step.base.get(step.change.flag)),
+                  "to": show(step.change.value), "text": step.change.describe(step.base)}
+    sample, comparison = step.sample, step.comparison
+    trial = step.trial
+    return clean({
+        "step": step.index, "status": step.status, "flags": _flags(step.flags.items), "command": command,
+        "change": change, "finding": finding_entry(step.finding) if step.finding is not None else None,
+        "objective": objective, "unit": UNITS[objective], "values": list(trial.values),
+        "mean": sample.mean if sample.n else None, "spread": sample.spread if sample.n else None,
+        "delta": comparison.delta if comparison else None, "relative": comparison.relative if comparison else None,
+        "threshold": comparison.threshold if comparison else None, "against": step.against,
+        "error": trial.error, "verdict": trial.verdict,
+        "findings": [finding_entry(f, full=True) for f in trial.findings], "records": list(trial.records),
+        "folder": trial.folder, "seconds": trial.seconds, "started": step.started,
+    })
+
+
+def append_step(path: Path, entry: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(entry) + "\n")
+
+
+def summary(result: Result, objective: str, best_command: str | None, start_command: str) -> dict:
+    start, best = result.start, result.best
+    gain = None
+    if start is not None and best is not None and start.sample.mean > 0:
+        gain = best.sample.mean / start.sample.mean - 1.0
+    return clean({
+        "objective": objective, "unit": UNITS[objective], "reason": result.reason, "seconds": result.seconds,
+        "steps": len(result.steps) - 1 if result.steps else 0,
+        "kept": [s.index for s in result.steps if s.status == "kept"],
+        "start": {"mean": start.sample.mean, "spread": start.sample.spread, "command": start_command}
+        if start else None,
+        "best": {"step": best.index, "mean": best.sample.mean, "spread": best.sample.spread,
+                 "command": best_command} if best else None,
+        "gain": gain,
+    })
+
+
+def read_steps(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

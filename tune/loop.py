@@ -1,0 +1,285 @@
+"""The tuning loop's logic, free of I/O: measure the start, then repeatedly take the most severe actionable finding
+of the best configuration so far, apply its flag change, measure, and keep the change only if the objective
+improved beyond the noise (`tune.objective`); otherwise revert it and mark the finding tried.
+
+A configuration is measured by a `Measure` callable (launch, run the workload R times, stop, diagnose: see
+`tune.experiment`), so the loop runs in milliseconds against a fake. It stops when nothing actionable is left,
+when `max_steps` experiments or `max_time` seconds are spent, or on Ctrl-C (the best so far is kept). A step
+whose launch or run fails is reverted and the loop goes on.
+
+Push-until-it-breaks knobs (`--mem-fraction-static`, vLLM's `--gpu-memory-utilization`): the guide raises them in
+small increments until the server runs out of memory. Here each try moves the knob from the best value by
+`step * 2**k` (k = tries so far in that direction since the last kept change; a step below the noise is followed
+by a bigger one), never past the advice's own value, never to or past a value whose launch failed, at most
+`PUSH_TRIES` tries.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple, Protocol
+
+from toolkit.tune.flags import Advice, Change, Engine, Flags, Proposal, numeric, propose
+from toolkit.tune.objective import Comparison, NoiseRule, Sample, compare, sample_of
+
+Status = Literal["baseline", "kept", "reverted", "failed", "interrupted"]
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+class PushRule(NamedTuple):
+    step: float
+    low: float
+    high: float
+
+
+PUSH_KNOBS = {
+    "--mem-fraction-static": PushRule(0.01, 0.05, 0.99),
+    "--gpu-memory-utilization": PushRule(0.01, 0.05, 0.99),
+}
+PUSH_TRIES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """One configuration measured: the objective per repeat, what diagnose found, or why it failed."""
+
+    values: tuple[float, ...] = ()
+    findings: tuple[Advice, ...] = ()
+    records: tuple[dict, ...] = ()
+    verdict: str | None = None
+    error: str | None = None
+    folder: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.values)
+
+    @property
+    def sample(self) -> Sample:
+        return sample_of(self.values)
+
+
+class Measure(Protocol):
+    def __call__(self, flags: Flags, index: int) -> Trial:
+        """Launch with `flags`, run the workload, stop, diagnose. Raises KeyboardInterrupt on Ctrl-C, after
+        stopping the server."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    engine: Engine = "sglang"
+    noise: NoiseRule = NoiseRule()
+    max_steps: int = 8
+    max_time: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    index: int
+    flags: Flags
+    trial: Trial
+    status: Status
+    change: Change | None = None
+    finding: Advice | None = None
+    comparison: Comparison | None = None
+    against: int | None = None  # the step it was compared with (and changed)
+    base: Flags | None = None  # that step's flags
+    started: float = 0.0
+
+    @property
+    def sample(self) -> Sample:
+        return self.trial.sample
+
+
+@dataclass(slots=True)
+class Result:
+    steps: list[Step] = field(default_factory=list)
+    best: Step | None = None
+    reason: str = ""
+    seconds: float = 0.0
+
+    @property
+    def start(self) -> Step | None:
+        return self.steps[0] if self.steps and self.steps[0].status == "baseline" else None
+
+
+class Candidate(NamedTuple):
+    flags: Flags
+    change: Change
+    finding: Advice
+    key: tuple
+
+
+@dataclass(slots=True)
+class _Memory:
+    """What the loop has learned: configurations measured, findings tried, and each push knob's history."""
+
+    measured: set = field(default_factory=set)
+    tried: set = field(default_factory=set)
+    pushes: dict[tuple[str, int], int] = field(default_factory=dict)  # (flag, direction) -> tries since a keep
+    broken: dict[str, list[float]] = field(default_factory=dict)  # flag -> values whose launch failed
+
+
+def ranked(findings: Sequence[Advice]) -> list[Advice]:
+    """Most severe first; the diagnosis's own order within a severity."""
+    return sorted(findings, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
+
+
+def _push_value(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memory) -> tuple[float, int] | None:
+    rule = PUSH_KNOBS[proposal.flag]
+    current = numeric(flags.get(proposal.flag))
+    current = numeric(advice.current) if current is None else current
+    target = numeric(proposal.value)
+    if current is None:
+        return (target, 0) if target is not None else None
+    direction = proposal.direction or (1 if target is not None and target > current else -1)
+    tries = memory.pushes.get((proposal.flag, direction), 0)
+    if tries >= PUSH_TRIES:
+        return None
+    value = current + direction * rule.step * 2 ** tries
+    if target is not None:
+        value = min(value, target) if direction > 0 else max(value, target)
+    value = round(min(rule.high, max(rule.low, value)), 4)
+    broken = memory.broken.get(proposal.flag, [])
+    if value == current or any((value - b) * direction >= 0 for b in broken):
+        return None
+    return value, direction
+
+
+def change_for(advice: Advice, flags: Flags, engine: Engine, memory: _Memory) -> tuple[Change, tuple] | None:
+    """The change this finding asks of `flags`, and the key that marks it tried; None when not actionable."""
+    proposal = propose(advice, engine)
+    if proposal is None:
+        return None
+    if proposal.flag in PUSH_KNOBS:
+        pushed = _push_value(proposal, advice, flags, memory)
+        if pushed is None:
+            return None
+        value, direction = pushed
+        change = Change(proposal.flag, f"{value:g}", proposal.companions)
+        return change, (advice.id, proposal.flag, "push", direction, value)
+    if proposal.direction:
+        return None  # NOTE: "higher"/"lower" without a value is only actionable for a push knob
+    change = Change(proposal.flag, proposal.value, proposal.companions)
+    if change.apply(flags).key == flags.key or (advice.current is not None and proposal.value == advice.current
+                                                and flags.get(proposal.flag) is None):
+        return None
+    return change, (advice.id, proposal.flag, proposal.value)
+
+
+class Tuner:
+    def __init__(self, measure: Measure, settings: Settings = Settings(),
+                 on_step: Callable[[Step, Step], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        """`on_step(step, best)` sees every step as soon as it is judged."""
+        self.measure = measure
+        self.settings = settings
+        self.on_step = on_step or (lambda step, best: None)
+        self.clock = clock
+        self.memory = _Memory()
+
+    def run(self, start: Flags) -> Result:
+        result = Result()
+        began = self.clock()
+        try:
+            self._run(start, result, began)
+        except KeyboardInterrupt:
+            result.reason = "stopped by Ctrl-C"
+        result.seconds = self.clock() - began
+        return result
+
+    def _run(self, start: Flags, result: Result, began: float) -> None:
+        base = self._measure(start, result, began)
+        if not base.trial.ok:
+            result.steps.append(base := self._judged(base, "failed"))
+            self.on_step(base, base)
+            result.reason = f"the starting configuration failed: {base.trial.error or 'nothing was measured'}"
+            return
+        result.steps.append(base := self._judged(base, "baseline"))
+        result.best = base
+        self.on_step(base, base)
+        while True:
+            reason = self._spent(result, began)
+            candidate = None if reason else self.next_candidate(result.best)
+            if reason or candidate is None:
+                result.reason = reason or self._nothing_left(result)
+                return
+            step = self._try(candidate, result, began)
+            result.steps.append(step)
+            if step.status == "kept":
+                result.best = step
+                self.memory.pushes = {k: 0 for k in self.memory.pushes}
+            self.on_step(step, result.best)
+
+    def next_candidate(self, best: Step) -> Candidate | None:
+        for advice in ranked(best.trial.findings):
+            found = change_for(advice, best.flags, self.settings.engine, self.memory)
+            if found is None:
+                continue
+            change, key = found
+            flags = change.apply(best.flags)
+            if key in self.memory.tried or flags.key in self.memory.measured:
+                continue
+            return Candidate(flags, change, advice, key)
+        return None
+
+    def _measure(self, flags: Flags, result: Result, began: float) -> Step:
+        self.memory.measured.add(flags.key)
+        started = self.clock() - began
+        return Step(len(result.steps), flags, self.measure(flags, len(result.steps)), "baseline", started=started)
+
+    def _judged(self, step: Step, status: Status, **changes) -> Step:
+        return Step(step.index, step.flags, step.trial, status, started=step.started, **changes)
+
+    def _try(self, candidate: Candidate, result: Result, began: float) -> Step:
+        best = result.best
+        try:
+            step = self._measure(candidate.flags, result, began)
+        except KeyboardInterrupt:
+            interrupted = Step(len(result.steps), candidate.flags, Trial(error="stopped by Ctrl-C"), "interrupted",
+                               candidate.change, candidate.finding, against=best.index, base=best.flags,
+                               started=self.clock() - began)
+            result.steps.append(interrupted)
+            self.on_step(interrupted, best)
+            raise
+        context = dict(change=candidate.change, finding=candidate.finding, against=best.index, base=best.flags)
+        if not step.trial.ok:
+            self._forget(candidate, failed=True)
+            return self._judged(step, "failed", **context)
+        comparison = compare(best.sample, step.sample, self.settings.noise)
+        if comparison.better:
+            return self._judged(step, "kept", comparison=comparison, **context)
+        self._forget(candidate, failed=False)
+        return self._judged(step, "reverted", comparison=comparison, **context)
+
+    def _forget(self, candidate: Candidate, failed: bool) -> None:
+        """Marks the finding's change tried; a push knob remembers the try, and a failed launch as its edge."""
+        self.memory.tried.add(candidate.key)
+        if candidate.key[2:3] == ("push",):
+            flag, direction, value = candidate.key[1], candidate.key[3], candidate.key[4]
+            self.memory.pushes[(flag, direction)] = self.memory.pushes.get((flag, direction), 0) + 1
+            if failed:
+                self.memory.broken.setdefault(flag, []).append(value)
+
+    def _spent(self, result: Result, began: float) -> str | None:
+        experiments = len(result.steps) - 1
+        if experiments >= self.settings.max_steps:
+            return f"the step budget is spent ({self.settings.max_steps} steps)"
+        limit = self.settings.max_time
+        if limit is not None:
+            elapsed = self.clock() - began
+            typical = max(s.trial.seconds for s in result.steps)
+            if elapsed + typical > limit:
+                return (f"the time budget is spent ({elapsed:.0f} s of {limit:.0f} s used; a step takes about "
+                        f"{typical:.0f} s)")
+        return None
+
+    def _nothing_left(self, result: Result) -> str:
+        experiments = result.steps[1:]
+        if not experiments:
+            return "nothing actionable: the diagnosis asks for no flag change this server accepts"
+        if not any(s.status == "kept" for s in experiments):
+            return "nothing helped: every change the diagnosis asked for was reverted"
+        return "nothing actionable is left"
