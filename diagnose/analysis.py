@@ -73,10 +73,8 @@ class Diagnosis:
         word = "stats" if self.timeline.load_kind == "stats" else "decode"
         events = sum(stats.kinds.values())
         if events == 0:
-            why = "no SGLang or vLLM log line was recognised"
-            if stats.unread:
-                why += f" ({stats.unread} unreadable)"
-            return f"{why} in {stats.lines} lines"
+            unread = f" ({stats.unread} unreadable)" if stats.unread else ""
+            return f"no SGLang or vLLM log line was recognised in {stats.lines} lines{unread}"
         if len(load) == 0:
             kinds = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(4))
             return f"no decode or stats lines to judge the load by (read: {kinds})"

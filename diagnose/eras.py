@@ -1,4 +1,4 @@
-"""SGLang eras: recognising one from its log forms, and the defaults it would have chosen (LOG_FORMATS §9)."""
+"""SGLang eras: recognising one from its log forms, and the defaults it would have chosen (docs/log-formats.md §12)."""
 from __future__ import annotations
 
 ERAS = ("0.1.14", "0.2.5", "0.2.15", "0.3.6", "0.4.3", "0.4.9", "0.5.3", "0.5.5", "0.5.23")
@@ -45,7 +45,7 @@ def _at_least(era: str | None, version: str) -> bool:
 
 
 def default_cuda_graph_max_bs(era: str | None, gpu_mem_gb: float | None, tp: int = 1) -> int:
-    """cuda_graph_max_bs SGLang would pick for this GPU size and TP (LOG_FORMATS §9)."""
+    """cuda_graph_max_bs SGLang would pick for this GPU size and TP (docs/log-formats.md §12)."""
     g = gpu_mem_gb if gpu_mem_gb is not None else 80.0
     if not _at_least(era, "0.4.3"):
         return 4 if (_at_least(era, "0.3.6") and g < 25) else 160
@@ -66,7 +66,7 @@ def default_cuda_graph_max_bs(era: str | None, gpu_mem_gb: float | None, tp: int
 
 
 def default_chunked_prefill_size(era: str | None, gpu_mem_gb: float | None) -> int:
-    """chunked_prefill_size SGLang would pick for this GPU size (LOG_FORMATS §9)."""
+    """chunked_prefill_size SGLang would pick for this GPU size (docs/log-formats.md §12)."""
     g = gpu_mem_gb if gpu_mem_gb is not None else 80.0
     if not _at_least(era, "0.4.3"):
         return 2048 if (_at_least(era, "0.3.6") and g < 25) else 8192

@@ -392,6 +392,7 @@ _READERS = {
     "graph_captured": lambda text: _numbers("graph_captured", text),
     "engine_config": _engine_config,
     "engine_args": _engine_args,
+    "scheduler_config": _assignments,
 }
 
 

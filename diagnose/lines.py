@@ -26,6 +26,7 @@ _CONTINUATION = re.compile(
     r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
     r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
     r"|the current vLLM instance can use|model weights take|the rest of the memory")
+_SELF_CONTINUING = frozenset({"leak", "memory_profile"})
 _VLLM_ENGINE = re.compile(r"Engine (\d{1,4}): |\d{1,4} Engines Aggregated: ")
 
 
@@ -148,7 +149,8 @@ class LineParser:
             looks_new = _CONTINUATION.match(line) is None and line.strip() != ""
         kind = kind_of(line, prefix.start)
         if kind is not None and kind != "exception":
-            looks_new = looks_new or not (record.kind == "leak" and kind == "leak")
+            # NOTE: a leak warning's and vLLM's memory profile's later lines start like their first.
+            looks_new = looks_new or not (kind == record.kind and kind in _SELF_CONTINUING)
         return not looks_new and record.add(message)
 
     def _close(self) -> list[Event]:

@@ -1,4 +1,4 @@
-"""`--metrics FILE|URL`: a Prometheus text scrape (SGLang metric names, LOG_FORMATS §10) as evidence."""
+"""`--metrics FILE|URL`: a Prometheus text scrape (SGLang metric names, docs/log-formats.md §13) as evidence."""
 from __future__ import annotations
 
 import urllib.request

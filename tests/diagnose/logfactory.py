@@ -1,4 +1,4 @@
-"""Renders SGLang log lines of every era (LOG_FORMATS.md) from known values, and whole scenario logs."""
+"""Renders SGLang log lines of every era (docs/log-formats.md §1-§6) from known values, and whole scenario logs."""
 from __future__ import annotations
 
 import time
@@ -22,7 +22,7 @@ class Rank:
 
 
 def prefix(era: str, t: float, rank: Rank = Rank(), ms: bool = False, scheduler: bool = True) -> str:
-    """The logger prefix of `era` (LOG_FORMATS §1); the 0.2.5 `[gpu_id=N]` tag is added by the templates."""
+    """The logger prefix of `era` (docs/log-formats.md §1); the 0.2.5 `[gpu_id=N]` tag is added by the templates."""
     v = _v(era)
     if v < (0, 2, 15):
         return ""
@@ -225,3 +225,62 @@ class Log:
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
+
+
+# -- vLLM (docs/log-formats.md §9) ---------------------------------------------------------------------
+
+def vllm_prefix(t: float, process: str = "APIServer", pid: int = 20584, file: str = "loggers.py:335",
+                level: str = "INFO") -> str:
+    return f"({process} pid={pid}) {level} {time.strftime('%m-%d %H:%M:%S', time.gmtime(t))} [{file}] "
+
+
+def vllm_stats(*, running: int, waiting: int, usage: float, gen: float, prompt: float = 100.0, engine: int = 0,
+               preemptions: int = 0, hit: float = 0.0, device: str = "GPU") -> str:
+    pre = f"Preemptions: {preemptions}, " if preemptions else ""
+    return (f"Engine {engine:03d}: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: "
+            f"{gen:.1f} tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, {pre}{device} KV cache usage: "
+            f"{100 * usage:.1f}%, Prefix cache hit rate: {100 * hit:.1f}%")
+
+
+@dataclass
+class VllmLog:
+    """A vLLM V1 log under construction: start-up lines, then one stats line every `every` seconds."""
+
+    lines: list[str] = field(default_factory=list)
+    t: float = T0
+
+    def add(self, message: str, *, dt: float = 0.0, **prefix: object) -> VllmLog:
+        self.t += dt
+        self.lines.append(vllm_prefix(self.t, **prefix) + message)  # type: ignore[arg-type]
+        return self
+
+    def start(self, *, kv_tokens: int = 447088, max_model_len: int = 32768, tp: int = 1, max_num_seqs: int | None = None,
+              gpu_memory_utilization: float | None = None, graph_gb: float = 0.33, kv_gb: float = 54.62,
+              enforce_eager: bool = False, capture: int = 512) -> VllmLog:
+        args = {"model": "Qwen/Qwen3-8B"}
+        if max_num_seqs is not None:
+            args["max_num_seqs"] = max_num_seqs
+        if gpu_memory_utilization is not None:
+            args["gpu_memory_utilization"] = gpu_memory_utilization
+        self.add(f"non-default args: {args!r}", file="utils.py:233")
+        core = {"process": "EngineCore_DP0", "pid": 20600}
+        self.add(f"Initializing a V1 LLM engine (v0.11.0) with config: model='Qwen/Qwen3-8B', "
+                 f"speculative_config=None, dtype=torch.bfloat16, max_seq_len={max_model_len}, "
+                 f"tensor_parallel_size={tp}, pipeline_parallel_size=1, data_parallel_size=1, quantization=None, "
+                 f"enforce_eager={enforce_eager}, kv_cache_dtype=auto, enable_prefix_caching=True, "
+                 f"compilation_config={{'level': 3, 'max_cudagraph_capture_size': {capture}}}", dt=1,
+                 file="core.py:134", **core)
+        self.add("Model loading took 15.2640 GiB and 8.120000 seconds", dt=5, file="gpu_model_runner.py:5150", **core)
+        self.add(f"Available KV cache memory: {kv_gb:.2f} GiB", dt=5, file="gpu_worker.py:760", **core)
+        self.add(f"GPU KV cache size: {kv_tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per "
+                 f"request: {kv_tokens / max_model_len:.2f}x", file="kv_cache_utils.py:1234", **core)
+        self.add(f"Graph capturing finished in 13 secs, took {graph_gb:.2f} GiB", dt=13,
+                 file="gpu_model_runner.py:6582", **core)
+        return self
+
+    def stats_series(self, n: int, every: float = 10.0, **kw: object) -> VllmLog:
+        def pick(x, i):
+            return x[i % len(x)] if isinstance(x, list) else x
+        for i in range(n):
+            self.add(vllm_stats(**{k: pick(v, i) for k, v in kw.items()}), dt=every)  # type: ignore[arg-type]
+        return self

@@ -1,4 +1,4 @@
-"""For every era in LOG_FORMATS.md: a generated log whose parsed events equal the values written into it."""
+"""For every era in docs/log-formats.md: a generated log whose parsed events equal the values written into it."""
 from __future__ import annotations
 
 import pytest
