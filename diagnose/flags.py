@@ -30,3 +30,17 @@ def fp8_kv(config: ServerConfig) -> str:
 
 def engine_word(config: ServerConfig) -> str:
     return "vLLM" if config.vllm else "SGLang"
+
+
+VLLM_DEFAULT_UTILIZATION = 0.9
+
+
+def memory_fraction(config: ServerConfig) -> tuple[float | None, str | None]:
+    """(the static memory fraction, as the finding quotes it): SGLang's `--mem-fraction-static`, vLLM's
+    `--gpu-memory-utilization` (its default 0.9 when the log does not name it)."""
+    value = config.mem_fraction_static
+    if value is not None:
+        return value, f"{value:g}"
+    if config.vllm:
+        return VLLM_DEFAULT_UTILIZATION, f"{VLLM_DEFAULT_UTILIZATION:g} (default)"
+    return None, None

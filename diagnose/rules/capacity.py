@@ -6,14 +6,16 @@
   cache, else smaller outputs (the client's `max_tokens`).
 - `capacity.context_exceeds_pool` (warning): `max_total_num_tokens` (vLLM: its KV cache size in tokens) is
   below the context length: one request at full context cannot fit. Suggest a context length the pool holds.
-- `capacity.pool_vs_concurrency` (warning): the user asked for R concurrent requests (an explicit
+- `capacity.pool_vs_concurrency` (info): the user asked for R concurrent requests (an explicit
   `--max-running-requests` / `--max-num-seqs`) at up to `context_len` tokens each, and the pool holds fewer
-  than R full-context requests. Suggest the cap the pool holds at full context.
+  than R full-context requests. No flag: with short requests R is right; with long ones either the cap the pool
+  holds at full context or a context length that fits R is, and only the workload tells which (when the pool
+  fills, `capacity.pool_bound` and `retraction.frequent` say so with their flags).
 """
 from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding, evidence
-from toolkit.diagnose.flags import flag, fp8_kv
+from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction
 from toolkit.diagnose.rules.context import Context
 
 FULL_USAGE = 0.9
@@ -52,10 +54,11 @@ def _more_memory(ctx: Context) -> tuple[str | None, str | None, str | None, str]
     """(flag, suggested, current, trade-off): more KV memory where there is some, else fp8 KV, else outputs."""
     cfg = ctx.config
     mfs = cfg.mem_fraction_static
-    if cfg.vllm and (mfs is None or mfs < VLLM_MAX_UTILIZATION):
-        now = mfs if mfs is not None else 0.9
-        return (flag(cfg, "kv_memory"), f"{min(VLLM_MAX_UTILIZATION, now + 0.05):.2f}", f"{now:g}",
-                "Less memory left for activations and graphs: too high a value risks CUDA OOM.")
+    if cfg.vllm:
+        now, quoted = memory_fraction(cfg)
+        if now is not None and now < VLLM_MAX_UTILIZATION:
+            return (flag(cfg, "kv_memory"), f"{min(VLLM_MAX_UTILIZATION, now + 0.05):.2f}", quoted,
+                    "Less memory left for activations and graphs: too high a value risks CUDA OOM.")
     avail, total = cfg.available_mem_gb, cfg.gpu_mem_gb
     if not cfg.vllm and mfs is not None and avail is not None and avail > SPARE_GB and total:
         return (flag(cfg, "kv_memory"), f"{min(0.95, mfs + (avail - TARGET_GB) / total):.3f}", f"{mfs:g}",
@@ -87,11 +90,12 @@ def _pool_vs_context(ctx: Context) -> Finding | None:
     wanted = cfg.arg("max_num_seqs") if cfg.vllm else cfg.arg("max_running_requests")
     if not isinstance(wanted, int) or wanted <= fit:
         return None
+    cap, length = flag(cfg, "running_cap"), flag(cfg, "context")
     return Finding(
-        "capacity.pool_vs_concurrency", "warning", "The pool holds fewer full-context requests than asked for",
+        "capacity.pool_vs_concurrency", "info", "The pool holds fewer full-context requests than asked for",
         f"The running cap is set to {wanted} requests of up to {context} tokens each, but the KV pool holds "
         f"{pool} tokens: {fit:.1f} requests at full context. Long requests will be retracted or wait.",
         Evidence(len(rows), None, None, lines, {"pool_tokens": pool, "context_len": context,
                                                 "full_context_requests": round(fit, 2), "asked": wanted}),
-        flag(cfg, "running_cap"), str(max(1, int(fit))), str(wanted),
-        "A lower cap runs fewer short requests at once too; a shorter context length instead keeps the cap.")
+        None, f"if requests run long: {cap} {max(1, int(fit))}, or {length} {pool // wanted}", str(wanted),
+        "A lower cap runs fewer short requests at once too; a shorter context length rejects longer prompts.")

@@ -16,7 +16,7 @@ import numpy as np
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
-from toolkit.diagnose.flags import flag
+from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.rules.context import Context
 
 PREFILL_TARGET = 4096
@@ -35,12 +35,12 @@ def check(ctx: Context) -> list[Finding]:
         out.append(_decode(ctx, by_phase.pop("decode")))
     other = [e for rows in by_phase.values() for e in rows]
     if other:
-        mfs = ctx.config.mem_fraction_static
+        mfs, quoted = memory_fraction(ctx.config)
         out.append(Finding(
             "oom.other", "critical", f"Out of memory ({len(other)}x)",
             "The device ran out of memory while serving: the static memory (weights, KV cache, graphs) left "
             "too little for activations.", evidence_events(other), flag(ctx.config, "kv_memory"),
-            f"{mfs - 0.05:.2f}" if mfs else "lower", f"{mfs:g}" if mfs else None,
+            f"{mfs - 0.05:.2f}" if mfs else "lower", quoted,
             "A smaller KV cache holds fewer tokens: fewer concurrent requests."))
     start = ctx.timeline.kind("not_enough_memory")
     if start:
@@ -49,7 +49,6 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _startup(ctx: Context, rows: list[Event]) -> Finding:
-    mfs = ctx.config.mem_fraction_static
     estimate = next((int(m.group(1)) for e in rows if (m := _ESTIMATE.search(e.text))), None)
     if ctx.config.vllm and estimate:
         context = ctx.config.context_len
@@ -59,13 +58,11 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
             f"that {estimate} fit in the memory left for the KV cache.", evidence_events(rows),
             flag(ctx.config, "context"), str(estimate), str(context) if context else None,
             "Longer requests are rejected; raising --gpu-memory-utilization instead keeps them.")
-    default = 0.9 if ctx.config.vllm else None
-    current = mfs if mfs is not None else default
+    current, quoted = memory_fraction(ctx.config)
     return Finding(
         "oom.startup", "critical", "Not enough memory for the KV cache at start-up",
         "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
-        flag(ctx.config, "kv_memory"), f"{min(0.98, current + 0.05):.2f}" if current else "higher",
-        f"{current:g}" if current else None,
+        flag(ctx.config, "kv_memory"), f"{min(0.98, current + 0.05):.2f}" if current else "higher", quoted,
         "Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller dtype.")
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding, evidence_events
-from toolkit.diagnose.flags import flag
+from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.rules.context import Context
 
 FREQUENT_PER_MIN = 1.0
@@ -125,13 +125,13 @@ def check(ctx: Context) -> list[Finding]:
     title = ("Preemption storm" if ctx.config.vllm else "Retraction storm") if severity == "critical" \
         else ("Frequent preemptions" if ctx.config.vllm else "Frequent retractions")
     if ctx.config.vllm:
-        current = ctx.config.mem_fraction_static
+        current, quoted = memory_fraction(ctx.config)
         return [Finding(
             "retraction.frequent", severity, title,
             f"{how}. A preempted request loses its KV cache and is recomputed later: the KV cache is too small "
             "for the running batch. More KV memory, or fewer concurrent sequences (--max-num-seqs), helps.",
             evidence_events(rows, **facts), flag(ctx.config, "kv_memory"),
-            f"{min(0.95, (current or 0.9) + 0.05):.2f}", f"{current:g}" if current is not None else None,
+            f"{min(0.95, current + 0.05):.2f}", quoted,
             "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.",
             tuple(sorted(rates)))]
     current = ctx.config.schedule_conservativeness

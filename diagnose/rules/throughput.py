@@ -18,7 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.flags import flag
+from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.rules.context import Context, pow2_at_least
 from toolkit.diagnose.series import Rows
 
@@ -122,8 +122,8 @@ def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, str | 
         what = "preemption" if cfg.vllm else "retraction"
         sentence = f"A {what} at line {between[0].line} came just before it."
         if cfg.vllm:
-            mfs = cfg.mem_fraction_static or 0.9
-            return (sentence, flag(cfg, "kv_memory"), f"{min(0.95, mfs + 0.05):.2f}", f"{mfs:g}",
+            mfs, quoted = memory_fraction(cfg)
+            return (sentence, flag(cfg, "kv_memory"), f"{min(0.95, (mfs or 0.9) + 0.05):.2f}", quoted,
                     "Less memory for activations and graphs.")
         current = cfg.schedule_conservativeness
         return (sentence + " Admitting less at once avoids running the pool out.", "--schedule-conservativeness",

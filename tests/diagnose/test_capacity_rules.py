@@ -1,0 +1,130 @@
+"""The rules operators ask about most, each just across its threshold on both sides: throughput collapse, a
+capacity-bound pool, a pool too small for the context x the asked concurrency, the CUDA-graph ceiling, graph
+capture memory, and TP/DP sizes from rank tags."""
+from __future__ import annotations
+
+import pytest
+
+from toolkit.diagnose import analyze
+from tests.diagnose import logfactory as lf
+from tests.diagnose.logfactory import Log, Rank, Startup
+
+N = 30
+ARGS = dict(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, mem_fraction_static=0.85,
+            schedule_policy="fcfs", cuda_graph_max_bs=256)
+
+
+def base(startup: Startup = Startup(), era: str = "0.4.9", rank: Rank = Rank(), **args) -> Log:
+    return Log(era, rank).start(startup, **{**ARGS, **args})
+
+
+def found(log: Log, rule: str):
+    return [f for f in analyze(lines=log.lines).findings if f.id == rule]
+
+
+def _collapse(factor: float, cause: str | None = None, before: int = 30, after: int = 30) -> Log:
+    """Gen throughput 3000 tok/s, then 3000 / factor at the same batch, the pool still nearly full."""
+    log = base()
+    log.decode_series(before, running=120, queue=3, usage=0.93, throughput=3000.0)
+    if cause == "retraction":
+        log.add(lf.retract("0.4.9", k=1, old=0.5, new=0.9), dt=1)
+    graph = cause != "graph"
+    log.decode_series(after, running=120, queue=3, usage=0.93, throughput=3000.0 / factor, graph=graph)
+    return log
+
+
+@pytest.mark.parametrize("factor,fires", [(3.05, True), (2.95, False)])
+def test_throughput_collapse_is_a_drop_below_a_third(factor: float, fires: bool) -> None:
+    assert bool(found(_collapse(factor), "throughput.collapse")) is fires
+
+
+def test_throughput_collapse_after_a_retraction_names_it_and_the_flag() -> None:
+    (f,) = found(_collapse(10.0, "retraction"), "throughput.collapse")
+    assert f.severity == "warning" and f.title == "Gen throughput collapsed 10x"
+    assert "fell from 3000 to 300 tok/s" in f.message and "with the KV pool 93% used" in f.message
+    assert "A retraction at line" in f.message
+    assert (f.flag, f.suggested, f.current) == ("--schedule-conservativeness", "1.3", "1")
+    assert f.evidence.facts["running_before"] == f.evidence.facts["running_after"] == 120
+
+
+def test_throughput_collapse_on_a_graph_fallback_without_outgrowing_the_ceiling_names_no_flag() -> None:
+    (f,) = found(_collapse(10.0, "graph"), "throughput.collapse")
+    assert "stopped using CUDA graphs" in f.message and f.flag is None
+
+
+def test_throughput_collapse_needs_the_same_batch() -> None:
+    log = base().decode_series(30, running=120, queue=3, usage=0.5, throughput=3000.0)
+    log.decode_series(30, running=20, queue=0, usage=0.1, throughput=300.0)  # the load fell, not the speed
+    assert found(log, "throughput.collapse") == []
+
+
+@pytest.mark.parametrize("usage,fires", [(0.90, True), (0.89, False)])
+def test_capacity_bound_pool_at_ninety_percent_with_a_queue(usage: float, fires: bool) -> None:
+    log = base(Startup(available=12.0)).decode_series(N, running=200, queue=8, usage=usage)
+    got = found(log, "capacity.pool_bound")
+    assert bool(got) is fires
+    if fires:
+        assert (got[0].flag, got[0].suggested) == ("--mem-fraction-static", f"{0.85 + (12.0 - 6.5) / 78.5:.3f}")
+
+
+@pytest.mark.parametrize("queued,fires", [(15, True), (14, False)])
+def test_capacity_bound_pool_in_half_the_steady_lines(queued: int, fires: bool) -> None:
+    mask = [((i * queued) // N) != (((i + 1) * queued) // N) for i in range(N)]
+    log = base().decode_series(N, running=200, queue=[8 if m else 0 for m in mask], usage=0.95)
+    assert bool(found(log, "capacity.pool_bound")) is fires
+
+
+def test_capacity_bound_pool_without_spare_memory_suggests_an_fp8_kv_cache() -> None:
+    (f,) = found(base(Startup(available=6.5)).decode_series(N, running=200, queue=8, usage=0.95),
+                 "capacity.pool_bound")
+    assert (f.flag, f.suggested, f.current) == ("--kv-cache-dtype", "fp8_e5m2", "auto")
+
+
+@pytest.mark.parametrize("pool,fires", [(65535, True), (65536, False)])
+def test_a_pool_smaller_than_one_full_context_request(pool: int, fires: bool) -> None:
+    got = found(base(Startup(max_total=pool, context_len=65536)).decode_series(5), "capacity.context_exceeds_pool")
+    assert bool(got) is fires
+    if fires:
+        assert (got[0].flag, got[0].suggested, got[0].current) == ("--context-length", "64512", "65536")
+
+
+@pytest.mark.parametrize("asked,fires", [(11, True), (10, False)])
+def test_a_pool_too_small_for_the_context_times_the_asked_concurrency(asked: int, fires: bool) -> None:
+    log = base(Startup(max_total=655360, context_len=65536, max_running=asked), max_running_requests=asked)
+    got = found(log.decode_series(5), "capacity.pool_vs_concurrency")
+    assert bool(got) is fires
+    if fires:
+        assert got[0].severity == "info" and got[0].flag is None and got[0].current == "11"
+        assert got[0].suggested == "if requests run long: --max-running-requests 10, or --context-length 59578"
+        assert got[0].evidence.facts["full_context_requests"] == 10.0
+
+
+@pytest.mark.parametrize("above,fires", [(15, True), (14, False)])
+def test_cuda_graph_ceiling_when_the_batch_sits_above_the_captured_maximum(above: int, fires: bool) -> None:
+    mask = [((i * above) // N) != (((i + 1) * above) // N) for i in range(N)]
+    log = base(era="0.4.3").decode_series(N, running=[300 if m else 200 for m in mask], queue=2)
+    got = found(log, "cuda_graph.ceiling")
+    assert bool(got) is fires
+    if fires:
+        assert (got[0].flag, got[0].suggested, got[0].current) == ("--cuda-graph-max-bs", "512", "256")
+
+
+@pytest.mark.parametrize("graph_gb,fires", [(1.5, True), (1.4, False)])
+def test_graph_capture_memory_against_what_is_left(graph_gb: float, fires: bool) -> None:
+    log = base(Startup(graph_mem=graph_gb, available=1.45)).decode_series(5)
+    got = found(log, "cuda_graph.capture_memory")
+    assert bool(got) is fires
+    if fires:
+        assert (got[0].flag, got[0].suggested, got[0].current) == ("--cuda-graph-max-bs", "128", "256")
+
+
+def test_tp_and_dp_sizes_from_rank_tags_without_server_args() -> None:
+    log = Log("0.4.9")
+    for dp in range(2):
+        for tp in range(4):
+            log.add(lf.decode("0.4.9", running=10, token=100, usage=0.1, throughput=100.0, queue=0), dt=0.1,
+                    rank=Rank(tp=tp, dp=dp, tp_size=4))
+    d = analyze(lines=log.lines)
+    assert (d.config.tp_size, d.config.dp_size, d.config.parallelism_source) == (4, 2, "rank tags")
+    d = analyze(lines=base(tp_size=2, dp_size=1).decode_series(3).lines)
+    assert (d.config.tp_size, d.config.parallelism_source) == (2, "arguments")
