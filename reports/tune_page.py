@@ -69,8 +69,11 @@ def objective_image(steps: Sequence[dict]) -> Image | None:
                  "and the best so far")
 
 
-def run_rows(step: dict) -> list[list[object]]:
-    return [[record.get(key) for key, _ in RUN_COLUMNS] for record in step.get("records") or []]
+def run_table(step: dict) -> tuple[list[str], list[list[object]]]:
+    """(column labels, one row per bench run) with only the columns some run of the step has."""
+    records = step.get("records") or []
+    columns = [(key, label) for key, label in RUN_COLUMNS if any(r.get(key) is not None for r in records)]
+    return [label for _, label in columns], [[r.get(key) for key, _ in columns] for r in records]
 
 
 def context(steps: Sequence[dict], summary: dict, title: str | None = None) -> dict:
@@ -83,8 +86,7 @@ def context(steps: Sequence[dict], summary: dict, title: str | None = None) -> d
         "steps": list(steps),
         "s": summary,
         "chart": objective_image(steps),
-        "run_columns": [label for _, label in RUN_COLUMNS],
-        "run_rows": run_rows,
+        "run_table": run_table,
     }
 
 
