@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.fastpath.ahead import scanned_chunks
+from toolkit.diagnose.fastpath.ahead import ReadChunk, runs, scanned_chunks
 from toolkit.diagnose.fastpath.fields import BOOLEAN
 from toolkit.diagnose.fastpath.scan import DECODE, ScannedChunk
 from toolkit.diagnose.fields import parse_fields
@@ -110,8 +110,9 @@ def _tables(path: str | Path, source: int, schema: pa.Schema):
     parser = LineParser(source, ParseStats())
     with open_log(path) as stream:
         no = 1
-        for chunk, scanned in scanned_chunks(LineReader(stream).chunks()):
-            events, hot = _chunk_events(chunk, scanned, no, parser)
+        for read in scanned_chunks(LineReader(stream).chunks()):
+            chunk, scanned = read.raw  # type: ignore[misc]
+            events, hot = _chunk_events(read, no, parser)
             no += scanned.lines
             yield _table(events, hot, chunk, scanned, source, schema)
     tail = parser.finish()
@@ -119,25 +120,22 @@ def _tables(path: str | Path, source: int, schema: pa.Schema):
         yield _table(tail, None, None, None, source, schema)
 
 
-def _chunk_events(chunk: Chunk, scanned: ScannedChunk, first: int, parser: LineParser):
+def _chunk_events(read: ReadChunk, first: int, parser: LineParser):
     """(events the per-line parser read, (hot batch rows kept, first line)) of one chunk. Access lines,
     which the scanner only counts, go to the per-line parser here for their fields."""
-    from toolkit.diagnose.reading import _runs, _texts
-
-    slow = scanned.slow.copy()
-    slow[~scanned.slow] = True
-    slow[scanned.batch.index] = False
+    slow = np.ones(read.lines, bool)
+    slow[read.batch.index] = False
     events: list[Event] = []
     routed: list[int] = []
-    for begin, end, is_slow in _runs(slow):
+    for begin, end, is_slow in runs(slow):
         if is_slow:
-            events += parser.feed(_texts(chunk, scanned, begin, end), first + begin)
+            events += parser.feed(read.texts(begin, end), first + begin)
             continue
         if parser.open_record:
-            events += parser.feed(_texts(chunk, scanned, begin, begin + 1), first + begin)
+            events += parser.feed(read.texts(begin, begin + 1), first + begin)
             routed.append(begin)
         parser.stamped = True
-    keep = ~np.isin(scanned.batch.index, routed) if routed else np.ones(len(scanned.batch.index), bool)
+    keep = ~np.isin(read.batch.index, routed) if routed else np.ones(len(read.batch.index), bool)
     return events, (keep, first)
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.diagnose.events import BATCH_KINDS, Event
-from toolkit.diagnose.fastpath.ahead import scanned_chunks
-from toolkit.diagnose.fastpath.scan import DECODE, PREFILL, ScannedChunk
+from toolkit.diagnose.fastpath.ahead import (LineTooLong, ReadChunk, runs, samples, scanned_chunks, scanned_ranges,
+                                              use_processes)
+from toolkit.diagnose.fastpath.scan import DECODE, PREFILL
 from toolkit.diagnose.lines import LineParser, ParseStats
 from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
@@ -93,57 +94,69 @@ def _read_lines(lines: Iterable[str], source: int, stats: ParseStats, sink: _Sin
 
 def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fast: bool) -> None:
     parser = LineParser(source, stats)
-    with open_log(path) as stream:
-        reader = LineReader(stream)
-        no = 1
-        chunks = scanned_chunks(reader.chunks()) if fast else ((c, None) for c in reader.chunks())
-        for chunk, scanned in chunks:
-            if chunk.cut:
-                reader.note_cut(no)
-            no += _read_chunk(chunk, scanned, no, parser, sink)
-        reader.report_cuts(stats)
+    no, offset = 1, 0
+    if fast and use_processes(path):
+        try:
+            for chunk in scanned_ranges(path, CHUNK_SIZE()):
+                no += _read_chunk(chunk, no, parser, sink)
+            offset = -1
+        except LineTooLong as too_long:
+            offset = too_long.offset
+    if offset >= 0:
+        with open_log(path) as stream:
+            if offset:
+                stream.seek(offset)
+            reader = LineReader(stream)
+            chunks = scanned_chunks(reader.chunks()) if fast else (_whole(c) for c in reader.chunks())
+            for chunk in chunks:
+                if chunk.cut:
+                    reader.note_cut(no)
+                no += _read_chunk(chunk, no, parser, sink)
+            reader.report_cuts(stats)
     sink.take(parser.finish())
     sink.flush()
 
 
-def _read_chunk(chunk: Chunk, scanned: ScannedChunk | None, first: int, parser: LineParser, sink: _Sink) -> int:
+def CHUNK_SIZE() -> int:  # noqa: N802 - read at call time, so tests can make chunks small
+    from toolkit.diagnose import source
+
+    return source.CHUNK
+
+
+def _whole(chunk: Chunk) -> ReadChunk:
+    """A chunk every line of which takes the per-line path."""
+    lines = decode_lines(memoryview(chunk.data)[: chunk.size])
+    return ReadChunk(len(lines), np.ones(len(lines), bool), None, 0, chunk.cut,  # type: ignore[arg-type]
+                     lambda begin, end: lines[begin:end])
+
+
+def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -> int:
     """Read one chunk whose first line is number `first`; returns its number of lines."""
-    if scanned is None or scanned.slow.all():
-        lines = decode_lines(memoryview(chunk.data)[: chunk.size])
-        sink.take(parser.feed(lines, first))
+    if chunk.lines == 0:
+        return 0
+    if chunk.batch is None or chunk.slow.all():
+        sink.take(parser.feed(chunk.texts(0, chunk.lines), first))
         sink.flush()
-        return len(lines)
+        return chunk.lines
     routed: list[int] = []
-    for begin, end, slow in _runs(scanned.slow):
+    for begin, end, slow in runs(chunk.slow):
         if slow:
-            sink.take(parser.feed(_texts(chunk, scanned, begin, end), first + begin))
+            sink.take(parser.feed(chunk.texts(begin, end), first + begin))
             continue
         if parser.open_record:
             # NOTE: an open multi-line record decides for itself whether the next line continues it.
-            sink.take(parser.feed(_texts(chunk, scanned, begin, begin + 1), first + begin))
+            sink.take(parser.feed(chunk.texts(begin, begin + 1), first + begin))
             routed.append(begin)
         parser.stamped = True
-    sink.flush(_hot_columns(scanned, first, parser, sink.builder, routed))
-    _sample(chunk, scanned, sink)
-    return scanned.lines
+    sink.flush(_hot_columns(chunk, first, parser, sink.builder, routed))
+    for i in samples(chunk.batch):
+        text = chunk.texts(i, i + 1)[0]
+        sink.sample("decode" if chunk.batch.kind[np.searchsorted(chunk.batch.index, i)] == DECODE else "prefill",
+                    text[text.index("] ") + 2:])
+    return chunk.lines
 
 
-def _sample(chunk: Chunk, scanned: ScannedChunk, sink: _Sink) -> None:
-    """The first and last hot line of each batch kind, as messages (for the era)."""
-    batch = scanned.batch
-    for code, kind in enumerate(("decode", "prefill")):
-        rows = np.flatnonzero(batch.kind == code)
-        picks = rows[:1].tolist() + (rows[-1:].tolist() if len(rows) > 1 else [])
-        for i in picks:
-            text = _texts(chunk, scanned, int(batch.index[i]), int(batch.index[i]) + 1)[0]
-            sink.sample(kind, text[text.index("] ") + 2:])
-
-
-def _texts(chunk: Chunk, scanned: ScannedChunk, begin: int, end: int) -> list[str]:
-    return decode_lines(memoryview(chunk.data)[scanned.starts[begin]: scanned.ends[end - 1]])
-
-
-def _hot_columns(scanned: ScannedChunk, first: int, parser: LineParser, builder: BatchTableBuilder,
+def _hot_columns(scanned: ReadChunk, first: int, parser: LineParser, builder: BatchTableBuilder,
                  routed: list[int]) -> dict[str, dict[str, np.ndarray]]:
     """The chunk's hot batch lines as table columns by kind, counted in the parser's stats (routed lines are
     the per-line parser's)."""
@@ -177,11 +190,3 @@ def _hot_columns(scanned: ScannedChunk, first: int, parser: LineParser, builder:
                 columns[name] = picked
         out[kind] = columns
     return out
-
-
-def _runs(slow: np.ndarray) -> Iterable[tuple[int, int, bool]]:
-    """(begin, end, slow) for each run of equal values in `slow`."""
-    edges = np.flatnonzero(np.diff(slow.view(np.int8))) + 1
-    bounds = np.concatenate(([0], edges, [len(slow)])).tolist()
-    flags = slow[bounds[:-1]].tolist()
-    return zip(bounds[:-1], bounds[1:], flags)

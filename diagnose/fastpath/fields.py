@@ -133,29 +133,37 @@ def _key_ids(words: Words, pos: np.ndarray) -> np.ndarray:
 
 def _read_value(words: Words, start: np.ndarray,
                 boolean: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(value, length of its text, the eight bytes after it) of each value starting at `start`; NaN where
-    the text is not one: for `boolean` rows True/False (1.0/0.0), else `-?d+(.d+)?%?` with fewer than 8
-    digits each side of the point."""
+    """(value, length of its text, the bytes after it) of each value starting at `start`; NaN where the text
+    is not one: for `boolean` rows True/False (1.0/0.0), else `-?d+(.d+)?%?` with fewer than 8 digits each
+    side of the point."""
     word = words.at(start)
-    value, length = _read_number(words, word, start)
+    value, length, tail, whole = _read_number(words, word, start)
     if boolean.any():
         true, false = is_literal(word, _TRUE), is_literal(word, _FALSE)
         value = np.where(boolean, np.where(true, 1.0, np.where(false, 0.0, np.nan)), value)
         length = np.where(boolean, np.where(true, 4, 5), length)
-    return value, length, words.at(start + length)
+        tail = np.where(boolean, word >> np.where(true, np.uint64(32), np.uint64(40)), tail)
+        whole = np.where(boolean, True, whole)
+    if not whole.all():
+        # NOTE: a value longer than its word leaves less than two bytes after it there: read them afresh.
+        rest = np.flatnonzero(~whole)
+        tail[rest] = words.at(start[rest] + length[rest])
+    return value, length, tail
 
 
-def _read_number(words: Words, word: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The digits either side of the point make one integer below 10**15, so `int / 10**places` rounds as
-    `float(text)` does."""
+def _read_number(words: Words, word: np.ndarray,
+                 start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(value, length, the bytes after the text, whether those hold at least two bytes). The digits either
+    side of the point make one integer below 10**15, so `int / 10**places` rounds as `float(text)` does."""
     negative = (word & _BYTE) == np.uint64(ord("-"))
     signed = bool(negative.any())
     if signed:
         word = np.where(negative, words.at(start + 1), word)
     whole = digit_run(word)
     integer = parse_digits(word, whole)
-    after = (word >> (np.minimum(whole, 7) * 8).astype(np.uint64)) & _BYTE
-    dot = (after == np.uint64(ord("."))) & (whole < 8)
+    shift = (np.minimum(whole, 7) * 8).astype(np.uint64)
+    last, used = word >> shift, whole
+    dot = ((last & _BYTE) == np.uint64(ord("."))) & (whole < 8)
     good = (whole >= 1) & (whole < 8)
     length = whole + negative
     if dot.any():
@@ -165,16 +173,19 @@ def _read_number(words: Words, word: np.ndarray, start: np.ndarray) -> tuple[np.
         value = np.where(dot, (integer * _POW10[places] + decimals) / _POW10F[places], integer)
         length = length + np.where(dot, places + 1, 0)
         good &= ~dot | ((places >= 1) & (places < 8))
-        after = np.where(dot, (fraction >> (np.minimum(places, 7) * 8).astype(np.uint64)) & _BYTE, after)
+        last = np.where(dot, fraction >> (np.minimum(places, 7) * 8).astype(np.uint64), last)
+        used = np.where(dot, places, used)
     else:
         value = integer.astype(np.float64)
-    percent = after == np.uint64(ord("%"))
+    percent = (last & _BYTE) == np.uint64(ord("%"))
     if percent.any():
         value = np.where(percent, value / 100, value)
         length = length + percent
+        last = np.where(percent, last >> np.uint64(8), last)
+        used = used + percent
     if signed:
         value = np.where(negative, -value, value)
-    return np.where(good, value, np.nan), length
+    return np.where(good, value, np.nan), length, last, used <= 6
 
 
 _COMMA_SPACE = np.uint64(int.from_bytes(b", ", "little"))

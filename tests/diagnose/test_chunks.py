@@ -41,7 +41,7 @@ def test_chunks_hold_whole_lines_and_padding() -> None:
 def test_scanned_chunks_equal_sequential_scans_in_order(workers: int) -> None:
     data = _log_bytes()
     sequential = list(_reader(data).chunks())
-    scanned = list(scanned_chunks(_reader(data).chunks(), workers=workers))
+    scanned = [read.raw for read in scanned_chunks(_reader(data).chunks(), workers=workers)]
     assert [bytes(c.data) for c, _ in scanned] == [bytes(c.data) for c in sequential]
     for (chunk, got), expected in zip(scanned, (scan_chunk(c.data, c.size) for c in sequential)):
         np.testing.assert_array_equal(got.slow, expected.slow)

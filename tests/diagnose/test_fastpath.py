@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,9 +62,11 @@ LINES = [stamp + body for stamp in STAMPS for body in BODIES]
 LINES += ["", "\x00\x01", "caf\u00e9 Decode batch. #running-req: 1"]
 
 
-def _read(tmp_path, monkeypatch, data: bytes, chunk: int, max_line: int, fast: bool):
+def _read(tmp_path, monkeypatch, data: bytes, chunk: int, max_line: int, fast: bool, processes: bool = False):
     monkeypatch.setattr("toolkit.diagnose.source.CHUNK", chunk)
     monkeypatch.setattr("toolkit.diagnose.source.MAX_LINE", max_line)
+    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.MAX_LINE", max_line)
+    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
     path = tmp_path / "x.log"
     path.write_bytes(data)
     stats = ParseStats()
@@ -83,8 +86,9 @@ def _table_rows(records) -> dict[str, dict[str, list]]:
     return out
 
 
-def _same(tmp_path, monkeypatch, data: bytes, chunk: int = 8 << 20, max_line: int = 1 << 20) -> None:
-    got, got_stats = _read(tmp_path, monkeypatch, data, chunk, max_line, fast=True)
+def _same(tmp_path, monkeypatch, data: bytes, chunk: int = 8 << 20, max_line: int = 1 << 20,
+          processes: bool = False) -> None:
+    got, got_stats = _read(tmp_path, monkeypatch, data, chunk, max_line, fast=True, processes=processes)
     want, want_stats = _read(tmp_path, monkeypatch, data, chunk, max_line, fast=False)
     assert _table_rows(got) == _table_rows(want)
     assert got.events == want.events
@@ -101,19 +105,37 @@ def test_the_benchmark_log_is_all_hot_lines(tmp_path) -> None:
     assert len(scanned.batch.index) + scanned.access == 3000
 
 
-def test_fast_path_equals_the_per_line_parser_on_the_benchmark_log(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_fast_path_equals_the_per_line_parser_on_the_benchmark_log(tmp_path, monkeypatch, processes) -> None:
     path = tmp_path / "mixed.log"
     write_log(str(path), 3000)
-    _same(tmp_path, monkeypatch, path.read_bytes(), chunk=64 * 1024)
+    _same(tmp_path, monkeypatch, path.read_bytes(), chunk=64 * 1024, processes=processes)
 
 
-def test_fast_path_equals_the_per_line_parser_on_every_era(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_fast_path_equals_the_per_line_parser_on_every_era(tmp_path, monkeypatch, processes) -> None:
     lines = [line for era in lf.ERAS for line in _era_log(era).lines]
-    _same(tmp_path, monkeypatch, ("\n".join(lines * 3) + "\n").encode())
+    _same(tmp_path, monkeypatch, ("\n".join(lines * 3) + "\n").encode(), chunk=4096, processes=processes)
 
 
-def test_fast_path_equals_the_per_line_parser_on_every_stamp_and_body(tmp_path, monkeypatch) -> None:
-    _same(tmp_path, monkeypatch, ("\n".join(LINES) + "\n").encode(), chunk=2048)
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_fast_path_equals_the_per_line_parser_on_every_stamp_and_body(tmp_path, monkeypatch, processes) -> None:
+    _same(tmp_path, monkeypatch, ("\n".join(LINES) + "\n").encode(), chunk=2048, processes=processes)
+
+
+@pytest.mark.parametrize("chunk", [61, 97, 2048])
+@pytest.mark.parametrize("ending", [b"\n", b"", b"\n\n"])
+def test_process_ranges_own_the_lines_that_start_in_them(tmp_path, monkeypatch, chunk: int, ending: bytes) -> None:
+    data = "\n".join(LINES[:60]).encode("utf-8", "surrogateescape") + ending
+    _same(tmp_path, monkeypatch, data, chunk=chunk, processes=True)
+
+
+def test_a_line_too_long_for_a_range_reads_the_rest_as_a_stream(tmp_path, monkeypatch) -> None:
+    lines = LINES[:40] + ["x" * 500] + LINES[:40]
+    got, got_stats = _read(tmp_path, monkeypatch, ("\n".join(lines) + "\n").encode(), 1024, 200, True, True)
+    want, want_stats = _read(tmp_path, monkeypatch, ("\n".join(lines) + "\n").encode(), 1024, 200, True, False)
+    assert _table_rows(got) == _table_rows(want) and got.events == want.events
+    assert got_stats.kinds == want_stats.kinds and got_stats.lines == want_stats.lines == len(lines)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
