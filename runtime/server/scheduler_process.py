@@ -88,6 +88,7 @@ class SchedulerLoop:
         self.running = True
         self.shutting_down = False
         self.aborted_at_shutdown = 0
+        self.live_rids: set[str] = set()  # received and not finished yet
 
     def run(self) -> None:
         while self.running:
@@ -98,6 +99,7 @@ class SchedulerLoop:
                 outputs = self.scheduler.step()
             stats = dataclasses.asdict(self.scheduler.stats)
             self.outbox.send_pyobj(BatchOutput(outputs, stats), copy=False)
+            self.live_rids.difference_update(o.rid for o in outputs if o.finished_reason is not None)
             if self.shutting_down and not self.scheduler.has_work:
                 self._report_shutdown()
                 return
@@ -117,6 +119,7 @@ class SchedulerLoop:
 
     def _handle(self, message: object) -> None:
         if isinstance(message, GenerateInput):
+            self.live_rids.add(message.rid)
             self.scheduler.add_request(message)
         elif isinstance(message, AbortRequest):
             self.scheduler.abort_request(message.rid)
@@ -127,14 +130,10 @@ class SchedulerLoop:
             self.aborted_at_shutdown = self._abort_everything("the server is shutting down")
 
     def _abort_everything(self, message: str) -> int:
-        """Mark every live request aborted (what `Scheduler.abort_request` does, without a search per request);
-        the next step() frees their KV."""
-        scheduler = self.scheduler
-        live = [*scheduler.waiting, *scheduler.running.reqs, *filter(None, [scheduler.chunked_req])]
-        live = [req for req in live if not req.finished]
-        for req in live:
-            req.to_abort = message
-        return len(live)
+        """Abort every request not finished yet; the next steps free their KV."""
+        for rid in self.live_rids:
+            self.scheduler.abort_request(rid, message)
+        return len(self.live_rids)
 
     def _report_shutdown(self) -> None:
         pool_free = self.scheduler.check_memory()

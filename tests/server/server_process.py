@@ -31,15 +31,30 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def alive(pid: int) -> bool:
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): tells a process from a later one reusing its pid."""
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def alive(pid: int, started: int | None = None) -> bool:
+    """The process runs (a zombie does not count); with `started`, only that very process counts."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return False
+    return fields[0] != "Z" and (started is None or int(fields[19]) == started)
+
+
+def family(pid: int) -> dict[int, int | None]:
+    """The process's children with their start times, for `alive(pid, started)` later."""
+    return {child: start_time(child) for child in children_of(pid)}
 
 
 class ServerProcess(launcher.ServerProcess):

@@ -16,14 +16,14 @@ import pytest
 import requests
 
 from tests.server.conftest import API_KEY
-from tests.server.server_process import ServerProcess, alive, children_of
+from tests.server.server_process import ServerProcess, alive, family
 
 TINY = ("--dtype", "bfloat16", "--max-total-tokens", "4096")
 
 
 def test_sigterm_exits_within_5_seconds_leaving_no_children():
     server = ServerProcess(*TINY).wait_healthy()
-    children = children_of(server.proc.pid)
+    children = family(server.pid)
     assert children, "the scheduler process should be a child of the server"
     requests.post(f"{server.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=60)
     started = time.monotonic()
@@ -33,17 +33,14 @@ def test_sigterm_exits_within_5_seconds_leaving_no_children():
     server.stop()
     assert elapsed < 5.0, f"took {elapsed:.1f} s"
     assert code == 0
-    deadline = time.monotonic() + 2
-    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in children if alive(pid)], "child processes outlived the server"
+    assert not _wait_gone(children), "child processes outlived the server"
 
 
-def _wait_gone(pids: list[int], seconds: float = 2.0) -> list[int]:
+def _wait_gone(children: dict[int, int | None], seconds: float = 2.0) -> list[int]:
     deadline = time.monotonic() + seconds
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid, started) for pid, started in children.items()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [pid for pid in pids if alive(pid)]
+    return [pid for pid, started in children.items() if alive(pid, started)]
 
 
 STREAM_BODIES = [
@@ -75,10 +72,8 @@ async def _open_stream(session: aiohttp.ClientSession, url: str, i: int, first_e
 
 def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_within_5_seconds(tmp_path):
     log = tmp_path / "server.log"
-    server = ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "30000", log_file=log).wait_healthy()
-    children = children_of(server.pid)
 
-    async def run() -> tuple[float, list[list[str]], list[int | str]]:
+    async def run(server: ServerProcess) -> tuple[float, list[list[str]], list[int | str]]:
         first_event, opened = asyncio.Event(), []
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
             streams = [asyncio.ensure_future(_open_stream(session, server.url, i, first_event, opened))
@@ -96,11 +91,12 @@ def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_within_5_sec
             ended = await asyncio.wait_for(asyncio.gather(*streams), 30)
             return started, ended, late
 
-    started, ended, late = asyncio.run(run())
-    code = server.proc.wait(30)
-    elapsed = time.monotonic() - started
+    with ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "30000", log_file=log).wait_healthy() as server:
+        children = family(server.pid)
+        started, ended, late = asyncio.run(run(server))
+        code = server.proc.wait(30)
+        elapsed = time.monotonic() - started
     text = log.read_text()
-    server.stop()
     assert code == 0 and elapsed <= 5.0, f"exit code {code} after {elapsed:.1f} s"
     for events in ended:
         assert events[-1] == "[DONE]", events[-3:]
@@ -109,37 +105,37 @@ def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_within_5_sec
     assert late in ([503], ["refused"]), late
     assert not _wait_gone(children), "child processes outlived the server"
     assert "memory leak" not in text and "Traceback" not in text
-    assert "aborted 20 requests" in text, text[-2000:]
+    assert "Shutting down: new requests get 503, aborted 20 requests" in text, text[-2000:]
+    assert "Scheduler shut down: aborted 20 requests, KV pool free: True" in text, text[-2000:]
 
 
 @pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
 def test_a_second_signal_exits_at_once(second):
-    server = ServerProcess("--dtype", "float32", "--chunked-prefill-size", "-1", "--max-total-tokens", "8192",
-                           "--watchdog-timeout", "120").wait_healthy()
-    children = children_of(server.pid)
     prompt = list(range(100, 3100))  # one 3000-token prefill keeps the scheduler busy for seconds on a CPU
-    session = requests.Session()
-    def post() -> None:
+
+    def post(url: str) -> None:
         try:
-            session.post(f"{server.url}/generate", json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}},
-                         timeout=60)
+            requests.post(f"{url}/generate", json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}},
+                          timeout=60)
         except requests.RequestException:
             pass
 
-    thread = threading.Thread(target=post, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while requests.get(f"{server.url}/get_server_info", timeout=10).json()["num_pending_http_requests"] == 0:
-        assert time.monotonic() < deadline, "the request never reached the server"
-        time.sleep(0.05)
-    server.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    server.proc.send_signal(second)
-    started = time.monotonic()
-    code = server.proc.wait(30)
-    elapsed = time.monotonic() - started
-    output = server.output()
-    server.stop()
+    with ServerProcess("--dtype", "float32", "--chunked-prefill-size", "-1", "--max-total-tokens", "8192",
+                       "--watchdog-timeout", "120").wait_healthy() as server:
+        children = family(server.pid)
+        thread = threading.Thread(target=post, args=(server.url,), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while requests.get(f"{server.url}/get_server_info", timeout=10).json()["num_pending_http_requests"] == 0:
+            assert time.monotonic() < deadline, "the request never reached the server"
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        server.proc.send_signal(second)
+        started = time.monotonic()
+        code = server.proc.wait(30)
+        elapsed = time.monotonic() - started
+        output = server.output()
     thread.join(60)
     assert code == 128 + second and elapsed < 2.0, f"exit code {code} after {elapsed:.1f} s:\n{output[-2000:]}"
     assert f"Received {signal.Signals(second).name} again" in output
