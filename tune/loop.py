@@ -105,11 +105,26 @@ class Result:
         return self.steps[0] if self.steps and self.steps[0].status == "baseline" else None
 
 
+class Push(NamedTuple):
+    """One try of a push knob: which knob, which way, to what value."""
+
+    flag: str
+    direction: int
+    value: float
+
+
+class Plan(NamedTuple):
+    """A finding's change, the key that marks it tried, and the push it is (None for a plain change)."""
+
+    change: Change
+    key: tuple
+    push: Push | None = None
+
+
 class Candidate(NamedTuple):
     flags: Flags
-    change: Change
     finding: Advice
-    key: tuple
+    plan: Plan
 
 
 @dataclass(slots=True)
@@ -127,13 +142,13 @@ def ranked(findings: Sequence[Advice]) -> list[Advice]:
     return sorted(findings, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
 
 
-def _push_value(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memory) -> tuple[float, int] | None:
+def _push(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memory) -> Push | None:
     rule = PUSH_KNOBS[proposal.flag]
     current = numeric(flags.get(proposal.flag))
     current = numeric(advice.current) if current is None else current
     target = numeric(proposal.value)
     if current is None:
-        return (target, 0) if target is not None else None
+        return Push(proposal.flag, 0, target) if target is not None else None
     direction = proposal.direction or (1 if target is not None and target > current else -1)
     tries = memory.pushes.get((proposal.flag, direction), 0)
     if tries >= PUSH_TRIES:
@@ -145,28 +160,27 @@ def _push_value(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memor
     broken = memory.broken.get(proposal.flag, [])
     if value == current or any((value - b) * direction >= 0 for b in broken):
         return None
-    return value, direction
+    return Push(proposal.flag, direction, value)
 
 
-def change_for(advice: Advice, flags: Flags, engine: Engine, memory: _Memory) -> tuple[Change, tuple] | None:
-    """The change this finding asks of `flags`, and the key that marks it tried; None when not actionable."""
+def plan_for(advice: Advice, flags: Flags, engine: Engine, memory: _Memory) -> Plan | None:
+    """The change this finding asks of `flags`; None when it is not actionable."""
     proposal = propose(advice, engine)
     if proposal is None:
         return None
     if proposal.flag in PUSH_KNOBS:
-        pushed = _push_value(proposal, advice, flags, memory)
-        if pushed is None:
+        push = _push(proposal, advice, flags, memory)
+        if push is None:
             return None
-        value, direction = pushed
-        change = Change(proposal.flag, f"{value:g}", proposal.companions)
-        return change, (advice.id, proposal.flag, "push", direction, value)
+        change = Change(proposal.flag, f"{push.value:g}", proposal.companions)
+        return Plan(change, (advice.id, proposal.flag, push.direction, push.value), push)
     if proposal.direction:
         return None  # NOTE: "higher"/"lower" without a value is only actionable for a push knob
     change = Change(proposal.flag, proposal.value, proposal.companions)
     if change.apply(flags).key == flags.key or (advice.current is not None and proposal.value == advice.current
                                                 and flags.get(proposal.flag) is None):
         return None
-    return change, (advice.id, proposal.flag, proposal.value)
+    return Plan(change, (advice.id, proposal.flag, proposal.value))
 
 
 class Tuner:
@@ -215,14 +229,13 @@ class Tuner:
 
     def next_candidate(self, best: Step) -> Candidate | None:
         for advice in ranked(best.trial.findings):
-            found = change_for(advice, best.flags, self.settings.engine, self.memory)
-            if found is None:
+            plan = plan_for(advice, best.flags, self.settings.engine, self.memory)
+            if plan is None:
                 continue
-            change, key = found
-            flags = change.apply(best.flags)
-            if key in self.memory.tried or flags.key in self.memory.measured:
+            flags = plan.change.apply(best.flags)
+            if plan.key in self.memory.tried or flags.key in self.memory.measured:
                 continue
-            return Candidate(flags, change, advice, key)
+            return Candidate(flags, advice, plan)
         return None
 
     def _measure(self, flags: Flags, result: Result, began: float) -> Step:
@@ -239,12 +252,12 @@ class Tuner:
             step = self._measure(candidate.flags, result, began)
         except KeyboardInterrupt:
             interrupted = Step(len(result.steps), candidate.flags, Trial(error="stopped by Ctrl-C"), "interrupted",
-                               candidate.change, candidate.finding, against=best.index, base=best.flags,
+                               candidate.plan.change, candidate.finding, against=best.index, base=best.flags,
                                started=self.clock() - began)
             result.steps.append(interrupted)
             self.on_step(interrupted, best)
             raise
-        context = dict(change=candidate.change, finding=candidate.finding, against=best.index, base=best.flags)
+        context = dict(change=candidate.plan.change, finding=candidate.finding, against=best.index, base=best.flags)
         if not step.trial.ok:
             self._forget(candidate, failed=True)
             return self._judged(step, "failed", **context)
@@ -256,12 +269,13 @@ class Tuner:
 
     def _forget(self, candidate: Candidate, failed: bool) -> None:
         """Marks the finding's change tried; a push knob remembers the try, and a failed launch as its edge."""
-        self.memory.tried.add(candidate.key)
-        if candidate.key[2:3] == ("push",):
-            flag, direction, value = candidate.key[1], candidate.key[3], candidate.key[4]
-            self.memory.pushes[(flag, direction)] = self.memory.pushes.get((flag, direction), 0) + 1
+        self.memory.tried.add(candidate.plan.key)
+        push = candidate.plan.push
+        if push is not None:
+            way = (push.flag, push.direction)
+            self.memory.pushes[way] = self.memory.pushes.get(way, 0) + 1
             if failed:
-                self.memory.broken.setdefault(flag, []).append(value)
+                self.memory.broken.setdefault(push.flag, []).append(push.value)
 
     def _spent(self, result: Result, began: float) -> str | None:
         experiments = len(result.steps) - 1

@@ -62,3 +62,21 @@ def test_a_start_that_does_not_launch_is_reported_not_raised(tmp_path, flags, re
     assert result.exit_code == 1 and reason in " ".join(result.output.split()), result.output
     step = json.loads((tmp_path / "tune" / "tune.jsonl").read_text())
     assert step["status"] == "failed" and "unrecognized arguments: --no-such-flag" in step["error"]
+
+
+def test_the_goodput_objective_counts_only_requests_within_the_slo(tmp_path):
+    out = tmp_path / "tune"
+    launch = f"{sys.executable} -m {MODULE} --model-path fake-model {{flags}}"
+    result = CliRunner().invoke(app, [
+        "tune", "--launch", launch, "--flags", "--max-running-requests 2", "--objective", "goodput",
+        "--slo", "ttft:100", "--rate", "30", "--num-prompts", "24", "--arrival", "constant",
+        "--random-input-len", "16", "--random-output-len", "4", "--repeats", "2", "--max-steps", "1",
+        "--health-timeout", "60", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    start, step = [json.loads(line) for line in (out / "tune.jsonl").read_text().splitlines()]
+    for entry in (start, step):
+        assert entry["values"] == [pytest.approx(r["goodput"]) for r in entry["records"]]
+    attained = [[r["slo_attainment"] for r in entry["records"]] for entry in (start, step)]
+    assert max(attained[0]) < 0.9 <= min(attained[1]), attained  # 30 req/s is past 2 slots' capacity, not 4's
+    assert step["status"] == "kept"
+    assert step["change"]["text"] == "--max-running-requests 2 → 4"
