@@ -7,20 +7,26 @@ type: number, boolean or text) comes from the analysis of the same logs.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.fastpath.ahead import ReadChunk, runs, scanned_chunks
+from toolkit.diagnose.fastpath.access import access_fields, strings
+from toolkit.diagnose.fastpath.ahead import (JobResult, LineTooLong, ReadChunk, runs, scanned_chunks, scanned_ranges,
+                                              use_processes)
 from toolkit.diagnose.fastpath.fields import BOOLEAN
-from toolkit.diagnose.fastpath.scan import DECODE, ScannedChunk
+from toolkit.diagnose.fastpath.scan import DECODE, ScannedChunk, stamp_times
+from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.lines import LineParser, ParseStats
+from toolkit.diagnose.reading import CHUNK_SIZE
 from toolkit.diagnose.series import META
-from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
+from toolkit.diagnose.source import Chunk, LineReader, open_log
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
     from toolkit.diagnose.analysis import Diagnosis
 
 FORMATS = (".csv", ".parquet")
+EXPORT_RANGES = 4  # ranges per analysis chunk
 BASE = ("kind", "time", "timestamp", "rank", "line", "source", "text")
 _DERIVED = frozenset({"usage", "hit_rate", "phase", "after_idle"})
 _ACCESS = {"client": "text", "method": "text", "path": "text", "status": "number"}
@@ -106,55 +113,120 @@ def _schema(types: dict[str, str]) -> pa.Schema:
 
 
 def _tables(path: str | Path, source: int, schema: pa.Schema):
-    """One Arrow table per chunk: its events in line order."""
+    """One Arrow table per chunk: its events in line order. A large plain file is read by worker processes
+    (as the analysis reads it), which also build the tables of its hot lines."""
     parser = LineParser(source, ParseStats())
-    with open_log(path) as stream:
-        no = 1
-        for read in scanned_chunks(LineReader(stream).chunks()):
-            chunk, scanned = read.raw  # type: ignore[misc]
-            events, hot = _chunk_events(read, no, parser)
-            no += scanned.lines
-            yield _table(events, hot, chunk, scanned, source, schema)
+    job = functools.partial(_hot_lines, schema)
+    no, offset = 1, 0
+    if use_processes(path):
+        try:
+            # NOTE: a range's table crosses a process boundary: small ranges keep fewer bytes in flight.
+            for read in scanned_ranges(path, max(1, CHUNK_SIZE() // EXPORT_RANGES), job=job):
+                yield _chunk_table(read, no, parser, schema)
+                no += read.lines
+            offset = -1
+        except LineTooLong as too_long:
+            offset = too_long.offset
+    if offset >= 0:
+        with open_log(path) as stream:
+            if offset:
+                stream.seek(offset)
+            for read in scanned_chunks(LineReader(stream).chunks(), job=job):
+                yield _chunk_table(read, no, parser, schema)
+                no += read.lines
     tail = parser.finish()
     if tail:
-        yield _table(tail, None, None, None, source, schema)
+        yield _events_table(tail, schema)
 
 
-def _chunk_events(read: ReadChunk, first: int, parser: LineParser):
-    """(events the per-line parser read, (hot batch rows kept, first line)) of one chunk. Access lines,
-    which the scanner only counts, go to the per-line parser here for their fields."""
-    slow = np.ones(read.lines, bool)
-    slow[read.batch.index] = False
+@dataclass(slots=True)
+class _Hot:
+    """A chunk's hot lines for the export: their table (line numbers counted from 0 in the chunk)."""
+
+    table: pa.Table | None
+
+
+def _hot_lines(schema: pa.Schema, chunk: Chunk, scanned: ScannedChunk) -> JobResult:
+    """The table of a chunk's hot batch and access lines; every other line is the per-line parser's."""
+    import pyarrow as pa
+
+    words = Words(chunk.data)
+    lines = scanned.access_lines
+    read_access, access = access_fields(chunk.data, words, lines, scanned.ends[lines.index])
+    times, dated = stamp_times(lines.head)
+    taken = np.flatnonzero(read_access & dated)
+    kept = np.flatnonzero(dated[read_access])
+    access = {name: column.take(pa.array(kept)) if isinstance(column, pa.Array) else column[kept]
+              for name, column in access.items()}
+    slow = np.ones(scanned.lines, bool)
+    slow[scanned.batch.index] = False
+    slow[lines.index[taken]] = False
+    parts = []
+    if len(scanned.batch.index):
+        parts.append(_hot_table(chunk, scanned, schema))
+    if len(taken):
+        parts.append(_access_table(chunk, scanned, taken, access, times, schema))
+    table = pa.concat_tables(parts) if len(parts) > 1 else (parts[0] if parts else None)
+    return JobResult(_Hot(table), slow)
+
+
+def _chunk_table(read: ReadChunk, first: int, parser: LineParser, schema: pa.Schema) -> pa.Table:
+    """A chunk's events in line order: its hot lines' table, the rest from the per-line parser."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     events: list[Event] = []
     routed: list[int] = []
-    for begin, end, is_slow in runs(slow):
-        if is_slow:
+    for begin, end, slow in runs(read.slow):
+        if slow:
             events += parser.feed(read.texts(begin, end), first + begin)
             continue
         if parser.open_record:
             events += parser.feed(read.texts(begin, begin + 1), first + begin)
             routed.append(begin)
         parser.stamped = True
-    keep = ~np.isin(read.batch.index, routed) if routed else np.ones(len(read.batch.index), bool)
-    return events, (keep, first)
-
-
-def _table(events: list[Event], hot, chunk: Chunk | None, scanned: ScannedChunk | None, source: int,
-           schema: pa.Schema) -> pa.Table:
-    import pyarrow as pa
-
-    parts = []
-    if events:
-        parts.append(_events_table(events, schema))
-    if hot is not None and scanned is not None and chunk is not None:
-        keep, first = hot
-        if keep.any():
-            parts.append(_hot_table(chunk, scanned, keep, first, source, schema))
+    parts = [_events_table(events, schema)] if events else []
+    hot = read.extra.table  # type: ignore[attr-defined]
+    if hot is not None:
+        if routed:
+            hot = hot.filter(pc.invert(pc.is_in(hot.column("line"), pa.array(routed, pa.int64()))))
+        hot = hot.set_column(schema.get_field_index("line"), "line", pc.add(hot.column("line"), first))
+        hot = hot.set_column(schema.get_field_index("source"), "source",
+                             pa.array(np.full(hot.num_rows, parser.source, np.int64)))
+        parts.append(hot)
     if not parts:
         return pa.Table.from_pylist([], schema=schema)
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     order = np.argsort(table.column("line").to_numpy(), kind="stable")
     return table.take(pa.array(order))
+
+
+def _access_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access: dict, times: np.ndarray,
+                  schema: pa.Schema) -> pa.Table:
+    """Hot access lines `taken` (indices into the scan's access lines), with `access`, their fields as read."""
+    import pyarrow as pa
+
+    lines = scanned.access_lines
+    rows = taken
+    index = lines.index[rows]
+    n = len(rows)
+    time = times[rows]
+    ranks = np.array(scanned.batch.ranks or [""], dtype=object)[lines.rank[rows]]
+    columns = {
+        "kind": pa.array(np.full(n, "access", dtype=object), pa.string()), "time": pa.array(time),
+        "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
+        "rank": pa.array(ranks, pa.string()), "line": pa.array(index.astype(np.int64)),
+        "source": pa.array(np.zeros(n, np.int64)),
+        "text": strings(chunk.data, lines.client[rows] - len("INFO:     "), scanned.ends[index]),
+    }
+    for name in schema.names[len(BASE):]:
+        kind = schema.field(name).type
+        column = access.get(name)
+        if column is None:
+            columns[name] = pa.nulls(n, kind)
+        else:
+            columns[name] = (column if isinstance(column, pa.Array) else pa.array(column)).cast(kind)
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 def _events_table(events: list[Event], schema: pa.Schema) -> pa.Table:
@@ -163,7 +235,7 @@ def _events_table(events: list[Event], schema: pa.Schema) -> pa.Table:
     names = set(schema.names)
     records = []
     for e in sorted(events, key=lambda e: e.line):
-        record = {"kind": e.kind, "time": e.time, "timestamp": None if e.time is None else int(e.time * 1000),
+        record = {"kind": e.kind, "time": e.time, "timestamp": None if e.time is None else round(e.time * 1000),
                   "rank": e.rank, "line": e.line, "source": e.source, "text": e.text}
         for name, value in parse_fields(e.kind, e.text).items():
             if name in names and name not in record:
@@ -187,21 +259,21 @@ def _cell(value: object, kind: pa.DataType) -> object:
         return None
 
 
-def _hot_table(chunk: Chunk, scanned: ScannedChunk, keep: np.ndarray, first: int, source: int,
-               schema: pa.Schema) -> pa.Table:
+def _hot_table(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> pa.Table:
+    """A chunk's hot batch lines (line numbers counted from 0 in the chunk)."""
     import pyarrow as pa
 
     batch = scanned.batch
-    index = batch.index[keep]
+    index = batch.index
     n = len(index)
-    ranks = np.array(batch.ranks or [""], dtype=object)[batch.rank[keep]]
-    kinds = np.where(batch.kind[keep] == DECODE, "decode", "prefill").astype(object)
-    time = batch.time[keep]
+    ranks = np.array(batch.ranks or [""], dtype=object)[batch.rank]
+    kinds = np.where(batch.kind == DECODE, "decode", "prefill").astype(object)
+    time = batch.time
     columns = {
         "kind": pa.array(kinds, pa.string()), "time": pa.array(time),
-        "timestamp": pa.array((time * 1000).astype(np.int64), pa.timestamp("ms")),
-        "rank": pa.array(ranks, pa.string()), "line": pa.array(index + first),
-        "source": pa.array(np.full(n, source, np.int64)),
+        "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
+        "rank": pa.array(ranks, pa.string()), "line": pa.array(index.astype(np.int64)),
+        "source": pa.array(np.zeros(n, np.int64)),
         "text": _messages(chunk, scanned.starts[index], scanned.ends[index]),
     }
     for name in schema.names[len(BASE):]:
@@ -210,7 +282,6 @@ def _hot_table(chunk: Chunk, scanned: ScannedChunk, keep: np.ndarray, first: int
         if values is None:
             columns[name] = pa.nulls(n, kind)
             continue
-        values = values[keep]
         missing = np.isnan(values)
         if kind == pa.bool_():
             columns[name] = pa.array(values == 1.0, pa.bool_(), mask=missing)
@@ -224,11 +295,5 @@ def _hot_table(chunk: Chunk, scanned: ScannedChunk, keep: np.ndarray, first: int
 
 def _messages(chunk: Chunk, starts: np.ndarray, ends: np.ndarray):
     """The message text of hot lines (from their label, after the stamp tag) as an Arrow string array."""
-    import pyarrow as pa
-
-    data = np.frombuffer(chunk.data, np.uint8)
-    close = np.array([chunk.data.find(b"] ", s, e) + 2 for s, e in zip(starts.tolist(), ends.tolist())], np.int64)
-    lengths = ends - close
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    index = np.repeat(close - offsets[:-1], lengths) + np.arange(offsets[-1])
-    return pa.StringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data[index].tobytes()))
+    begins = np.array([chunk.data.find(b"] ", b, e) + 2 for b, e in zip(starts.tolist(), ends.tolist())], np.int64)
+    return strings(chunk.data, begins, ends)

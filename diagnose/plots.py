@@ -26,7 +26,7 @@ def _pyplot():
 def _figure(timeline: Timeline, rank: str):
     plt = _pyplot()
     load = timeline.load()
-    rows = load.where(load["rank"] == rank)
+    rows = load.of_rank(rank)
     times = rows["time"]
     timed = len(times) > 0 and bool(np.isfinite(times).all())
     x = times.astype("datetime64[s]") if timed else rows["line"]

@@ -40,12 +40,12 @@ def _ranks(d: Diagnosis) -> dict[str, Any]:
     decode, prefill, stats, steady = (tl.series("decode"), tl.series("prefill"), tl.series("stats"), tl.steady())
     out = {}
     for rank in tl.ranks:
-        mine = steady.where(steady["rank"] == rank)
+        mine = steady.of_rank(rank)
         busy = mine.where(~mine["after_idle"].astype(bool))
         out[rank] = {
-            "decode_lines": int((decode["rank"] == rank).sum()),
-            "prefill_lines": int((prefill["rank"] == rank).sum()),
-            "stats_lines": int((stats["rank"] == rank).sum()),
+            "decode_lines": int(decode.rank_is(rank).sum()),
+            "prefill_lines": int(prefill.rank_is(rank).sum()),
+            "stats_lines": int(stats.rank_is(rank).sum()),
             "steady_decode_lines": len(mine),
             "queue_req": distribution(mine["queue_req"]), "usage": distribution(mine["usage"]),
             "running_req": distribution(mine["running_req"]),

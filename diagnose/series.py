@@ -70,6 +70,14 @@ class Rows:
     def head(self, n: int) -> Rows:
         return Rows(self.table, self.index[:n])
 
+    def rank_is(self, rank: str) -> np.ndarray:
+        """A mask of these lines: those of `rank` (compared by code, without making the names)."""
+        codes = self.table.columns["rank"][self.index]
+        return codes == self.table.ranks.index(rank) if rank in self.table.ranks else np.zeros(len(self), bool)
+
+    def of_rank(self, rank: str) -> Rows:
+        return self.where(self.rank_is(rank))
+
     @property
     def ranks(self) -> tuple[str, ...]:
         codes = np.unique(self.table.columns["rank"][self.index])

@@ -38,7 +38,7 @@ class ReadChunk:
     access: int
     cut: bool
     texts: Callable[[int, int], list[str]]
-    raw: tuple[Chunk, ScannedChunk] | None = None  # the chunk's bytes and line bounds, where they are at hand
+    extra: object = None  # what the caller's job made of the chunk where it was scanned
 
 
 def runs(slow: np.ndarray) -> Iterable[tuple[int, int, bool]]:
@@ -58,15 +58,29 @@ def samples(batch: BatchLines) -> list[int]:
     return picks
 
 
-def _view(chunk: Chunk, scanned: ScannedChunk) -> ReadChunk:
+@dataclass(slots=True)
+class JobResult:
+    """What a job made of a chunk: `payload` for the caller, and `slow`, the lines the caller must read line
+    by line instead of the scan's (None: the scan's)."""
+
+    payload: object
+    slow: np.ndarray | None = None
+
+
+Job = Callable[[Chunk, ScannedChunk], JobResult]  # more work on a scanned chunk, done where it was scanned
+
+
+def _view(chunk: Chunk, scanned: ScannedChunk, job: Job | None = None) -> ReadChunk:
     def texts(begin: int, end: int) -> list[str]:
         return decode_lines(memoryview(chunk.data)[scanned.starts[begin]: scanned.ends[end - 1]])
 
-    return ReadChunk(scanned.lines, scanned.slow, scanned.batch, scanned.access, chunk.cut, texts, (chunk, scanned))
+    result = job(chunk, scanned) if job is not None else JobResult(None)
+    slow = scanned.slow if result.slow is None else result.slow
+    return ReadChunk(scanned.lines, slow, scanned.batch, scanned.access, chunk.cut, texts, result.payload)
 
 
-def _scan(chunk: Chunk) -> ReadChunk:
-    return _view(chunk, scan_chunk(chunk.data, chunk.size))
+def _scan(chunk: Chunk, job: Job | None) -> ReadChunk:
+    return _view(chunk, scan_chunk(chunk.data, chunk.size), job)
 
 
 def _ordered(submit: Callable[[object], Future], items: Iterable[object], workers: int) -> Iterator:
@@ -79,10 +93,11 @@ def _ordered(submit: Callable[[object], Future], items: Iterable[object], worker
         yield ahead.popleft().result()
 
 
-def scanned_chunks(chunks: Iterable[Chunk], workers: int = WORKERS) -> Iterator[ReadChunk]:
-    """The chunks of a stream, each scanned on a worker thread while earlier ones are consumed."""
+def scanned_chunks(chunks: Iterable[Chunk], workers: int = WORKERS, job: Job | None = None) -> Iterator[ReadChunk]:
+    """The chunks of a stream, each scanned (and given to `job`) on a worker thread while earlier ones are
+    consumed."""
     with ThreadPoolExecutor(workers, thread_name_prefix="diagnose-scan") as pool:
-        yield from _ordered(lambda chunk: pool.submit(_scan, chunk), chunks, workers)
+        yield from _ordered(lambda chunk: pool.submit(_scan, chunk, job), chunks, workers)
 
 
 # -- byte ranges of a plain file, scanned in worker processes ----------------------------------------------
@@ -109,17 +124,18 @@ def use_processes(path: str | Path, workers: int = WORKERS) -> bool:
         return False
 
 
-def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS) -> Iterator[ReadChunk]:
-    """The file's ranges of `chunk` bytes, each read and scanned by a worker process, in order. Raises
-    `LineTooLong` at the first range that holds a line longer than MAX_LINE."""
+def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Job | None = None) -> Iterator[ReadChunk]:
+    """The file's ranges of `chunk` bytes, each read, scanned (and given to `job`) by a worker process, in
+    order. Raises `LineTooLong` at the first range that holds a line longer than MAX_LINE."""
     size = os.path.getsize(path)
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size, MAX_LINE)  # noqa: E731
+        submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size,  # noqa: E731
+                                           MAX_LINE, job)
         for packed in _ordered(submit, range(0, size, chunk), workers):
             if packed.too_long:
                 raise LineTooLong(packed.begin)
-            yield ReadChunk(packed.lines, packed.slow, packed.batch, packed.access, False, packed.text)
+            yield ReadChunk(packed.lines, packed.slow, packed.batch, packed.access, False, packed.text, packed.extra)
 
 
 @dataclass(slots=True)
@@ -133,6 +149,7 @@ class _Packed:
     access: int = 0
     texts: dict[tuple[int, int], list[str]] | None = None
     too_long: bool = False
+    extra: object = None
 
     def text(self, begin: int, end: int) -> list[str]:
         return self.texts[(begin, end)]  # type: ignore[index]
@@ -141,7 +158,7 @@ class _Packed:
 _EMPTY = bytearray(b"x") + bytes(PAD)
 
 
-def _scan_range(path: str, start: int, stop: int, size: int, max_line: int) -> _Packed:
+def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None) -> _Packed:
     """Read and scan the lines that start in [start, stop)."""
     begin, data = _read_lines(path, start, stop, size, max_line)
     if data is None:
@@ -154,14 +171,14 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int) -> _
     scanned = scan_chunk(buf, len(data))
     if int((scanned.ends - scanned.starts).max()) > max_line:
         return _Packed(begin, too_long=True)
-    view = _view(Chunk(buf, len(data), False), scanned)
+    view = _view(Chunk(buf, len(data), False), scanned, job)
     texts: dict[tuple[int, int], list[str]] = {}
-    for first, end, slow in runs(scanned.slow):
+    for first, end, slow in runs(view.slow):
         key = (first, end) if slow else (first, first + 1)
         texts[key] = view.texts(*key)
     for i in samples(scanned.batch):
         texts.setdefault((i, i + 1), view.texts(i, i + 1))
-    return _Packed(begin, scanned.lines, scanned.slow, scanned.batch, scanned.access, texts)
+    return _Packed(begin, scanned.lines, view.slow, scanned.batch, scanned.access, texts, extra=view.extra)
 
 
 def _read_lines(path: str, start: int, stop: int, size: int, max_line: int) -> tuple[int, bytes | None]:

@@ -50,15 +50,30 @@ class BatchLines:
 
 
 @dataclass(slots=True)
+class AccessLines:
+    """Hot access lines: index in the chunk, offset of the client (after `] INFO:     `), rank (index into
+    the batch lines' `ranks`), and the first 24 bytes of each line as three words (its stamp)."""
+
+    index: np.ndarray
+    client: np.ndarray
+    rank: np.ndarray
+    head: list[np.ndarray]
+
+
+@dataclass(slots=True)
 class ScannedChunk:
-    """A chunk's `lines` line bounds, which are `slow`, its hot batch lines, and how many access lines it has
-    that were read here."""
+    """A chunk's `lines` line bounds, which are `slow`, its hot batch lines, and its hot access lines (only
+    counted by the analysis; `--export` reads their fields)."""
 
     starts: np.ndarray
     ends: np.ndarray
     slow: np.ndarray
     batch: BatchLines
-    access: int
+    access_lines: AccessLines
+
+    @property
+    def access(self) -> int:
+        return len(self.access_lines.index)
 
     @property
     def lines(self) -> int:
@@ -86,11 +101,13 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     access = np.flatnonzero((kind == ACCESS) & named)
     access = access[_access_layout(words, starts[rows[access]] + label[access])]
     slow[rows[access]] = False
+    access_lines = AccessLines(rows[access], starts[rows[access]] + label[access] + _ACCESS_LEN,
+                               rank[access].astype(np.int16), [h[hot[access]] for h in head[:3]])
     batch = np.flatnonzero((kind != ACCESS) & named)
     lines = _batch_lines(words, rows[batch], [h[hot[batch]] for h in head[:3]], kind[batch], rank[batch], ranks,
                          starts[rows[batch]] + label[batch], ends[rows[batch]])
     slow[lines.index] = False
-    return ScannedChunk(starts, ends, slow, lines, len(access))
+    return ScannedChunk(starts, ends, slow, lines, access_lines)
 
 
 _SCRATCH = threading.local()
@@ -173,6 +190,11 @@ def _labels(head: list[np.ndarray], label: np.ndarray) -> np.ndarray:
     kind[prefill] = PREFILL
     kind[is_literal(x0, _ACCESS[0]) & is_literal(x1, _ACCESS[1])] = ACCESS
     return kind
+
+
+def stamp_times(head: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, the date is a calendar date) of hot lines from their first three words."""
+    return _time(head)
 
 
 def _time(head: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

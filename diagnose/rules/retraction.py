@@ -43,7 +43,7 @@ def _preemption_counts(ctx: Context) -> dict[str, tuple[int, float | None]]:
     counts = load["preemptions"]
     out = {}
     for rank in load.ranks:
-        mine = load["rank"] == rank
+        mine = load.rank_is(rank)
         n = int(np.nansum(counts[mine]))
         if n:
             times = load["time"][mine & (np.nan_to_num(counts) > 0)]

@@ -38,7 +38,7 @@ def check(ctx: Context) -> list[Finding]:
         return []
     found = []
     for rank in load.ranks:
-        rows = load.where(load["rank"] == rank)
+        rows = load.of_rank(rank)
         onset = _onset(rows["gen_throughput"], rows["running_req"])
         if onset is not None:
             found.append((rank, rows, onset))
@@ -53,8 +53,7 @@ def _onset(x: np.ndarray, running: np.ndarray) -> int | None:
     n = len(x)
     if n < BEFORE + POST:
         return None
-    before = _windows(x, BEFORE, after=False)
-    low = x < np.max(np.where(np.isnan(before), -np.inf, before), axis=1) / COLLAPSE_FACTOR
+    low = x < _max_before(x, BEFORE) / COLLAPSE_FACTOR
     run = low.copy()
     for k in range(1, MIN_RUN):
         run[:-k] &= low[k:]
@@ -63,7 +62,7 @@ def _onset(x: np.ndarray, running: np.ndarray) -> int | None:
     candidates = np.flatnonzero(run & (index >= BEFORE) & (index + POST <= n))
     if not len(candidates):
         return None
-    level = np.quantile(before[candidates], 1 - SUSTAINED, axis=1) / COLLAPSE_FACTOR
+    level = np.quantile(_windows(x, BEFORE, after=False)[candidates], 1 - SUSTAINED, axis=1) / COLLAPSE_FACTOR
     first = np.max(_windows(x, MIN_RUN, after=True)[candidates], axis=1)
     post = np.quantile(_windows(x, POST, after=True)[candidates], SUSTAINED, axis=1)
     run_pre = np.median(_windows(running, BEFORE, after=False)[candidates], axis=1)
@@ -72,6 +71,17 @@ def _onset(x: np.ndarray, running: np.ndarray) -> int | None:
     ok = (first < level) & (post < level) & similar & (run_pre > 0)
     hits = candidates[ok]
     return int(hits[0]) if len(hits) else None
+
+
+def _max_before(x: np.ndarray, width: int) -> np.ndarray:
+    """The largest of the `width` values before each line (-inf before the first), by doubling spans."""
+    m = np.concatenate([np.full(width, -np.inf), np.where(np.isnan(x), -np.inf, x)])
+    span = 1
+    while span < width:
+        step = min(span, width - span)
+        m = np.maximum(m[:-step], m[step:])
+        span += step
+    return m[: len(x)]
 
 
 def _windows(x: np.ndarray, width: int, after: bool) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from toolkit.diagnose.fastpath import ahead
-from toolkit.diagnose.fastpath.ahead import scanned_chunks
+from toolkit.diagnose.fastpath.ahead import JobResult, scanned_chunks
 from toolkit.diagnose.fastpath.scan import scan_chunk
 from toolkit.diagnose.lines import parse_path
 from toolkit.diagnose.source import PAD, LineReader
@@ -41,7 +41,8 @@ def test_chunks_hold_whole_lines_and_padding() -> None:
 def test_scanned_chunks_equal_sequential_scans_in_order(workers: int) -> None:
     data = _log_bytes()
     sequential = list(_reader(data).chunks())
-    scanned = [read.raw for read in scanned_chunks(_reader(data).chunks(), workers=workers)]
+    job = lambda chunk, scanned: JobResult((chunk, scanned))  # noqa: E731
+    scanned = [read.extra for read in scanned_chunks(_reader(data).chunks(), workers=workers, job=job)]
     assert [bytes(c.data) for c, _ in scanned] == [bytes(c.data) for c in sequential]
     for (chunk, got), expected in zip(scanned, (scan_chunk(c.data, c.size) for c in sequential)):
         np.testing.assert_array_equal(got.slow, expected.slow)

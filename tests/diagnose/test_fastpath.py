@@ -233,3 +233,29 @@ def test_timelines_and_findings_equal_the_per_line_path(tmp_path) -> None:
         assert fast.timeline.events == per_line.timeline.events
         assert [f.id for f in fast.findings] == [f.id for f in per_line.findings]
         assert fast.config == per_line.config and fast.timeline.phases == per_line.timeline.phases
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_export_equals_the_per_line_events(tmp_path, monkeypatch, processes: bool) -> None:
+    import pandas as pd
+
+    from toolkit.diagnose.export import write_events
+    from toolkit.diagnose.lines import parse_lines
+
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 2000)
+    lines = path.read_text().splitlines() + LINES + _era_log("0.5.23").lines
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
+    out = write_events([path], tmp_path / "events.csv", analyze([path]))
+    got = pd.read_csv(out, keep_default_na=False, na_values=[""])
+    want = list(parse_lines(lines))
+    assert got["line"].tolist() == [e.line for e in want] and got["kind"].tolist() == [e.kind for e in want]
+    assert got["text"].tolist() == [e.text for e in want]
+    assert got["rank"].fillna("").tolist() == [e.rank for e in want]
+    assert [None if t != t else t for t in got["time"].tolist()] == [e.time for e in want]
+    for column in ("running_req", "queue_req", "gen_throughput", "new_token", "status"):
+        expected = [e.fields.get(column) for e in want]
+        values = [None if v != v else v for v in got[column].tolist()]
+        assert values == [None if isinstance(v, str) else v for v in expected], column

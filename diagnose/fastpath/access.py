@@ -1,0 +1,65 @@
+"""The fields of hot access lines, `INFO:     CLIENT - "METHOD PATH HTTP/V" STATUS`, for `--export`: read as
+`parse_fields` reads them (its regex), for the lines in that exact form; the rest are left to it."""
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.diagnose.fastpath.scan import AccessLines
+from toolkit.diagnose.fastpath.words import Words, digit_run, first_byte, is_literal, parse_digits, window
+
+_HTTP = b" HTTP/"
+_WHITESPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+_UPPER = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", np.uint8)
+_VERSION = np.frombuffer(b"0123456789.", np.uint8)
+
+
+def access_fields(data: bytearray, words: Words, lines: AccessLines, ends: np.ndarray):
+    """(which of `lines` were read here, {client, method, path: Arrow strings, status: int64})."""
+    client = lines.client
+    n = len(client)
+    if n == 0 or any(w in data for w in _WHITESPACE):
+        return np.zeros(n, bool), {}
+    dash = client + _first(words, client, ord(" "), 4)
+    method = dash + 4
+    method_end = method + _first(words, method, ord(" "), 2)
+    path = method_end + 1
+    path_end = np.fromiter(map(data.find, [b" "] * n, path.tolist(), ends.tolist()), np.int64, n)
+    version = path_end + len(_HTTP)
+    quote = version + _first(words, version, ord('"'), 1)
+    status_word = words.at(np.minimum(quote + 2, len(words.words) - 1))
+    status = np.where(digit_run(status_word) >= 3, parse_digits(status_word, 3), -1)
+    ok = (method_end > method) & _all_in(words, method, method_end, _UPPER)
+    ok &= (path_end > path) & is_literal(words.at(np.maximum(path_end, 0)), _HTTP)
+    ok &= (quote > version) & _all_in(words, version, quote, _VERSION) & (words.byte(quote + 1) == ord(" "))
+    ok &= (status >= 0) & (quote + 5 <= ends) & (dash - client <= 100)
+    take = np.flatnonzero(ok)
+    return ok, {"client": strings(data, client[take], dash[take]),
+                "method": strings(data, method[take], method_end[take]),
+                "path": strings(data, path[take], path_end[take]), "status": status[take]}
+
+
+def _first(words: Words, pos: np.ndarray, byte: int, count: int) -> np.ndarray:
+    """Offset from `pos` of the first `byte` within `count` words (a large offset where there is none)."""
+    columns = window(words, pos, 8 * count)
+    found = np.full(len(pos), 1 << 20, np.int64)
+    for k in range(count - 1, -1, -1):
+        at = first_byte(columns[k], byte)
+        found = np.where(at < 8, 8 * k + at, found)
+    return found
+
+
+def _all_in(words: Words, begin: np.ndarray, stop: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Whether every byte in [begin, stop) (at most 16) is one of `allowed`."""
+    rows = np.stack(window(words, begin, 16), axis=1).view(np.uint8).reshape(len(begin), 16)
+    inside = np.arange(16) < (stop - begin)[:, None]
+    return ((np.isin(rows, allowed) | ~inside).all(axis=1)) & (stop - begin <= 16)
+
+
+def strings(data: bytearray, begin: np.ndarray, stop: np.ndarray):
+    """The ASCII text of each [begin, stop) as an Arrow string array."""
+    import pyarrow as pa
+
+    view = memoryview(data)
+    text = b"".join(view[b:e] for b, e in zip(begin.tolist(), stop.tolist()))
+    offsets = np.concatenate([[0], np.cumsum(stop - begin)]).astype(np.int32)
+    return pa.StringArray.from_buffers(len(begin), pa.py_buffer(offsets), pa.py_buffer(text))
