@@ -259,3 +259,30 @@ def test_export_equals_the_per_line_events(tmp_path, monkeypatch, processes: boo
         expected = [e.fields.get(column) for e in want]
         values = [None if v != v else v for v in got[column].tolist()]
         assert values == [None if isinstance(v, str) else v for v in expected], column
+
+
+ACCESS = st.tuples(st.sampled_from(["127.0.0.1:54321", "[::1]:8000", "x" * 40, "10.0.0.7:1"]),
+                   st.sampled_from(["POST", "GET", "get", "P0ST", ""]),
+                   st.sampled_from(["/v1/chat/completions", "/generate?x=1", "/a b", "/" + "p" * 300, "/x\t"]),
+                   st.sampled_from(["1.1", "2", "1.x", ""]), st.sampled_from(["200 OK", "404 Not Found", "20", "2000"]))
+
+
+@SETTINGS
+@given(st.lists(ACCESS, min_size=1, max_size=20))
+def test_access_fields_equal_parse_fields(lines) -> None:
+    from toolkit.diagnose.fastpath.access import access_fields
+    from toolkit.diagnose.fastpath.words import Words
+
+    texts = [f'[2025-11-11 04:06:27] INFO:     {client} - "{method} {path} HTTP/{version}" {status}'
+             for client, method, path, version, status in lines]
+    data = bytearray("\n".join(texts).encode()) + bytearray(PAD)
+    scanned = scan_chunk(data, len(data) - PAD)
+    access = scanned.access_lines
+    read, columns = access_fields(data, Words(data), access, scanned.ends[access.index])
+    for i, row in enumerate(np.flatnonzero(read).tolist()):
+        text = texts[access.index[row]]
+        got = {k: (int(v[i]) if isinstance(v, np.ndarray) else v[i].as_py()) for k, v in columns.items()}
+        assert got == parse_fields("access", text[text.index("] ") + 2:]), text
+    plain = [t for t in texts if '"POST /v1/chat/completions HTTP/1.1" 200 OK' in t and "127.0.0.1" in t]
+    if "\t" not in "".join(texts):  # a tab anywhere in the chunk leaves its access lines to parse_fields
+        assert read.sum() >= len(plain)
