@@ -212,7 +212,7 @@ def _value(word: str, spec: Spec) -> Value | None:
         if low in _ON | _OFF:
             return True if low in _ON else None
         raise ValueError(word)
-    if not _VALUE.fullmatch(word) or not accepts(spec, word):
+    if low in _ON | _OFF or not _VALUE.fullmatch(word) or not accepts(spec, word):
         raise ValueError(word)
     return word
 

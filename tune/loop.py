@@ -205,15 +205,14 @@ class Tuner:
         return result
 
     def _run(self, start: Flags, result: Result, began: float) -> None:
-        base = self._measure(start, result, began)
-        if not base.trial.ok:
-            result.steps.append(base := self._judged(base, "failed"))
-            self.on_step(base, base)
+        first = self._measure(start, result, began)
+        base = self._judged(first, "baseline" if first.trial.ok else "failed")
+        result.steps.append(base)
+        self.on_step(base, base)
+        if base.status == "failed":
             result.reason = f"the starting configuration failed: {base.trial.error or 'nothing was measured'}"
             return
-        result.steps.append(base := self._judged(base, "baseline"))
         result.best = base
-        self.on_step(base, base)
         while True:
             reason = self._spent(result, began)
             candidate = None if reason else self.next_candidate(result.best)
@@ -280,7 +279,8 @@ class Tuner:
     def _spent(self, result: Result, began: float) -> str | None:
         experiments = len(result.steps) - 1
         if experiments >= self.settings.max_steps:
-            return f"the step budget is spent ({self.settings.max_steps} steps)"
+            n = self.settings.max_steps
+            return f"the step budget is spent ({n} step{'' if n == 1 else 's'})"
         limit = self.settings.max_time
         if limit is not None:
             elapsed = self.clock() - began

@@ -64,6 +64,7 @@ def test_vllm_names_and_values():
     assert propose(Advice("x", "info", "--schedule-policy", "lpm"), "vllm") is None
     assert propose(Advice("x", "info", "--schedule-policy", "fcfs"), "vllm").flag == "--scheduling-policy"
     assert propose(Advice("x", "warning", "--mem-fraction-static", "higher"), "vllm").direction == 1
+    assert propose(Advice("x", "warning", "--quantization", "remove"), "vllm") is None
 
 
 def test_a_change_describes_itself_against_the_flags_it_changes():
