@@ -37,6 +37,7 @@ VLLM_NAMES = {
     "--context-length": "--max-model-len",
     "--schedule-policy": "--scheduling-policy",
 }
+SGLANG_NAMES = {vllm: sglang for sglang, vllm in VLLM_NAMES.items()}
 
 _ON, _OFF, _PUSH = {"on", "true", "set", "yes"}, {"off", "remove", "false", "unset", "no"}, {"higher", "lower"}
 _VALUE = re.compile(r"-?\d+(\.\d+)?|[A-Za-z][\w.-]*")
@@ -184,10 +185,14 @@ def spec_of(flag: str, engine: Engine) -> Spec | None:
 
 
 def engine_flag(flag: str, engine: Engine) -> str | None:
-    """The engine's name for an SGLang flag, or None when the engine has no such knob (or tune must not touch it)."""
+    """The engine's name for a flag diagnose names in SGLang's or vLLM's words (it uses the words of the engine
+    that wrote the log), or None when the engine has no such knob or tune must not touch it."""
     if flag in LAUNCH_FLAGS:
         return None
-    name = VLLM_NAMES.get(flag) if engine == "vllm" else flag
+    if engine == "vllm":
+        name = flag if flag in VLLM_SPECS else VLLM_NAMES.get(flag)
+    else:
+        name = flag if flag in sglang_specs() else SGLANG_NAMES.get(flag)
     return name if name is not None and spec_of(name, engine) is not None else None
 
 
@@ -254,10 +259,11 @@ def propose(advice: Advice, engine: Engine) -> Proposal | None:
 
 
 def numeric(value: Value | None) -> float | None:
-    if value is None or isinstance(value, bool):
+    """The number a value starts with (`"0.9 (default)"` -> 0.9), or None."""
+    if value is None or isinstance(value, bool) or not str(value).split():
         return None
     try:
-        return float(value)
+        return float(str(value).split()[0])
     except ValueError:
         return None
 

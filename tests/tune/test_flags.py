@@ -67,6 +67,15 @@ def test_vllm_names_and_values():
     assert propose(Advice("x", "warning", "--quantization", "remove"), "vllm") is None
 
 
+def test_advice_in_either_engines_words_becomes_the_launched_engines_flag():
+    """diagnose names flags in the words of the engine that wrote the log."""
+    seqs = Advice("running_cap.pinned", "warning", "--max-num-seqs", "512", "256")
+    assert propose(seqs, "vllm").flag == "--max-num-seqs" and propose(seqs, "sglang").flag == "--max-running-requests"
+    assert propose(Advice("x", "warning", "--gpu-memory-utilization", "0.95", "0.9 (default)"), "vllm").value == "0.95"
+    assert propose(Advice("x", "warning", "--kv-cache-dtype", "fp8"), "vllm").value == "fp8"
+    assert propose(Advice("x", "warning", "--kv-cache-dtype", "fp8"), "sglang") is None  # SGLang spells it fp8_e5m2
+
+
 def test_a_change_describes_itself_against_the_flags_it_changes():
     before = Flags.parse("--schedule-conservativeness 2")
     change = Change("--schedule-conservativeness", "0.3")

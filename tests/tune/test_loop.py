@@ -174,3 +174,10 @@ def test_vllm_advice_uses_vllm_names_and_skips_what_vllm_cannot_do():
     result = Tuner(world, Settings(engine="vllm"), clock=world.clock).run(Flags.parse("--max-num-seqs 64"))
     assert [s.change.flag for s in result.steps[1:]] == ["--max-num-seqs"]
     assert result.steps[1].flags.get("--max-num-seqs") == "48"
+
+
+def test_a_vllm_memory_push_starts_from_the_default_the_finding_quotes():
+    more_memory = Advice("capacity.pool_bound", "warning", "--gpu-memory-utilization", "higher", "0.9 (default)")
+    world = World(lambda flags: (100.0, 101.0), lambda flags: (more_memory,))
+    result = Tuner(world, Settings(engine="vllm", max_steps=2), clock=world.clock).run(Flags())
+    assert [s.flags.get("--gpu-memory-utilization") for s in result.steps[1:]] == ["0.91", "0.92"]
