@@ -43,10 +43,11 @@ class Rows:
     """A selection of a `BatchTable`'s lines. `rows[name]` is that column for these lines (NaN where absent;
     `rank` as names), `where(mask)` a narrower selection; the order is the table's."""
 
-    __slots__ = ("table", "index")
+    __slots__ = ("table", "index", "_columns")
 
     def __init__(self, table: BatchTable, index: np.ndarray) -> None:
         self.table, self.index = table, index
+        self._columns: dict[str, np.ndarray] = {}  # columns read so far (rules read a few, several times)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -56,13 +57,18 @@ class Rows:
         return column is not None and len(self.index) > 0 and bool(np.isfinite(column[self.index]).any())
 
     def __getitem__(self, name: str) -> np.ndarray:
+        cached = self._columns.get(name)
+        if cached is not None:
+            return cached
         if name == "rank":
             names = np.array(self.table.ranks or [""], dtype=object)
-            return names[self.table.columns["rank"][self.index]]
-        column = self.table.columns.get(name)
-        if column is None:
-            return np.full(len(self.index), np.nan)
-        return column[self.index]
+            values = names[self.table.columns["rank"][self.index]]
+        else:
+            column = self.table.columns.get(name)
+            values = np.full(len(self.index), np.nan) if column is None else column[self.index]
+        values.flags.writeable = False
+        self._columns[name] = values
+        return values
 
     def where(self, mask: np.ndarray) -> Rows:
         return Rows(self.table, self.index[mask])
@@ -84,14 +90,18 @@ class Rows:
         return tuple(sorted(self.table.ranks[c] for c in codes.tolist()))
 
     def median(self, name: str) -> float:
-        values = self[name]
-        values = values[~np.isnan(values)]
-        return float(np.median(values)) if len(values) else float("nan")
+        return self.quantile(name, 0.5)
 
     def quantile(self, name: str, q: float) -> float:
-        values = self[name]
-        values = values[~np.isnan(values)]
-        return float(np.quantile(values, q)) if len(values) else float("nan")
+        """The q-quantile of a column's numbers (NaN when it has none); kept, as rules ask for the same ones."""
+        key = f"{name}@{q!r}"
+        cached = self._columns.get(key)
+        if cached is None:
+            values = self[name]
+            values = values[~np.isnan(values)]
+            cached = np.array(float(np.quantile(values, q)) if len(values) else float("nan"))
+            self._columns[key] = cached
+        return float(cached)
 
     def fraction(self, mask: np.ndarray) -> float:
         return float(mask.sum()) / len(self) if len(self) else 0.0

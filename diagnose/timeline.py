@@ -58,6 +58,7 @@ class Timeline:
     decode_log_interval: int = 40
     load_kind: str = "decode"
     _frames: dict[str, pd.DataFrame] | None = field(default=None, repr=False)
+    _series: dict[tuple[str, str | None], Rows] = field(default_factory=dict, repr=False)
 
     @property
     def ranks(self) -> list[str]:
@@ -68,10 +69,13 @@ class Timeline:
         return list(self.events.get(kind, []))
 
     def series(self, kind: str, phase: str | None = None) -> Rows:
-        """The lines of one batch kind, optionally of one phase only."""
-        rows = self.batches[kind].rows()
-        if phase is not None:
-            rows = rows.where(rows["phase"] == PHASES.index(phase))
+        """The lines of one batch kind, optionally of one phase only (made once: the tables do not change)."""
+        rows = self._series.get((kind, phase))
+        if rows is None:
+            rows = self.batches[kind].rows()
+            if phase is not None:
+                rows = rows.where(rows["phase"] == PHASES.index(phase))
+            self._series[(kind, phase)] = rows
         return rows
 
     def load(self, phase: str | None = None) -> Rows:
