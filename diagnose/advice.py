@@ -32,7 +32,7 @@ VLLM_KEPT_ARGS: tuple[tuple[str, Value], ...] = (
     ("host", None), ("port", 8000), ("tensor_parallel_size", 1), ("data_parallel_size", 1),
     ("quantization", None), ("kv_cache_dtype", "auto"), ("max_model_len", None),
     ("gpu_memory_utilization", None), ("max_num_seqs", None), ("max_num_batched_tokens", None),
-    ("enable_prefix_caching", None), ("enforce_eager", False), ("max_cudagraph_capture_size", None),
+    ("enable_prefix_caching", True), ("enforce_eager", False), ("max_cudagraph_capture_size", 512),
 )
 _PAIR = re.compile(r"(--[a-z][\w-]*)(?:\s+([^\s,()]+))?")
 _ON, _OFF = {"on", "true", "set"}, {"off", "remove", "false", "unset"}

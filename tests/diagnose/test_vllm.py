@@ -23,7 +23,7 @@ def test_the_configuration_comes_from_the_engine_config_and_capacity_lines() -> 
     assert (cfg.weight_mem_gb, cfg.kv_mem_gb, cfg.graph_mem_gb) == (15.264, 54.62, 0.33)
     assert cfg.max_concurrency == 13.64 and cfg.mem_fraction_static == 0.85 and cfg.device == "gpu"
     assert d.command == "vllm serve Qwen/Qwen3-8B --tensor-parallel-size 2 --gpu-memory-utilization 0.85 " \
-                        "--max-num-seqs 64 --enable-prefix-caching --max-cudagraph-capture-size 512"
+                        "--max-num-seqs 64"
     (f,) = [f for f in d.findings if f.id == "capacity.pool_vs_concurrency"]
     assert f.suggested == "if requests run long: --max-num-seqs 13, or --max-model-len 6985"
 
