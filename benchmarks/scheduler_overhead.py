@@ -1,66 +1,122 @@
-"""Host-side scheduler time per decode step (everything but the model's forward), on a tiny dummy model.
+"""Host time per decode step: everything but the model's forward and the sampling kernels — scheduling, batch
+bookkeeping, KV slot allocation, metadata, appending tokens, stop checks, outputs and their IPC message.
 
-    python -m benchmarks.scheduler_overhead [--batch-sizes 64 256] [--steps 50]
+    python -m benchmarks.scheduler_overhead [--batch-sizes 64 256] [--steps 50] [--save]
 
-The model is a one-layer, 64-wide Llama with dummy weights, so its forward is cheap and the step time left over
-is the scheduler's own work: batch bookkeeping, KV slot allocation, metadata, sampling and output handling.
+The model is a one-layer, 64-wide Llama with dummy weights (SmolLM2's 49k vocabulary), so the forward is cheap and
+what is left of a step is the host's own work. Each step's outputs are pickled and sent over ZMQ to a drain
+process, as the server's scheduler does. With overlap off the host time is step - forward - sampling; with overlap
+on, the step's wall time minus forward and sampling is the host time still exposed (not hidden behind the forward).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import statistics
+import sys
 import time
+from collections.abc import Callable
+
+import zmq
+
+from benchmarks.common import device_name, provenance, write_result
 
 TINY_LLAMA = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 49152}
+PROMPT_LEN = 32
 
 
-def measure(batch_size: int, steps: int) -> dict:
+def _drain(endpoint: str) -> None:
+    """The front end's side of the socket: receive and unpickle every message until told to stop."""
+    context = zmq.Context(1)
+    inbox = context.socket(zmq.PULL)
+    inbox.connect(endpoint)
+    while inbox.recv_pyobj() is not None:
+        pass
+    context.destroy(linger=0)
+
+
+class Timer:
+    """Wraps a callable and adds up the seconds spent in it."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn, self.seconds = fn, 0.0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def measure(batch_size: int, steps: int, overlap: bool, outbox: zmq.Socket) -> dict:
     from toolkit.runtime import Engine
+    from toolkit.runtime.io_struct import BatchOutput, GenerateInput
     from toolkit.runtime.sampling.sampling_params import SamplingParams
-    from toolkit.runtime.io_struct import GenerateInput
 
     engine = Engine(model_path="llama-3.2-1b", load_format="dummy", json_model_override_args=json.dumps(TINY_LLAMA),
-                    dtype="float32", log_level="warning", max_running_requests=batch_size, context_length=2048,
-                    decode_log_interval=10**6)
-    scheduler, runner = engine.scheduler, engine.runner
-    forward_seconds = [0.0]
-    original = runner.forward
-
-    def timed_forward(batch):
-        start = time.perf_counter()
-        logits = original(batch)
-        forward_seconds[0] += time.perf_counter() - start
-        return logits
-
-    runner.forward = timed_forward
-    params = SamplingParams(max_new_tokens=steps + 20, temperature=0.0, ignore_eos=True)
+                    dtype="float32", device="cpu", log_level="warning", max_running_requests=batch_size,
+                    context_length=2048, decode_log_interval=10**6, disable_overlap_schedule=not overlap)
+    scheduler = engine.scheduler
+    forward = scheduler.runner.forward = Timer(scheduler.runner.forward)
+    sampling = scheduler.sampler.sample_batch = Timer(scheduler.sampler.sample_batch)
+    params = SamplingParams(max_new_tokens=steps + 40, temperature=0.0, ignore_eos=True)
     for i in range(batch_size):
-        scheduler.add_request(GenerateInput(f"r{i}", [5 + i % 1000] * 32, params))
-    while scheduler.waiting or scheduler.chunked_req:
-        scheduler.step()
-    for _ in range(3):
-        scheduler.step()
-    forward_seconds[0] = 0.0
-    start = time.perf_counter()
+        scheduler.add_request(GenerateInput(f"r{i}", [5 + i % 1000] * PROMPT_LEN, params))
+
+    def step() -> None:
+        outputs = scheduler.step()
+        outbox.send_pyobj(BatchOutput(outputs, scheduler.stats.as_dict()), copy=False)
+
+    while scheduler.waiting or scheduler.chunked_req or len(scheduler.running) < batch_size:
+        step()
+    for _ in range(5):
+        step()
+    forward.seconds = sampling.seconds = 0.0
+    walls = []
     for _ in range(steps):
-        scheduler.step()
-    total = time.perf_counter() - start
-    assert len(scheduler.running) == batch_size
-    return {"batch_size": batch_size, "step_ms": total / steps * 1e3,
-            "forward_ms": forward_seconds[0] / steps * 1e3,
-            "host_ms": (total - forward_seconds[0]) / steps * 1e3}
+        start = time.perf_counter()
+        step()
+        walls.append(time.perf_counter() - start)
+    assert len(scheduler.running) == batch_size, "every request must still be decoding"
+    engine.shutdown()
+    step_ms = statistics.mean(walls) * 1e3
+    forward_ms, sample_ms = forward.seconds / steps * 1e3, sampling.seconds / steps * 1e3
+    return {"batch_size": batch_size, "overlap": overlap, "step_ms": step_ms, "forward_ms": forward_ms,
+            "sample_ms": sample_ms, "host_ms": step_ms - forward_ms - sample_ms}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Host-side scheduler time per decode step.")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/scheduler_overhead.json")
     args = parser.parse_args()
-    for batch_size in args.batch_sizes:
-        r = measure(batch_size, args.steps)
-        print(f"batch {r['batch_size']:4d}: step {r['step_ms']:.2f} ms = forward {r['forward_ms']:.2f} ms + "
-              f"host {r['host_ms']:.2f} ms")
+    endpoint = "ipc:///tmp/toolkit-scheduler-overhead"
+    context = zmq.Context(1)
+    outbox = context.socket(zmq.PUSH)
+    outbox.bind(endpoint)
+    drain = multiprocessing.get_context("spawn").Process(target=_drain, args=(endpoint,), daemon=True)
+    drain.start()
+    rows = []
+    try:
+        for batch_size in args.batch_sizes:
+            for overlap in (False, True):
+                r = measure(batch_size, args.steps, overlap, outbox)
+                rows.append(r)
+                label = "exposed host" if overlap else "host"
+                print(f"batch {batch_size:4d} overlap {'on ' if overlap else 'off'}: step {r['step_ms']:6.2f} ms = "
+                      f"forward {r['forward_ms']:6.2f} + sampling {r['sample_ms']:5.2f} + {label} "
+                      f"{r['host_ms']:5.2f} ms", flush=True)
+    finally:
+        outbox.send_pyobj(None)
+        drain.join(timeout=10)
+        context.destroy(linger=0)
+    if args.save:
+        record = {**provenance("benchmarks.scheduler_overhead", sys.argv[1:], device_name("cpu")), "rows": rows}
+        print(f"wrote {write_result('scheduler_overhead', record)}")
 
 
 if __name__ == "__main__":

@@ -107,6 +107,7 @@ class Engine:
                 if out.finished_reason is not None:
                     unfinished.discard(out.rid)
             if not unfinished:
+                self.scheduler.drain()  # NOTE: an overlapped step may still hold a finished request's KV
                 return
         raise RuntimeError(f"the engine did not finish {len(unfinished)} requests within {max_steps} steps")
 
@@ -146,6 +147,8 @@ class Engine:
         return self.scheduler.flush_cache()
 
     def shutdown(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown()
         self.scheduler = None
         self.runner = None
 

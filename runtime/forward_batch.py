@@ -24,7 +24,7 @@ class ForwardMode(IntEnum):
 @dataclass
 class ForwardBatch:
     mode: ForwardMode
-    input_ids: torch.Tensor  # [num_tokens]
+    input_ids: torch.Tensor | None  # [num_tokens]; None until the model worker resolves a decode step's inputs
     positions: torch.Tensor  # [num_tokens]
     out_cache_loc: torch.Tensor  # [num_tokens] KV slots the new tokens are written to
     req_pool_indices: torch.Tensor  # [batch]
@@ -47,6 +47,39 @@ class ForwardBatch:
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+    @classmethod
+    def decode(
+        cls,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: list[int],
+        req_pool_indices: torch.Tensor,
+        req_pool_indices_cpu: list[int],
+        out_cache_loc: torch.Tensor,
+        req_to_token: torch.Tensor,
+        kv_pool: KVPool,
+        attn_backend: AttentionBackend,
+        input_ids: torch.Tensor | None = None,
+    ) -> ForwardBatch:
+        """A decode step from the running batch's persistent tensors. `input_ids` None: the model worker fills
+        them in from the previous step's sampled tokens just before the forward."""
+        batch = cls(
+            mode=ForwardMode.DECODE,
+            input_ids=input_ids,
+            positions=seq_lens - 1,
+            out_cache_loc=out_cache_loc,
+            req_pool_indices=req_pool_indices,
+            req_pool_indices_cpu=req_pool_indices_cpu,
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens_cpu,
+            extend_prefix_lens_cpu=[n - 1 for n in seq_lens_cpu],
+            extend_seq_lens_cpu=[1] * len(seq_lens_cpu),
+            req_to_token=req_to_token,
+            kv_pool=kv_pool,
+            attn_backend=attn_backend,
+        )
+        attn_backend.init_forward_metadata(batch)
+        return batch
 
     @classmethod
     def build(

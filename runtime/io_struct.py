@@ -6,7 +6,7 @@ scheduler or the model, so the HTTP process stays light.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 
@@ -58,9 +58,9 @@ class ShutdownRequest:
 
 # ---- scheduler → front end ----
 
-@dataclass(frozen=True)
-class TokenOutput:
-    """One request's progress in one step: a new token, a finish, or both."""
+class TokenOutput(NamedTuple):
+    """One request's progress in one step: a new token, a finish, or both (a tuple: one per request per step,
+    so cheap to build and to pickle)."""
 
     rid: str
     token_id: int | None

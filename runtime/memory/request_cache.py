@@ -18,9 +18,10 @@ class RequestCache:
 
     def cache_finished_req(self, req: Req, resident_len: int | None = None) -> None:
         """Insert the request's resident tokens into the tree, free what the tree does not keep, release its
-        row and lock. `resident_len` defaults to every token but the last output (which has no KV yet)."""
+        row and lock. `resident_len` defaults to every position that has a KV slot (all but the last output,
+        unless an overlapped step already computed that one too)."""
         if resident_len is None:
-            resident_len = req.seq_len - 1
+            resident_len = req.kv_allocated
         slots = self.req_to_token.slots(req.req_pool_idx, resident_len)
         if self.tree.disabled:
             self.allocator.free(slots)

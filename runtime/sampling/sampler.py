@@ -56,9 +56,11 @@ class SamplingBatch:
             top_logprobs_num=top_logprobs_num,
         )
 
-    @property
-    def size(self) -> int:
-        return len(self.params)
+    @classmethod
+    def greedy(cls, rows: int, device: torch.device | str) -> SamplingBatch:
+        """Every row takes its argmax (the common case, built without looking at each request)."""
+        return cls(params=[], rids=[], greedy_rows=_index(list(range(rows)), device), sampled_rows=_index([], device),
+                   temperatures=None, filters=False, seeded=[], penalized=[], logprob_rows=None)
 
 
 @dataclass

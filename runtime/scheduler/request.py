@@ -40,6 +40,27 @@ class Req:
     created_time: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
     tail_text: Any = None  # decode(ids) → str, set by the scheduler for stop-string checks
+    # Decode steps launched whose token is not appended yet (overlap scheduling keeps one step in flight).
+    inflight: int = 0
+    # Table positions that have a KV slot: what is resident once every launched step has run.
+    kv_allocated: int = 0
+    # (launched step, row): where this request's next input token is, on the device.
+    token_source: tuple[Any, int] | None = None
+    # What finishing checks per token, resolved once: a length bound, a set of token ids, stop strings or not.
+    max_new_tokens: int = field(init=False)
+    stop_token_set: frozenset[int] = field(init=False)
+    checks_stop_strings: bool = field(init=False)
+    penalized: bool = field(init=False)  # sampling counts its tokens (frequency/presence/repetition penalties)
+    plain_greedy: bool = field(init=False)  # argmax, nothing else: no penalties, no logprobs
+
+    def __post_init__(self) -> None:
+        params = self.sampling_params
+        self.max_new_tokens = params.max_new_tokens
+        eos = frozenset() if params.ignore_eos else self.eos_token_ids
+        self.stop_token_set = eos | frozenset(params.stop_token_ids)
+        self.checks_stop_strings = bool(params.stop) and self.tail_text is not None
+        self.penalized = params.has_penalties
+        self.plain_greedy = params.is_greedy and not self.penalized and not self.return_logprob
 
     @property
     def finished(self) -> bool:
@@ -62,6 +83,8 @@ class Req:
         return self.fill_ids[: max(len(self.fill_ids) - 1, 0)]
 
     def reset_for_retract(self) -> None:
+        self.kv_allocated = 0
+        self.token_source = None
         self.prefix_indices = _NO_SLOTS
         self.last_node = None
         self.extend_input_len = 0
@@ -69,25 +92,35 @@ class Req:
         self.is_retracted = True
         self.already_computed = 0
 
+    @property
+    def decode_seq_len(self) -> int:
+        """Tokens the next decode step attends over: every token so far, those still in flight included."""
+        return len(self.origin_input_ids) + len(self.output_ids) + self.inflight
+
     def check_finished(self) -> None:
         if self.finished:
             return
         if self.to_abort is not None:
             self.finished_reason = FinishReason("abort", message=self.to_abort)
             return
+        self.finished_reason = self.finish_after(self.output_ids[-1])
+
+    def finish_after(self, token: int) -> FinishReason | None:
+        """Why the request ends with `token` (just appended), or None: the per-token check of the hot path."""
+        if len(self.output_ids) >= self.max_new_tokens:
+            return FinishReason("length", matched=self.max_new_tokens)
+        if token in self.stop_token_set:
+            return FinishReason("stop", matched=token)
+        if self.checks_stop_strings:
+            return self._stop_string_finish()
+        return None
+
+    def _stop_string_finish(self) -> FinishReason | None:
         params = self.sampling_params
-        if len(self.output_ids) >= params.max_new_tokens:
-            self.finished_reason = FinishReason("length", matched=params.max_new_tokens)
-            return
-        last = self.output_ids[-1]
-        if last in params.stop_token_ids or (not params.ignore_eos and last in self.eos_token_ids):
-            self.finished_reason = FinishReason("stop", matched=last)
-            return
-        if params.stop and self.tail_text is not None:
-            # NOTE: every token decodes to at least one character, so max_len + 1 tokens cover any stop string
-            # that ends in the newest token, also one that spans token boundaries.
-            tail = self.tail_text(self.output_ids[-(params.stop_str_max_len + 1) :])
-            for stop in params.stop:
-                if stop in tail:
-                    self.finished_reason = FinishReason("stop", matched=stop)
-                    return
+        # NOTE: every token decodes to at least one character, so max_len + 1 tokens cover any stop string
+        # that ends in the newest token, also one that spans token boundaries.
+        tail = self.tail_text(self.output_ids[-(params.stop_str_max_len + 1) :])
+        for stop in params.stop:
+            if stop in tail:
+                return FinishReason("stop", matched=stop)
+        return None

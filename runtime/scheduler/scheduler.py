@@ -3,25 +3,33 @@ otherwise the running batch decodes; retraction when the KV pool runs dry; an in
 
 `step()` is one iteration of SGLang's event loop. It does no I/O: the offline Engine calls it directly and the
 server's scheduler process calls it between reading requests from and writing outputs to the front end.
+
+With overlap scheduling a decode step is launched before the previous one's tokens are processed, so the host work
+(appending tokens, stop checks, outputs, admission) hides behind the forward. A step in flight is drained first
+whenever the next decision needs its tokens: before admitting a prefill, before retracting, and when a running
+request uses penalties. A request that finished in the step being processed has one more token computed in the
+step already launched; that token is dropped and its KV kept for the prefix cache.
 """
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
 
 from toolkit.runtime.forward_batch import ForwardMode
-from toolkit.runtime.io_struct import GenerateInput, TokenOutput, context_length_error, token_id_error
+from toolkit.runtime.io_struct import FinishReason, GenerateInput, TokenOutput, context_length_error, token_id_error
 from toolkit.runtime.memory.prefix_cache import PrefixCache
 from toolkit.runtime.memory.radix_cache import NoPrefixCache, RadixCache
 from toolkit.runtime.memory.request_cache import RequestCache
 from toolkit.runtime.model_runner import ModelRunner
-from toolkit.runtime.sampling.sampler import Sampler, SampleOutput, TokenHistory
-from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.model_worker import LaunchedStep, ModelWorker, OverlapWorker, StepInput
+from toolkit.runtime.sampling.sampler import Sampler, SampleOutput, SamplingBatch, TokenHistory
 from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
 from toolkit.runtime.scheduler.policy import SchedulePolicy
 from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, never_fits
-from toolkit.runtime.io_struct import FinishReason
 from toolkit.runtime.scheduler.request import Req
 from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims
 from toolkit.runtime.scheduler.schedule_batch import KVMemory, ScheduleBatch
@@ -29,6 +37,15 @@ from toolkit.runtime.scheduler.stats_log import SchedulerStats, StatsLogger
 from toolkit.runtime.server_args import ServerArgs
 
 logger = logging.getLogger("runtime")
+
+
+@dataclass
+class _Launched:
+    """A step handed to the model worker, with the requests it ran (in batch order) and how."""
+
+    batch: ScheduleBatch
+    reqs: list[Req]
+    step: LaunchedStep
 
 
 class Scheduler:
@@ -58,10 +75,13 @@ class Scheduler:
         self.running = ScheduleBatch([])
         self.chunked_req: Req | None = None
         self.sampler = Sampler(runner.device)
+        self.overlap = not args.disable_overlap_schedule
+        self.worker = (OverlapWorker if self.overlap else ModelWorker)(runner, self.sampler)
+        self._inflight: _Launched | None = None
         self.stats_log = StatsLogger(self.max_total_num_tokens, args.decode_log_interval)
         self._outputs: list[TokenOutput] = []
         self._checked_since_idle = True
-        self.forward_seconds = 0.0
+        self._aborts_pending = False
         logger.info(
             f"max_total_num_tokens={self.max_total_num_tokens}, chunked_prefill_size={args.chunked_prefill_size}, "
             f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={self.max_running_requests}, "
@@ -92,27 +112,61 @@ class Scheduler:
         for req in self._live_requests():
             if req.rid == rid and not req.finished:
                 req.to_abort = message
+                self._aborts_pending = True
 
     def _live_requests(self) -> list[Req]:
-        live = self.waiting + self.running.reqs
+        live = self.waiting + self.running.reqs + (self._inflight.reqs if self._inflight else [])
         return live + [self.chunked_req] if self.chunked_req is not None else live
 
     # ---- the loop ----
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running.reqs or self.chunked_req)
+        return bool(self.waiting or self.running.reqs or self.chunked_req or self._inflight)
 
     def step(self) -> list[TokenOutput]:
-        """Run one prefill or decode batch if there is one; otherwise do the idle checks."""
-        self._apply_aborts()
+        """Run one prefill or decode batch if there is one (with overlap, also process the one before it);
+        otherwise finish the step in flight, or do the idle checks."""
+        if self._needs_drain():
+            self._drain()
+        if self._aborts_pending:
+            self._apply_aborts()
         batch = self._next_batch()
         if batch is None:
-            self._on_idle()
+            if self._inflight is not None:
+                self._drain()
+            else:
+                self._on_idle()
         else:
             self._checked_since_idle = False
-            self._run(batch)
+            self._launch(batch)
         outputs, self._outputs = self._outputs, []
         return outputs
+
+    def shutdown(self) -> None:
+        """Finish the step in flight and stop the model worker."""
+        self.drain()
+        self.worker.close()
+
+    def drain(self) -> list[TokenOutput]:
+        """Process the step in flight, if any: afterwards every finished request's KV is back in the cache."""
+        self._drain()
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def _needs_drain(self) -> bool:
+        """The next decision needs the in-flight step's tokens: it was a prefill (its requests join the running
+        batch when processed), admission may run, or a running request uses penalties (they count every token)."""
+        if self._inflight is None:
+            return False
+        if self._inflight.batch.mode is ForwardMode.EXTEND:
+            return True
+        admits = (self.waiting and not (self.running.batch_is_full and self.running.reqs)) or self.chunked_req
+        return bool(admits) or any(r.penalized for r in self.running.reqs)
+
+    def _drain(self) -> None:
+        launched, self._inflight = self._inflight, None
+        if launched is not None:
+            self._process(launched)
 
     def _next_batch(self) -> ScheduleBatch | None:
         batch = self._new_prefill_batch()
@@ -122,14 +176,60 @@ class Scheduler:
             return None
         return self._update_running_batch()
 
-    def _run(self, batch: ScheduleBatch) -> None:
-        start = time.perf_counter()
-        logits, used_cuda_graph = self.runner.forward(batch.forward_batch(self.runner.req_to_token_pool, self.runner))
-        if batch.mode is ForwardMode.EXTEND:
-            self._process_prefill(batch, logits)
+    def _launch(self, batch: ScheduleBatch) -> None:
+        """Hand the batch to the model worker; without overlap, process it at once, with overlap, process the
+        step launched before it (the worker runs them in order)."""
+        forward_batch = batch.forward_batch(self.runner.req_to_token_pool, self.runner)
+        if batch.mode is ForwardMode.DECODE:
+            step = StepInput(forward_batch, self._sampling(batch.reqs), input_segments=batch.decode_inputs.tokens)
         else:
-            self._process_decode(batch, logits, used_cuda_graph)
-        self.forward_seconds += time.perf_counter() - start
+            producing = [i for i, r in enumerate(batch.reqs) if r.is_chunked == 0]
+            reqs = [batch.reqs[i] for i in producing]
+            sampling = self._sampling(reqs) if reqs else None
+            rows = None if len(producing) == len(batch.reqs) else _rows(producing, forward_batch.input_ids.device)
+            step = StepInput(forward_batch, sampling, sample_rows=rows)
+        launched = _Launched(batch, list(batch.reqs), self.worker.launch(step))
+        self._after_launch(launched)
+        previous, self._inflight = self._inflight, launched
+        if previous is not None:
+            self._process(previous)
+        if not self.overlap:
+            self._drain()
+
+    def _after_launch(self, launched: _Launched) -> None:
+        """Every request of the step has one more token on the way; the next decode step reads it from here."""
+        batch = launched.batch
+        if batch.mode is ForwardMode.DECODE:
+            for row, req in enumerate(launched.reqs):
+                req.inflight += 1
+                req.token_source = (launched.step, row)
+            batch.decode_inputs = batch.decode_inputs.advanced(launched.step)
+            return
+        row = 0
+        for req in launched.reqs:
+            if req.is_chunked == 0:
+                req.inflight += 1
+                req.token_source = (launched.step, row)
+                row += 1
+
+    def _process(self, launched: _Launched) -> None:
+        sample, used_cuda_graph = launched.step.wait()
+        if launched.batch.mode is ForwardMode.EXTEND:
+            self._process_prefill(launched.batch, sample)
+        else:
+            self._process_decode(launched.reqs, sample, used_cuda_graph)
+
+    def _sampling(self, reqs: list[Req]) -> SamplingBatch:
+        if all(r.plain_greedy for r in reqs):
+            return SamplingBatch.greedy(len(reqs), self.runner.device)
+        histories = None
+        if any(r.sampling_params.has_penalties for r in reqs):
+            histories = [TokenHistory(r.origin_input_ids, r.output_ids) for r in reqs]
+        logprob_rows = [i for i, r in enumerate(reqs) if r.return_logprob]
+        return SamplingBatch.build(
+            [r.sampling_params for r in reqs], [r.rid for r in reqs], self.runner.device, histories,
+            logprob_rows or None, max((r.top_logprobs_num for r in reqs), default=0),
+        )
 
     # ---- prefill ----
     def _new_prefill_batch(self) -> ScheduleBatch | None:
@@ -196,13 +296,12 @@ class Scheduler:
         if error is not None:
             self._finish_unscheduled(self.waiting.pop(0), error)
 
-    def _process_prefill(self, batch: ScheduleBatch, logits) -> None:
-        producing = [i for i, r in enumerate(batch.reqs) if r.is_chunked == 0]
-        sample = self._sample(logits[producing], [batch.reqs[i] for i in producing]) if producing else None
+    def _process_prefill(self, batch: ScheduleBatch, sample: SampleOutput) -> None:
+        producing = [r for r in batch.reqs if r.is_chunked == 0]
         decoding = set(map(id, batch.decoding_reqs))
-        for j, i in enumerate(producing):
-            req = batch.reqs[i]
-            self._append_token(req, sample, j)
+        for row, req in enumerate(producing):
+            req.inflight -= 1
+            self._append_token(req, sample, row)
             if req.finished:
                 self.req_cache.cache_finished_req(req)
             elif id(req) not in decoding:
@@ -222,10 +321,15 @@ class Scheduler:
         if self.running.is_empty:
             return None
         if not self._check_decode_mem():
-            self._retract()
-            if not self._check_decode_mem():
-                self._abort_lone_request()
+            self._drain()  # NOTE: retraction needs every token of the requests it re-queues
+            self._drop_from_running()
+            if self.running.is_empty:
                 return None
+            if not self._check_decode_mem():
+                self._retract()
+                if not self._check_decode_mem():
+                    self._abort_lone_request()
+                    return None
         else:
             self.ratio.step_decay()
         self.running.prepare_for_decode(self.memory)
@@ -248,7 +352,7 @@ class Scheduler:
         old_ratio = self.ratio.value
 
         def release(req: Req, remaining: int) -> None:
-            self.req_cache.release_without_caching(req, req.seq_len - 1)
+            self.req_cache.release_without_caching(req, req.kv_allocated)
             req.reset_for_retract()
             shortfall = remaining * RETRACT_DECODE_STEPS - self.runner.allocator.available_size()
             if shortfall > 0:
@@ -271,29 +375,26 @@ class Scheduler:
             self._finish_running(req)
         self._drop_from_running()
 
-    def _process_decode(self, batch: ScheduleBatch, logits, used_cuda_graph: bool) -> None:
-        sample = self._sample(logits, batch.reqs)
-        for j, req in enumerate(batch.reqs):
-            self._append_token(req, sample, j)
+    def _process_decode(self, reqs: list[Req], sample: SampleOutput, used_cuda_graph: bool) -> None:
+        kept = 0
+        for row, req in enumerate(reqs):
+            req.inflight -= 1
             if req.finished:
+                # NOTE: it finished (or was aborted) after this step launched: the token is dropped, and the
+                # request's KV, now complete, goes to the cache once no step in flight holds it.
+                if req.inflight == 0:
+                    self.req_cache.cache_finished_req(req)
+                continue
+            kept += 1
+            self._append_token(req, sample, row)
+            if req.finished and req.inflight == 0:
                 self.req_cache.cache_finished_req(req)
-        if self.stats_log.on_decode_step(len(batch)):
+        if self.stats_log.on_decode_step(kept):
             used, usage = self._token_usage()
-            self.stats_log.log_decode(len(batch), used, usage, cuda_graph=used_cuda_graph,
-                                      queue=len(self.waiting))
+            self.stats_log.log_decode(len(reqs), used, usage, cuda_graph=used_cuda_graph, queue=len(self.waiting))
         self._drop_from_running()
 
     # ---- tokens out ----
-    def _sample(self, logits, reqs: list[Req]) -> SampleOutput:
-        return self.sampler.sample(
-            logits,
-            [r.sampling_params for r in reqs],
-            [r.rid for r in reqs],
-            [TokenHistory(r.origin_input_ids, r.output_ids) for r in reqs],
-            top_logprobs_num=max((r.top_logprobs_num for r in reqs), default=0),
-            return_logprob=any(r.return_logprob for r in reqs),
-        )
-
     def _append_token(self, req: Req, sample: SampleOutput, row: int) -> None:
         token = sample.token_ids[row]
         req.output_ids.append(token)
@@ -306,20 +407,20 @@ class Scheduler:
             if req.top_logprobs_num and sample.top_logprobs is not None:
                 top = sample.top_logprobs[row][: req.top_logprobs_num]
                 req.output_top_logprobs.append(top)
-        req.check_finished()
+        req.finished_reason = req.finish_after(token)
         self._emit(req, token, logprob, top)
 
     def _emit(self, req: Req, token: int | None, logprob: float | None = None, top=None) -> None:
         if req.finished:
             self.sampler.forget(req.rid)
         self._outputs.append(TokenOutput(
-            rid=req.rid, token_id=token, finished_reason=req.finished_reason,
-            prompt_tokens=len(req.origin_input_ids), completion_tokens=len(req.output_ids),
-            cached_tokens=req.cached_tokens, logprob=logprob, top_logprobs=top,
+            req.rid, token, req.finished_reason, len(req.origin_input_ids), len(req.output_ids), req.cached_tokens,
+            logprob, top,
         ))
 
     # ---- aborts ----
     def _apply_aborts(self) -> None:
+        self._aborts_pending = False
         for req in [r for r in self.waiting if r.to_abort]:
             self.waiting.remove(req)
             self._finish_unscheduled(req, req.to_abort)
@@ -334,7 +435,8 @@ class Scheduler:
 
     def _finish_running(self, req: Req) -> None:
         req.check_finished()
-        self.req_cache.cache_finished_req(req)
+        if req.inflight == 0:  # else the step in flight still writes its KV: released when it is processed
+            self.req_cache.cache_finished_req(req)
         self._emit(req, None)
 
     def _finish_unscheduled(self, req: Req, message: str) -> None:
@@ -378,9 +480,15 @@ class Scheduler:
     @property
     def stats(self) -> SchedulerStats:
         stats = self.stats_log.stats
-        stats.num_running_reqs = len(self.running) + (1 if self.chunked_req else 0)
+        # NOTE: a request that finished while a step holding it is in flight still holds its KV: it counts.
+        releasing = sum(1 for r in self._inflight.reqs if r.finished) if self._inflight else 0
+        stats.num_running_reqs = len(self.running) + (1 if self.chunked_req else 0) + releasing
         stats.num_queue_reqs = len(self.waiting)
         stats.num_used_tokens, usage = self._token_usage()
         stats.token_usage = round(usage, 4)
         stats.new_token_ratio = self.ratio.value
         return stats
+
+
+def _rows(indices: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(indices, dtype=torch.int64, device=device)

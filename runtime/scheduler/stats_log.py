@@ -1,9 +1,10 @@
-"""The scheduler's SGLang-format log lines (SPEC §1.4) and the live counters behind them and /metrics."""
+"""The scheduler's SGLang-format log lines (docs/log-formats.md §1) and the live counters behind them and
+/metrics."""
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 logger = logging.getLogger("runtime")
 
@@ -28,7 +29,10 @@ class SchedulerStats:
     total_prefill_batches: int = 0
     new_token_ratio: float = 0.0
     memory_leak_detected: bool = False
-    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, int | float | bool]:
+        """A snapshot for the front end (every field is a number, so a shallow copy)."""
+        return dict(vars(self))
 
 
 class StatsLogger:
@@ -64,15 +68,13 @@ class StatsLogger:
             f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue}"
         )
 
-    def on_decode_step(self, batch_size: int) -> bool:
-        """Count a decode step's tokens; True when this step should log a decode line."""
-        self._generated_since_log += batch_size
-        self.stats.total_generated_tokens += batch_size
+    def on_decode_step(self, generated: int) -> bool:
+        """Count a decode step's tokens (those kept: an overlapped step's token for a request that had already
+        finished is dropped); True when this step should log a decode line."""
+        self._generated_since_log += generated
+        self.stats.total_generated_tokens += generated
         self.stats.total_decode_steps += 1
         return self.stats.total_decode_steps % self.decode_log_interval == 0
-
-    def count_prefill_tokens(self, num_tokens: int) -> None:
-        self.stats.total_generated_tokens += num_tokens
 
     def log_decode(self, running: int, used: int, usage: float, cuda_graph: bool, queue: int) -> None:
         now = time.perf_counter()

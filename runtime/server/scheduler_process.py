@@ -91,13 +91,21 @@ class SchedulerLoop:
         self.live_rids: set[str] = set()  # received and not finished yet
 
     def run(self) -> None:
+        # NOTE: the front end's counters exist from the first moment /get_server_info can be asked.
+        self.outbox.send_pyobj(BatchOutput([], self.scheduler.stats.as_dict()))
+        try:
+            self._loop()
+        finally:
+            self.scheduler.shutdown()
+
+    def _loop(self) -> None:
         while self.running:
             self._receive(block=not self.scheduler.has_work)
             if not self.running:
                 break
             with self.watchdog.armed():
                 outputs = self.scheduler.step()
-            stats = dataclasses.asdict(self.scheduler.stats)
+            stats = self.scheduler.stats.as_dict()
             self.outbox.send_pyobj(BatchOutput(outputs, stats), copy=False)
             self.live_rids.difference_update(o.rid for o in outputs if o.finished_reason is not None)
             if self.shutting_down and not self.scheduler.has_work:

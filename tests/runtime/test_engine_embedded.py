@@ -1,4 +1,5 @@
-"""The offline Engine on the embedded SmolLM2: greedy parity with transformers, sampling, stopping, logprobs."""
+"""The offline Engine on the embedded SmolLM2: greedy parity with transformers, sampling, stopping, logprobs (the
+greedy parity with overlap scheduling on and off)."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,16 @@ def test_engine_with_no_arguments_serves_the_embedded_model(engine):
     assert engine.runner.source.display_path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def test_greedy_chat_batch_equals_transformers(engine, chat_prompt_ids, embedded_reference):
+@pytest.fixture(scope="module")
+def sync_engine() -> Engine:
+    return Engine(dtype="float32", device="cpu", max_total_tokens=8192, max_running_requests=16, log_level="warning",
+                  disable_overlap_schedule=True)
+
+
+@pytest.mark.parametrize("mode", ["overlap", "no-overlap"])
+def test_greedy_chat_batch_equals_transformers(mode, request, chat_prompt_ids, embedded_reference):
+    engine = request.getfixturevalue("engine" if mode == "overlap" else "sync_engine")
+    assert engine.scheduler.overlap == (mode == "overlap")
     params = {"max_new_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True}
     results = engine.generate(input_ids=chat_prompt_ids, sampling_params=params)
     for prompt, result in zip(chat_prompt_ids, results):

@@ -1,5 +1,6 @@
 """Greedy output of the engine equals transformers token for token, whatever the batching does:
-16 concurrent requests, chunked prefill, page sizes, radix cache on/off, every policy, mixed chunks, retraction."""
+16 concurrent requests, chunked prefill, page sizes, radix cache on/off, every policy, mixed chunks, retraction,
+with overlap scheduling on and off."""
 from __future__ import annotations
 
 import pytest
@@ -39,9 +40,9 @@ def _params(max_new: list[int]) -> list[dict]:
     return [{"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True} for n in max_new]
 
 
-def _run(workload, **engine_args):
+def _run(workload, overlap: bool, **engine_args):
     folder, prompts, max_new, expected = workload
-    engine = tiny_engine(folder, **engine_args)
+    engine = tiny_engine(folder, disable_overlap_schedule=not overlap, **engine_args)
     with LogCapture() as log:
         results = engine.generate(input_ids=prompts, sampling_params=_params(max_new))
     assert [r["output_ids"] for r in results] == expected
@@ -51,28 +52,28 @@ def _run(workload, **engine_args):
 
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("chunked_prefill_size", [16, 64, -1])
-def test_greedy_equal_across_chunk_and_page_sizes(workload, chunked_prefill_size, page_size):
-    _, _, lines = _run(workload, chunked_prefill_size=chunked_prefill_size, page_size=page_size)
+def test_greedy_equal_across_chunk_and_page_sizes(workload, chunked_prefill_size, page_size, overlap):
+    _, _, lines = _run(workload, overlap, chunked_prefill_size=chunked_prefill_size, page_size=page_size)
     if chunked_prefill_size == 16:
         assert any("#new-token: 16," in line for line in lines), "no prefill chunk of 16 tokens was logged"
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "lpm", "dfs-weight", "lof", "random"])
-def test_greedy_equal_under_every_policy(workload, policy):
-    _run(workload, schedule_policy=policy, chunked_prefill_size=64)
+def test_greedy_equal_under_every_policy(workload, policy, overlap):
+    _run(workload, overlap, schedule_policy=policy, chunked_prefill_size=64)
 
 
-def test_greedy_equal_with_radix_cache_off(workload):
-    _run(workload, disable_radix_cache=True)
+def test_greedy_equal_with_radix_cache_off(workload, overlap):
+    _run(workload, overlap, disable_radix_cache=True)
 
 
-def test_greedy_equal_with_mixed_chunk(workload):
-    _run(workload, enable_mixed_chunk=True, chunked_prefill_size=32, max_prefill_tokens=64)
+def test_greedy_equal_with_mixed_chunk(workload, overlap):
+    _run(workload, overlap, enable_mixed_chunk=True, chunked_prefill_size=32, max_prefill_tokens=64)
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_radix_cache_hits_are_counted_and_output_unchanged(workload, page_size):
-    engine, first, _ = _run(workload, page_size=page_size)
+def test_radix_cache_hits_are_counted_and_output_unchanged(workload, page_size, overlap):
+    engine, first, _ = _run(workload, overlap, page_size=page_size)
     folder, prompts, max_new, expected = workload
     second = engine.generate(input_ids=prompts, sampling_params=_params(max_new))
     assert [r["output_ids"] for r in second] == expected
@@ -83,8 +84,8 @@ def test_radix_cache_hits_are_counted_and_output_unchanged(workload, page_size):
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_forced_retraction_keeps_greedy_output_identical(long_output_workload, page_size):
-    _, _, lines = _run(long_output_workload, max_total_tokens=480, schedule_conservativeness=0.05,
+def test_forced_retraction_keeps_greedy_output_identical(long_output_workload, page_size, overlap):
+    _, _, lines = _run(long_output_workload, overlap, max_total_tokens=480, schedule_conservativeness=0.05,
                        page_size=page_size, chunked_prefill_size=64)
     retractions = [line for line in lines if line.startswith("KV cache pool is full. Retract requests.")]
     assert retractions, "the tiny pool never forced a retraction"

@@ -1,5 +1,5 @@
 """Request lifecycle in the scheduler: aborts at every stage free everything, and the log lines agree with
-the scheduler's own counters."""
+the scheduler's own counters, with overlap scheduling on and off."""
 from __future__ import annotations
 
 import re
@@ -47,8 +47,8 @@ def _drain(scheduler, limit: int = 2000) -> list:
     raise AssertionError("scheduler did not drain")
 
 
-def test_abort_waiting_request_never_runs(folder):
-    scheduler = tiny_engine(folder).scheduler
+def test_abort_waiting_request_never_runs(folder, overlap):
+    scheduler = tiny_engine(folder, disable_overlap_schedule=not overlap).scheduler
     _submit(scheduler, "a", list(range(3, 40)), 8)
     scheduler.abort_request("a")
     outputs = _drain(scheduler)
@@ -56,8 +56,8 @@ def test_abort_waiting_request_never_runs(folder):
     assert scheduler.check_memory()
 
 
-def test_abort_mid_chunked_prefill_frees_everything(folder):
-    scheduler = tiny_engine(folder, chunked_prefill_size=16).scheduler
+def test_abort_mid_chunked_prefill_frees_everything(folder, overlap):
+    scheduler = tiny_engine(folder, chunked_prefill_size=16, disable_overlap_schedule=not overlap).scheduler
     _submit(scheduler, "long", list(range(3, 100)), 8)
     scheduler.step()
     assert scheduler.chunked_req is not None and scheduler.runner.allocator.available_size() < 4096
@@ -68,8 +68,8 @@ def test_abort_mid_chunked_prefill_frees_everything(folder):
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_abort_mid_decode_frees_everything_and_others_finish(folder, page_size):
-    scheduler = tiny_engine(folder, page_size=page_size).scheduler
+def test_abort_mid_decode_frees_everything_and_others_finish(folder, page_size, overlap):
+    scheduler = tiny_engine(folder, page_size=page_size, disable_overlap_schedule=not overlap).scheduler
     for i, prompt in enumerate(random_prompts(4, 320, seed=5)):
         _submit(scheduler, f"r{i}", prompt, 30)
     for _ in range(6):
@@ -82,9 +82,9 @@ def test_abort_mid_decode_frees_everything_and_others_finish(folder, page_size):
     assert scheduler.check_memory()
 
 
-def test_log_lines_parse_and_agree_with_the_counters(folder):
+def test_log_lines_parse_and_agree_with_the_counters(folder, overlap):
     engine = tiny_engine(folder, decode_log_interval=1, chunked_prefill_size=32, max_total_tokens=900,
-                         schedule_conservativeness=0.05)
+                         schedule_conservativeness=0.05, disable_overlap_schedule=not overlap)
     prompts = random_prompts(12, 320, seed=9)
     with LogCapture() as log:
         results = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 30, "ignore_eos": True})
@@ -93,9 +93,12 @@ def test_log_lines_parse_and_agree_with_the_counters(folder):
     retract = [RETRACT_RE.match(line) for line in log.lines if line.startswith("KV cache pool is full.")]
     assert decode and prefill and all(decode) and all(prefill) and all(retract)
     stats = engine.scheduler.stats
-    # every decode step logs (interval 1): its #running-req is the tokens that step generated
-    decode_tokens = sum(int(m.group(1)) for m in decode)
+    # every decode step logs (interval 1); its #running-req is the requests it ran, which without overlap is
+    # the tokens it generated (with overlap, a request that finished in the step before still runs once more)
+    batch_sizes = sum(int(m.group(1)) for m in decode)
+    decode_tokens = stats.total_generated_tokens
     assert len(decode) == stats.total_decode_steps
+    assert batch_sizes == decode_tokens if not overlap else batch_sizes >= decode_tokens
     completion = sum(r["meta_info"]["completion_tokens"] for r in results)
     retracted = sum(int(m.group(1)) for m in retract)
     finished_prefills = completion - decode_tokens  # each first token comes from a prefill batch
