@@ -208,7 +208,8 @@ _HELP: dict[str, str] = {
     "page_size": "Tokens per KV page.",
     "disable_radix_cache": "Disable the radix prefix cache.",
     "enable_mixed_chunk": "Let decode requests ride along in prefill batches.",
-    "disable_overlap_schedule": "Accepted for SGLang compatibility; scheduling is not overlapped.",
+    "disable_overlap_schedule": "Run each step to the end before scheduling the next (default: overlap the host's "
+                                "work with the forward of the step in flight).",
     "decode_log_interval": "Log a `Decode batch.` line every N decode steps.",
     "watchdog_timeout": "Seconds a forward pass may take before the watchdog kills the server.",
     "allow_auto_truncate": "Truncate prompts longer than the context instead of rejecting them.",
