@@ -3,13 +3,16 @@ logger writes since 0.3.6) classified and read in vectorized numpy operations; e
 per-line parser (`diagnose.lines`), in order.
 
 Results equal the per-line parser: for every line it reads, the kind, line number, time, rank and fields are
-exactly what `LineParser` and `parse_fields` give, and the counts of other and unread lines are the same.
-Tests that check it: `tests/diagnose/test_fastpath.py` (every era, every stamp and body, cut and garbled lines,
-random pieces, the calendar, timelines and findings of whole logs) and `tests/diagnose/test_chunks.py`
-(chunks scanned ahead on threads equal chunks scanned one by one).
+exactly what `LineParser` and `parse_fields` give, and the counts of other and unread lines are the same
+(docs/log-formats.md §14). Tests that check it: `tests/diagnose/test_fastpath.py` (every era, every stamp and
+body, cut and garbled lines, random pieces and access lines, the calendar, byte ranges read by worker
+processes, the export, timelines and findings of whole logs) and `tests/diagnose/test_chunks.py` (chunks
+scanned ahead on threads equal chunks scanned one by one).
 
 - `words`: bytes read eight at a time (SWAR) from any offset of a chunk;
 - `scan`: which lines are hot, their kind, time and rank;
 - `fields`: the `key: value` pieces of hot decode and prefill lines;
-- `ahead`: chunks scanned on worker threads while the caller consumes earlier ones.
+- `access`: the fields of hot access lines (for `--export`);
+- `ahead`: chunks scanned on worker threads, or byte ranges of a large file in worker processes, while the
+  caller consumes earlier ones.
 """
