@@ -211,11 +211,11 @@ def _access_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access
     index = lines.index[rows]
     n = len(rows)
     time = times[rows]
-    ranks = np.array(scanned.batch.ranks or [""], dtype=object)[lines.rank[rows]]
+    ranks = _names(lines.rank[rows], scanned.batch.ranks or [""])
     columns = {
-        "kind": pa.array(np.full(n, "access", dtype=object), pa.string()), "time": pa.array(time),
+        "kind": _names(np.zeros(n, np.int8), ["access"]), "time": pa.array(time),
         "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
-        "rank": pa.array(ranks, pa.string()), "line": pa.array(index.astype(np.int64)),
+        "rank": ranks, "line": pa.array(index.astype(np.int64)),
         "source": pa.array(np.zeros(n, np.int64)),
         "text": strings(chunk.data, lines.client[rows] - len("INFO:     "), scanned.ends[index]),
     }
@@ -266,13 +266,13 @@ def _hot_table(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> pa.Tab
     batch = scanned.batch
     index = batch.index
     n = len(index)
-    ranks = np.array(batch.ranks or [""], dtype=object)[batch.rank]
-    kinds = np.where(batch.kind == DECODE, "decode", "prefill").astype(object)
+    ranks = _names(batch.rank, batch.ranks or [""])
+    kinds = _names(batch.kind, ["decode", "prefill"])
     time = batch.time
     columns = {
-        "kind": pa.array(kinds, pa.string()), "time": pa.array(time),
+        "kind": kinds, "time": pa.array(time),
         "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
-        "rank": pa.array(ranks, pa.string()), "line": pa.array(index.astype(np.int64)),
+        "rank": ranks, "line": pa.array(index.astype(np.int64)),
         "source": pa.array(np.zeros(n, np.int64)),
         "text": _messages(chunk, scanned.starts[index], scanned.ends[index]),
     }
@@ -291,6 +291,13 @@ def _hot_table(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> pa.Tab
         else:
             columns[name] = pa.array(values, pa.float64(), mask=missing)
     return pa.Table.from_pydict(columns, schema=schema)
+
+
+def _names(codes: np.ndarray, names: list[str]):
+    """An Arrow string array of `names[code]` (numpy object arrays would make pyarrow import pandas)."""
+    import pyarrow as pa
+
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(names, pa.string())).cast(pa.string())
 
 
 def _messages(chunk: Chunk, starts: np.ndarray, ends: np.ndarray):
