@@ -24,7 +24,7 @@ from toolkit.diagnose.fastpath.scan import DECODE, ScannedChunk, stamp_times
 from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.lines import LineParser, ParseStats
-from toolkit.diagnose.reading import CHUNK_SIZE
+from toolkit.diagnose.reading import chunk_size
 from toolkit.diagnose.series import META
 from toolkit.diagnose.source import Chunk, LineReader, open_log
 
@@ -121,7 +121,7 @@ def _tables(path: str | Path, source: int, schema: pa.Schema):
     if use_processes(path):
         try:
             # NOTE: a range's table crosses a process boundary: small ranges keep fewer bytes in flight.
-            for read in scanned_ranges(path, max(1, CHUNK_SIZE() // EXPORT_RANGES), job=job):
+            for read in scanned_ranges(path, max(1, chunk_size() // EXPORT_RANGES), job=job):
                 yield _chunk_table(read, no, parser, schema)
                 no += read.lines
             offset = -1

@@ -97,7 +97,7 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
     no, offset = 1, 0
     if fast and use_processes(path):
         try:
-            for chunk in scanned_ranges(path, CHUNK_SIZE()):
+            for chunk in scanned_ranges(path, chunk_size()):
                 no += _read_chunk(chunk, no, parser, sink)
             offset = -1
         except LineTooLong as too_long:
@@ -117,7 +117,8 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
     sink.flush()
 
 
-def CHUNK_SIZE() -> int:  # noqa: N802 - read at call time, so tests can make chunks small
+def chunk_size() -> int:
+    """The chunk size, read at call time (tests make chunks small)."""
     from toolkit.diagnose import source
 
     return source.CHUNK
