@@ -292,8 +292,19 @@ def _batch_lines(words: Words, rows: np.ndarray, head: list[np.ndarray], kind: n
                  ranks: list[str], label: np.ndarray, end: np.ndarray) -> BatchLines:
     """The batch lines whose pieces read completely and whose date is a calendar date."""
     time, dated = _time(head)
-    body = label + np.where(kind == DECODE, _BODY[DECODE], _BODY[PREFILL])
-    read, fields = read_pieces(words, body, end)
+    read = np.zeros(len(rows), bool)
+    fields: dict[str, np.ndarray] = {}
+    for code in (DECODE, PREFILL):
+        # NOTE: one walk per kind: its lines share their keys' order, so each step matches them as one group.
+        mine = np.flatnonzero(kind == code)
+        if not len(mine):
+            continue
+        got, values = read_pieces(words, label[mine] + _BODY[code], end[mine])
+        read[mine] = got
+        for name, column in values.items():
+            if name not in fields:
+                fields[name] = np.full(len(rows), np.nan)
+            fields[name][mine] = column
     keep = read & dated
     return BatchLines(rows[keep].astype(np.int64), kind[keep].astype(np.int8), time[keep], rank[keep].astype(np.int16),
                       ranks, {name: values[keep] for name, values in fields.items()})
