@@ -49,6 +49,7 @@ def _perfect_hash(prints: np.ndarray) -> tuple[np.uint64, np.ndarray]:
 
 _HASH, _BUCKETS = _perfect_hash(_PRINTS)
 _PRINTS_PADDED = np.concatenate([_PRINTS, [np.uint64(0)]])
+_PRINT_GROUP = {p: g for g, p in enumerate(_PRINTS.tolist())}
 
 
 def read_pieces(words: Words, body: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -106,29 +107,40 @@ def _columns(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int) -> 
 
 def _key_ids(words: Words, pos: np.ndarray) -> np.ndarray:
     """Index into KEYS of the key each piece at `pos` starts with, -1 when none: its first word picks a
-    group of keys by a perfect hash, the rest of each candidate key is compared where it is longer."""
+    group of keys (one group when every piece shares its first word, else by a perfect hash), the rest of each
+    candidate key is compared where it is longer."""
     first = words.at(pos)
+    key = np.full(len(first), -1, np.int64)
+    lead = int(first[0])
+    if bool((first == first[0]).all()):
+        group = _PRINT_GROUP.get(lead)
+        if group is not None:
+            _match(words, pos, key, None, group)
+        return key
     group = _BUCKETS[(first * _HASH) >> np.uint64(56)]
     group = np.where(_PRINTS_PADDED[group] == first, group, len(_PRINTS))
-    key = np.full(len(first), -1, np.int64)
     counts = np.bincount(group, minlength=len(_PRINTS) + 1)[:-1]
-    present = np.flatnonzero(counts).tolist()
-    for g in present:
-        sel = None if counts[g] == len(first) else np.flatnonzero(group == g)
-        at = pos if sel is None else pos[sel]
-        for k in _GROUPS[g]:
-            text = _LITERALS[k]
-            if len(text) <= 8 and len(_GROUPS[g]) == 1:
-                key[slice(None) if sel is None else sel] = k
-                continue
-            ok = np.ones(len(at), bool)
-            for w in range(8, len(text), 8):
-                ok &= is_literal(words.at(at + w), text[w:w + 8])
-            if sel is None:
-                key[ok & (key < 0)] = k
-            else:
-                key[sel[ok & (key[sel] < 0)]] = k
+    for g in np.flatnonzero(counts).tolist():
+        _match(words, pos, key, np.flatnonzero(group == g), g)
     return key
+
+
+def _match(words: Words, pos: np.ndarray, key: np.ndarray, sel: np.ndarray | None, group: int) -> None:
+    """Set `key` for the rows `sel` (None: all) whose piece starts with one of the group's literals (their
+    first eight bytes already matched)."""
+    at = pos if sel is None else pos[sel]
+    for k in _GROUPS[group]:
+        text = _LITERALS[k]
+        if len(text) <= 8 and len(_GROUPS[group]) == 1:
+            key[slice(None) if sel is None else sel] = k
+            continue
+        ok = np.ones(len(at), bool)
+        for w in range(8, len(text), 8):
+            ok &= is_literal(words.at(at + w), text[w:w + 8])
+        if sel is None:
+            key[ok & (key < 0)] = k
+        else:
+            key[sel[ok & (key[sel] < 0)]] = k
 
 
 def _read_value(words: Words, start: np.ndarray,
