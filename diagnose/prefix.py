@@ -12,12 +12,14 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
 
 Times are seconds on the log's clock: naive timestamps read as UTC. `HH:MM:SS` (SGLang 0.2.15-0.3.0) gives
 seconds within day 0 and vLLM's `MM-DD HH:MM:SS` seconds within the year 2000 (a leap year); `period` says how
-long such a clock runs before it wraps, and the parser adds periods when it does.
+long such a clock runs before it wraps, and the parser adds periods when it does. `clock_text` writes a time
+back the way the log printed it (no invented date).
 """
 from __future__ import annotations
 
 import calendar
 import re
+import time
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -71,6 +73,24 @@ def _clock(y: str | None, mo: str | None, d: str | None, h: str, mi: str, s: str
     except (ValueError, OverflowError):
         return None
     return midnight + tod, (None if y is not None else YEAR)
+
+
+_YEAR_2000 = calendar.timegm((2000, 1, 1, 0, 0, 0))
+_YEAR_2010 = calendar.timegm((2010, 1, 1, 0, 0, 0))
+
+
+def clock_text(t: float | None) -> str:
+    """A log-clock time as the log printed it: `HH:MM:SS` (`day N HH:MM:SS` after a wrap) for time-only clocks,
+    `MM-DD HH:MM:SS` for vLLM's year-less clock, else `YYYY-mm-dd HH:MM:SS`; `?` for no time."""
+    if t is None:
+        return "?"
+    stamp = time.gmtime(t)
+    if t < 1000 * DAY:
+        day = int(t // DAY)
+        return time.strftime("%H:%M:%S", stamp) if day == 0 else f"day {day} " + time.strftime("%H:%M:%S", stamp)
+    if _YEAR_2000 <= t < _YEAR_2010:
+        return time.strftime("%m-%d %H:%M:%S", stamp)
+    return time.strftime("%Y-%m-%d %H:%M:%S", stamp)
 
 
 def _unquoted(text: str) -> bool:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import time
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -11,6 +10,7 @@ from rich.text import Text
 
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
+from toolkit.diagnose.prefix import clock_text
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green", "insufficient": "magenta"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -21,16 +21,12 @@ def safe(text: object) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
-def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t is not None else "?"
-
-
 def _evidence(f: Finding) -> Text:
     ev = f.evidence
     parts = [f"evidence: {ev.count} of {ev.total} lines ({ev.fraction:.0%})" if ev.total
              else f"evidence: {ev.count} record{'s' if ev.count != 1 else ''}"]
     if ev.span:
-        parts.append(f"from {_when(ev.span[0])} to {_when(ev.span[1])}")
+        parts.append(f"from {clock_text(ev.span[0])} to {clock_text(ev.span[1])}")
     if ev.lines:
         parts.append("at lines " + ", ".join(map(str, ev.lines[:8])) + (" ..." if len(ev.lines) > 8 else ""))
     facts = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev.facts.items()

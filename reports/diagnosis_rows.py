@@ -1,17 +1,16 @@
 """A diagnosis as report rows: the server's configuration, each finding's advice and evidence, what was read."""
 from __future__ import annotations
 
-import time
-
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
+from toolkit.diagnose.prefix import clock_text
 
 MAX_LINES_SHOWN = 12
 
 
 def when(t: float | None) -> str:
     """A log-clock time (naive log timestamps read as UTC) as the log printed it."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t is not None else "?"
+    return clock_text(t)
 
 
 def server_rows(d: Diagnosis) -> list[tuple[str, object]]:

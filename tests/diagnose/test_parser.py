@@ -6,6 +6,7 @@ import gzip
 import pytest
 
 from toolkit.diagnose.lines import ParseStats, parse_lines, parse_path
+from toolkit.diagnose.prefix import clock_text
 from toolkit.diagnose.source import LineReader, decode_lines
 
 DECODE = ("Decode batch. #running-req: 233, #token: 370959, token usage: 0.82, cuda graph: True, "
@@ -63,6 +64,19 @@ def test_hh_mm_ss_clock_wraps_at_midnight() -> None:
     lines = [f"[23:59:59 TP0] {DECODE}", f"[00:00:01 TP0] {DECODE}"]
     times = [e.time for e in parse_lines(lines)]
     assert times == [86399.0, 86401.0]
+
+
+@pytest.mark.parametrize("line, shown", [
+    (f"[23:59:59 TP0] {DECODE}", "23:59:59"),
+    (f"(APIServer pid=7) INFO 11-21 23:10:29 [loggers.py:335] {DECODE}", "11-21 23:10:29"),
+    (f"[2025-11-11 04:06:27 TP0] {DECODE}", "2025-11-11 04:06:27"),
+])
+def test_times_are_written_back_as_the_log_printed_them(line: str, shown: str) -> None:
+    assert clock_text(one(line).time) == shown
+
+
+def test_a_wrapped_time_only_clock_names_the_day() -> None:
+    assert clock_text(86401.0) == "day 1 00:00:01" and clock_text(None) == "?"
 
 
 def test_multi_line_oom_inside_a_traceback_is_one_record() -> None:
