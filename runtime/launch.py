@@ -18,7 +18,7 @@ logger = logging.getLogger("runtime")
 
 
 def with_device_defaults(args: ServerArgs) -> ServerArgs:
-    """Fill the flags SGLang derives from the device's memory (LOG_FORMATS §9)."""
+    """Fill the flags SGLang derives from the device's memory (docs/scheduling.md §4)."""
     device = resolve_device(args.device)
     if device.type != "cuda":
         return args.replace(

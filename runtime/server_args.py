@@ -1,7 +1,7 @@
 """The one set of server arguments, shared by `toolkit serve`, the offline `Engine` and the scheduler.
 
-Flag names and meanings follow SGLang (SPEC §1.2). `resolve_defaults` fills the values SGLang derives from the
-device (LOG_FORMATS §9) once the device memory is known; everything else is a plain default here.
+Flag names and meanings follow SGLang. `resolve_defaults` fills the values SGLang derives from the
+device (docs/scheduling.md §4) once the device memory is known; everything else is a plain default here.
 """
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def _healthy(url: str) -> bool:
 class ServerProcess:
     """One server process; its stdout and stderr go to `output_path`."""
 
-    def __init__(self, command: list[str], port: int, output_path: Path) -> None:
+    def __init__(self, command: list[str], port: int, output_path: Path, env: dict[str, str] | None = None) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.command = command
@@ -55,7 +55,8 @@ class ServerProcess:
         output_path.parent.mkdir(parents=True, exist_ok=True)
         self._output = open(output_path, "w+")
         # NOTE: a session of its own, so stop() reaches the scheduler and any other child too.
-        self.proc = subprocess.Popen(command, stdout=self._output, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(command, stdout=self._output, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=env)
 
     @classmethod
     def toolkit_serve(cls, *flags: str, log_file: Path | None = None, output_path: Path | None = None) -> ServerProcess:

@@ -1,4 +1,4 @@
-"""How big the KV pool is and the defaults SGLang derives from device memory (LOG_FORMATS §6, §9).
+"""How big the KV pool is and the defaults SGLang derives from device memory (docs/scheduling.md §4).
 
 Pure arithmetic: inputs are memory figures in GiB (or MiB for the defaults table), so it is testable on CPU.
 

@@ -1,4 +1,4 @@
-"""The scheduler's SGLang-format log lines (docs/log-formats.md §1) and the live counters behind them and
+"""The scheduler's SGLang-format log lines (docs/log-formats.md §2-§4, §6) and the live counters behind them and
 /metrics."""
 from __future__ import annotations
 

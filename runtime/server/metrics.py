@@ -1,4 +1,4 @@
-"""Prometheus metrics under SGLang's names (LOG_FORMATS §10), so existing SGLang dashboards work.
+"""Prometheus metrics under SGLang's names (docs/log-formats.md §13), so existing SGLang dashboards work.
 
 Gauges mirror the scheduler's live counters (sent with every step); counters and latency histograms are
 observed by the front end as tokens reach it.

@@ -128,7 +128,7 @@ def test_pool_grows_and_shrinks_with_mem_fraction_static(folder):
                           disable_cuda_graph=True, max_running_requests=8)
         runner = ModelRunner(args)
         tokens[fraction] = runner.max_total_num_tokens
-        # SGLang's profile from this runner's own measurements (LOG_FORMATS §6)
+        # SGLang's profile from this runner's own measurements (docs/scheduling.md §4)
         assert tokens[fraction] == profile_max_num_tokens(
             runner.avail_before_weights, runner.avail_after_weights, fraction, runner.kv_bytes_per_token)
         expected_gain = 0.1 * runner.avail_before_weights * (1 << 30) / runner.kv_bytes_per_token

