@@ -11,7 +11,12 @@ fastest of R runs (the machine is shared: the fastest run is the least disturbed
   analyze   `toolkit.diagnose.analyze([LOG])` in a process that has imported it (no start-up);
   scan      the fast path alone: every chunk scanned, one thread;
   sglang    SGLang's `log_parser.parse(text)` (python/sglang/srt/debug_utils/log_parser.py, polars), from a
-            copy of the file given with --sglang-parser and polars importable from --sglang-path.
+            copy of the file given with --sglang-parser and polars importable from --sglang-path;
+  sglang-ray  that parser's own pattern (`_PATTERN_DECODE`) through polars `str.extract_groups`, rows with a
+            throughput kept, on a copy of the log with Ray's `(SGLangEngine pid=N) ` before every line: the
+            form the pattern is written for (on plain SGLang lines it needs whitespace before the `[` stamp and
+            matches nothing; parse() itself then stops at its Int64 cast of `token usage`, so this mode times
+            its extraction without that cast).
 It prints one line per mode and the ratio of ours to SGLang's (lines/s, same file, same run); --json writes the
 results with the command, commit, CPU model and date.
 """
@@ -47,7 +52,10 @@ _PREFILL = (
 _ACCESS = '[{ts}] INFO:     127.0.0.1:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
 
 
-def write_log(path: str, n: int, seed: int = 0) -> None:
+RAY_PREFIX = "(SGLangEngine pid=4242) "
+
+
+def write_log(path: str, n: int, seed: int = 0, prefix: str = "") -> None:
     rng = random.Random(seed)
     t0 = 1762833987
     with open(path, "w") as f:
@@ -62,7 +70,7 @@ def write_log(path: str, n: int, seed: int = 0) -> None:
                                                    r=r, q=q)
             else:
                 line = _ACCESS.format(ts=ts, port=rng.randint(1024, 65535))
-            f.write(line + "\n")
+            f.write(prefix + line + "\n")
 
 
 def _lines(path: str) -> int:
@@ -103,6 +111,25 @@ def _sglang(path: str, parser_file: str) -> dict:
     return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "events": df.height}
 
 
+def _sglang_ray(path: str, parser_file: str) -> dict:
+    spec = importlib.util.spec_from_file_location("sglang_log_parser", parser_file)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    import polars as pl
+
+    ray = path + ".ray"
+    with open(path) as src, open(ray, "w") as dst:
+        dst.writelines(RAY_PREFIX + line for line in src)
+    start, cpu = time.perf_counter(), time.process_time()
+    with open(ray) as f:
+        frame = pl.DataFrame({"line": f.read().splitlines()})
+    rows = frame.select(pl.col("line").str.extract_groups(module._PATTERN_DECODE).alias("info")).unnest("info")
+    rows = rows.filter(pl.col("throughput").is_not_null())
+    result = {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "events": rows.height}
+    os.unlink(ray)
+    return result
+
+
 def _command(argv: list[str]) -> dict:
     """Run a command (stdout to /dev/null); its wall time, CPU time and peak RSS (the only child waited for)."""
     start = time.perf_counter()
@@ -123,7 +150,8 @@ def _child(mode: str, path: str, extra: str | None) -> None:
                                os.path.join(tmp, "events.csv")])
     else:
         result = {"analyze": lambda: _analyze(path), "scan": lambda: _scan(path),
-                  "sglang": lambda: _sglang(path, extra or "")}[mode]()
+                  "sglang": lambda: _sglang(path, extra or ""),
+                  "sglang-ray": lambda: _sglang_ray(path, extra or "")}[mode]()
     rss = result.pop("child_rss_mb", None)
     result["peak_rss_mb"] = rss if rss is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
@@ -131,10 +159,10 @@ def _child(mode: str, path: str, extra: str | None) -> None:
 
 def _run(mode: str, path: str, sglang_parser: str | None, sglang_path: str | None) -> dict:
     env = dict(os.environ)
-    if mode == "sglang" and sglang_path:
+    if mode.startswith("sglang") and sglang_path:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), os.getcwd(), sglang_path) if p)
     argv = [sys.executable, "-m", "benchmarks.diagnose_parse", "--child", mode, path]
-    if mode == "sglang":
+    if mode.startswith("sglang"):
         argv += ["--extra", sglang_parser or ""]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -148,6 +176,7 @@ MODES = {
     "analyze": "ours: analyze() in process",
     "scan": "ours: fast path scan, one thread",
     "sglang": "sglang log_parser.parse (polars)",
+    "sglang-ray": "sglang's pattern, Ray-prefixed copy (polars)",
 }
 
 
@@ -167,12 +196,14 @@ def _report(results: dict[str, dict], lines: int) -> dict[str, float]:
         print(f"{name:48s} {r['lines_per_s']:>11,.0f} lines/s  {r['seconds']:6.2f} s  cpu {r['cpu']:6.2f} s"
               f"  peak RSS {r['peak_rss_mb']:6.1f} MiB  events {r.get('events', '-')}")
     ratios = {}
-    theirs = results.get("sglang", {})
-    for mode in ("command", "analyze", "export"):
-        ours = results.get(mode, {})
-        if ours and theirs and "error" not in ours and "error" not in theirs:
-            ratios[mode] = theirs["seconds"] / ours["seconds"]
-            print(f"ratio ours ({mode}) / sglang, lines/s on the same file in the same run: {ratios[mode]:.2f}x")
+    for baseline in ("sglang", "sglang-ray"):
+        theirs = results.get(baseline, {})
+        for mode in ("command", "analyze", "export"):
+            ours = results.get(mode, {})
+            if ours and theirs and "error" not in ours and "error" not in theirs:
+                ratios[f"{mode}/{baseline}"] = theirs["seconds"] / ours["seconds"]
+                print(f"ratio ours ({mode}) / {baseline}, lines/s on {lines:,} lines in the same run: "
+                      f"{ratios[f'{mode}/{baseline}']:.2f}x")
     return ratios
 
 
