@@ -3,7 +3,9 @@ pool, over persistent input buffers. A decode batch runs the graph of the next c
 requests that write their K/V to the reserved padding slot 0 and read the reserved dummy table row; larger
 batches run eagerly.
 
-With `--enable-torch-compile`, the sizes up to `--torch-compile-max-bs` capture a `torch.compile`d forward.
+With `--enable-torch-compile`, the sizes up to `--torch-compile-max-bs` capture a `torch.compile`d forward. On a
+CPU there are no graphs to capture: the same runner compiles the decode forward once per size (static shapes, over
+the same persistent buffers and padding) and replays it by calling it (`CompiledReplay`).
 """
 from __future__ import annotations
 
@@ -107,6 +109,18 @@ class Replayable(Protocol):
 GraphCapture = Callable[[Callable[[], object]], Replayable]
 
 
+class CompiledReplay:
+    """A CPU "graph": the compiled forward, run once at capture (compiling it for this size) and re-run over the
+    same persistent buffers at each replay."""
+
+    def __init__(self, run: Callable[[], object]) -> None:
+        self.run = run
+        run()
+
+    def replay(self) -> None:
+        self.run()
+
+
 class CudaGraphCapture:
     """Captures every graph into one memory pool on a side stream; sizes captured later reuse that memory."""
 
@@ -150,6 +164,9 @@ class CudaGraphRunner:
         )
         attn_backend.init_cuda_graph_state(self.batch_sizes, req_to_token_pool.req_to_token.shape[1])
         self._capture = capture or CudaGraphCapture(device)
+        # NOTE: what the decode line's `cuda graph` reports: a replayed CUDA graph, not a compiled CPU forward.
+        self.graph_kind = "cpu" if capture is CompiledReplay else "cuda"
+        self.replays_cuda_graphs = self.graph_kind == "cuda"
         # NOTE: every graph writes its logits into this one buffer, so captured sizes do not each keep their own.
         self.logits = torch.empty(self.max_bs, model.lm_head_weight.shape[0], dtype=torch.float32, device=device)
         self._compiled: Callable[[ForwardBatch], torch.Tensor] | None = None
@@ -164,19 +181,20 @@ class CudaGraphRunner:
     # ---- capture ----
     def capture(self) -> None:
         before = available_memory_gib(self.device)
-        logger.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={before:.2f} GB")
+        logger.info(f"Capture {self.graph_kind} graph begin. This can take up to several minutes. "
+                    f"avail mem={before:.2f} GB")
         start = time.perf_counter()
         try:
             with _frozen_gc(), torch.inference_mode():
                 for bs in reversed(self.batch_sizes):
                     self.graphs[bs] = self._capture_one(bs)
         except RuntimeError as exc:
-            raise RuntimeError(f"Capture cuda graph failed: {exc}\n{CAPTURE_FAILED_HINT}") from exc
+            raise RuntimeError(f"Capture {self.graph_kind} graph failed: {exc}\n{CAPTURE_FAILED_HINT}") from exc
         self.capture_seconds = time.perf_counter() - start
         self.avail_mem_gib = available_memory_gib(self.device)
         self.mem_usage_gib = before - self.avail_mem_gib
         logger.info(
-            f"Capture cuda graph end. Time elapsed: {self.capture_seconds:.2f} s. "
+            f"Capture {self.graph_kind} graph end. Time elapsed: {self.capture_seconds:.2f} s. "
             f"mem usage={self.mem_usage_gib:.2f} GB. avail mem={self.avail_mem_gib:.2f} GB."
         )
 
@@ -247,11 +265,15 @@ def compile_decode_forward(model: torch.nn.Module, attn_backend: AttentionBacken
 
     torch._dynamo.config.cache_size_limit = 1024
     torch._dynamo.config.accumulated_cache_size_limit = 1024
-    torch._inductor.config.coordinate_descent_tuning = True
     torch._inductor.config.fx_graph_cache = True
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    # NOTE: on a CPU, freezing lets inductor pre-pack the linear weights for oneDNN (as our eager path does), and
+    # autotuning GEMM templates per size costs minutes for little: the default mode.
+    torch._inductor.config.freezing = on_cpu
+    torch._inductor.config.coordinate_descent_tuning = not on_cpu
     # NOTE: an instance attribute shadows the class method, so only this backend's calls leave the compiled graph.
     attn_backend.forward = torch.compiler.disable(attn_backend.forward)
-    return torch.compile(model.forward, mode="max-autotune-no-cudagraphs", dynamic=False)
+    return torch.compile(model.forward, mode=None if on_cpu else "max-autotune-no-cudagraphs", dynamic=False)
 
 
 @contextmanager

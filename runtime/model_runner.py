@@ -11,7 +11,7 @@ import torch
 
 from toolkit.runtime.attention.base import AttentionBackend
 from toolkit.runtime.attention.registry import create_backend, resolve_backend_name
-from toolkit.runtime.cuda_graph_runner import CudaGraphRunner, capture_batch_sizes
+from toolkit.runtime.cuda_graph_runner import CompiledReplay, CudaGraphRunner, capture_batch_sizes
 from toolkit.runtime.cpu_threads import CpuThreadPolicy
 from toolkit.runtime.memory.device import available_memory_gib, resolve_device, total_memory_mib
 from toolkit.runtime.forward_batch import ForwardBatch
@@ -64,7 +64,11 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def cuda_graph_disabled_reason(device: torch.device, args: ServerArgs, backend: AttentionBackend) -> str | None:
-    """Why decode CUDA graphs are not captured here, or None when they are."""
+    """Why decode CUDA graphs are not captured here, or None when they are. On a CPU, `--enable-torch-compile`
+    compiles the decode forward per batch size instead (no graphs there)."""
+    if device.type == "cpu" and args.enable_torch_compile:
+        return None if backend.supports_cuda_graph else (
+            f"--attention-backend {backend.name} on this CPU cannot run a compiled decode step")
     if device.type != "cuda":
         return f"the device is {device.type}"
     if args.disable_cuda_graph:
@@ -112,8 +116,8 @@ class ModelRunner:
             init_dummy_weights(model, self.args.random_seed or 0)
         else:
             load_weights(model, self.source.weights())
-        if self.device.type == "cpu":
-            pack_for_cpu(model)
+        if self.device.type == "cpu" and not self.args.enable_torch_compile:
+            pack_for_cpu(model)  # NOTE: a compiled forward has inductor pack the weights itself (freezing)
         self.avail_after_weights = available_memory_gib(self.device)
         usage = self.avail_before_weights - self.avail_after_weights
         logger.info(
@@ -176,11 +180,16 @@ class ModelRunner:
                 logger.info(f"--enable-torch-compile has no effect: it compiles the decode CUDA graphs, which are off "
                             f"({reason}).")
             return None
-        max_bs = args.cuda_graph_max_bs or cuda_defaults(total_memory_mib(self.device), args.tp_size).cuda_graph_max_bs
-        sizes = capture_batch_sizes(args.cuda_graph_bs, max_bs, self.req_to_token_pool.size)
-        compile_sizes = [bs for bs in sizes if bs <= args.torch_compile_max_bs] if args.enable_torch_compile else []
+        if self.device.type == "cpu":
+            sizes = capture_batch_sizes(args.cuda_graph_bs, args.torch_compile_max_bs, self.req_to_token_pool.size)
+            compile_sizes = sizes
+        else:
+            max_bs = args.cuda_graph_max_bs or cuda_defaults(total_memory_mib(self.device), args.tp_size).cuda_graph_max_bs
+            sizes = capture_batch_sizes(args.cuda_graph_bs, max_bs, self.req_to_token_pool.size)
+            compile_sizes = [bs for bs in sizes if bs <= args.torch_compile_max_bs] if args.enable_torch_compile else []
         runner = CudaGraphRunner(
-            self.model, self.attn_backend, self.kv_pool, self.req_to_token_pool, self.device, sizes, compile_sizes
+            self.model, self.attn_backend, self.kv_pool, self.req_to_token_pool, self.device, sizes, compile_sizes,
+            capture=CompiledReplay if self.device.type == "cpu" else None,
         )
         runner.capture()
         self.avail_after_pool = runner.avail_mem_gib  # NOTE: SGLang's startup line reports memory after capture
@@ -194,5 +203,5 @@ class ModelRunner:
             self.cpu_threads.apply(batch.mode.is_decode)
         graphs = self.graph_runner
         if graphs is not None and graphs.can_run(batch):
-            return ForwardOutput(graphs.replay(batch), used_cuda_graph=True)
+            return ForwardOutput(graphs.replay(batch), used_cuda_graph=graphs.replays_cuda_graphs)
         return ForwardOutput(self.model(batch), used_cuda_graph=False)

@@ -53,6 +53,21 @@ class TorchNativeBackend(AttentionBackend):
         ready = _native_kernel_ready(torch.device(device)) if in_place_decode is not False else False
         self.in_place_decode = ready
 
+    @property
+    def supports_cuda_graph(self) -> bool:
+        """A padded, replayable decode step: the in-place kernel reads its metadata straight from the batch's
+        persistent tensors, so a CPU's compiled decode step (no CUDA graphs here) can be replayed."""
+        return self.in_place_decode
+
+    def init_cuda_graph_state(self, batch_sizes: list[int], max_context_len: int) -> None:
+        pass
+
+    def init_forward_metadata_capture_cuda_graph(self, batch: ForwardBatch) -> None:
+        batch.attn_metadata = None
+
+    def init_forward_metadata_replay_cuda_graph(self, batch: ForwardBatch, num_real: int) -> None:
+        batch.attn_metadata = None
+
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         if batch.mode.is_decode:
             batch.attn_metadata = None if self.in_place_decode else self._gather_metadata(batch)

@@ -118,6 +118,7 @@ class _Backend:
 
 @pytest.mark.parametrize("device, disable, backend, reason", [
     ("cpu", False, _Backend("triton", True), "the device is cpu"),
+    ("cpu", False, _Backend("torch_native", True), "the device is cpu"),
     ("cuda", True, _Backend("triton", True), "--disable-cuda-graph is set"),
     ("cuda", False, _Backend("torch_native", False), "--attention-backend torch_native does not support it"),
     ("cuda", False, _Backend("triton", True), None),
@@ -128,11 +129,18 @@ def test_graphs_only_on_cuda_with_a_graph_backend(device, disable, backend, reas
     assert cuda_graph_disabled_reason(torch.device(device), args, backend) == reason
 
 
+def test_cpu_compile_needs_a_replayable_decode_step():
+    """On a CPU, --enable-torch-compile compiles the padded decode step per size: the backend must read its
+    metadata from the step's persistent tensors (torch_native's in-place kernel does; its gather path does not)."""
+    args = ServerArgs(enable_torch_compile=True)
+    assert cuda_graph_disabled_reason(torch.device("cpu"), args, TorchNativeBackend("cpu")) is None
+    reason = cuda_graph_disabled_reason(torch.device("cpu"), args, TorchNativeBackend("cpu", in_place_decode=False))
+    assert reason == "--attention-backend torch_native on this CPU cannot run a compiled decode step"
+
+
 def test_backends_declare_graph_support():
-    assert not TorchNativeBackend.supports_cuda_graph
+    assert not TorchNativeBackend("cuda").supports_cuda_graph and TorchNativeBackend("cpu").supports_cuda_graph
     assert TritonBackend.supports_cuda_graph and FlashInferBackend.supports_cuda_graph
-    with pytest.raises(NotImplementedError, match="torch_native does not support CUDA graphs"):
-        TorchNativeBackend().init_cuda_graph_state([1, 2], 64)
 
 
 # ---- triton: fixed grid per captured size, eager's splits per request ----
@@ -242,9 +250,9 @@ def _runner(**kwargs) -> ModelRunner:
 
 def test_cpu_captures_nothing_and_reports_no_graph(caplog):
     with caplog.at_level(logging.INFO, logger="runtime"):
-        runner = _runner(enable_torch_compile=True)
+        runner = _runner()
     assert runner.graph_runner is None
-    assert "--enable-torch-compile has no effect" in caplog.text and "Capture cuda graph" not in caplog.text
+    assert "Capture" not in caplog.text
     driver = KVDriver(runner)
     seqs = [driver.new_sequence() for _ in range(2)]
     driver.extend(seqs, [[5, 6, 7], [8, 9]])
@@ -291,3 +299,30 @@ def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(caplog):
     assert driver.used_cuda_graph is False and graphs.graphs[4].replays == 1
     driver.decode(seqs[:1], [50])
     assert driver.used_cuda_graph is True and graphs.graphs[1].replays == 1
+
+
+def test_cpu_torch_compile_keeps_greedy_output_and_pads_like_a_graph(caplog):
+    """--enable-torch-compile on a CPU: the decode step compiled per size (static shapes, padded like a graph)
+    gives the eager step's logits and greedy choice; larger batches run eagerly; the line says `cpu graph`."""
+    with caplog.at_level(logging.INFO, logger="runtime"):
+        runner = _runner(enable_torch_compile=True, torch_compile_max_bs=2, cuda_graph_bs=[1, 2])
+    assert runner.graph_runner is not None and sorted(runner.graph_runner.graphs) == [1, 2]
+    assert "Capture cpu graph begin" in caplog.text and "Capture cpu graph end" in caplog.text
+    replays = []
+    graph = runner.graph_runner.graphs[1]
+    run = graph.run
+    graph.run = lambda: (replays.append(1), run())
+    eager = _runner()
+    outputs = []
+    for model_runner in (runner, eager):
+        driver = KVDriver(model_runner)
+        seqs = [driver.new_sequence() for _ in range(3)]
+        driver.extend(seqs, [[3, 4, 5, 6], [7] * 9, [11, 12]])
+        logits = [driver.decode(seqs[:1], [30]).clone(), driver.decode(seqs, [31, 32, 33]).clone()]
+        outputs.append((logits, driver.used_cuda_graph))
+    (compiled, last_used), (reference, _) = outputs
+    assert replays == [1], "the one-request decode step replayed the compiled size-1 step"
+    assert last_used is False  # a replay on a CPU is a compiled step, not a CUDA graph
+    for ours, theirs in zip(compiled, reference):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+        assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
