@@ -24,8 +24,8 @@ def test_every_log_line_masks_the_secrets(tmp_path):
     configure_logging("info", str(log_file), secrets=(KEY,))
     logger = logging.getLogger("runtime")
     stream = io.StringIO()
-    for handler in logger.handlers:
-        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+    for handler in logger.handlers:  # NOTE: only ours: pytest may have attached its own capture handler
+        if getattr(handler, "toolkit_owned", False) and not isinstance(handler, logging.FileHandler):
             handler.setStream(stream)
     try:
         logger.info(f"the client sent Authorization: Bearer {KEY}")
