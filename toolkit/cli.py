@@ -65,7 +65,7 @@ app.command("tune")(tune)
 @app.command("demo")
 def demo(
     out: Path = typer.Option(Path("toolkit-out/demo"), "--out", help="Folder for the logs, tune steps and pages."),
-    num_prompts: int = typer.Option(84, "--num-prompts", min=1, help="Chat requests per run."),
+    num_prompts: int = typer.Option(42, "--num-prompts", min=1, help="Chat requests per run."),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Runs per configuration."),
     max_steps: int = typer.Option(4, "--max-steps", min=0, help="Most configurations to try after the start."),
     max_time: float = typer.Option(420.0, "--max-time", help="Seconds of tuning; no step starts past it."),

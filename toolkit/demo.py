@@ -1,10 +1,11 @@
 """`toolkit demo`: the tuning guide's story on the embedded model, in one command.
 
 A deliberately mistuned server — a small KV pool (2048 tokens, contexts capped to fit it, as on a small GPU) with
-`--schedule-conservativeness 2` — serves chat clients that allow 512 tokens per answer but stop at the first sentence (~20 tokens). Admission
-reserves room for every request's whole `max_tokens`, so token usage stays low while requests queue. `toolkit tune`
-launches it, loads it, diagnoses the log, applies the advice (lower the conservativeness), re-measures, keeps or
-reverts, and goes on until nothing actionable is left or the budget is spent. It ends with the tune page (the
+`--schedule-conservativeness 2` — serves chat clients that allow 512 tokens per answer but stop at the end of its
+first line (~30 tokens). Admission reserves room for every request's whole `max_tokens`, so token usage stays low
+while requests queue. `toolkit tune` launches it, loads it, diagnoses the log, applies the advice (lower the
+conservativeness), re-measures, keeps or reverts, and goes on until nothing actionable is left or the budget is
+spent. It ends with the tune page (the
 objective per step and its evidence), the `toolkit report` page of the best configuration, and the command that
 got there. Every server is stopped on any exit, Ctrl-C included.
 """
@@ -37,13 +38,13 @@ QUESTIONS = (
 )
 MISTUNED = "--max-total-tokens 2048 --context-length 2048 --schedule-conservativeness 2"
 MAX_TOKENS = 512
-STOP = {"stop": ["."]}  # each answer ends with its first sentence
+STOP = {"stop": ["\n"]}  # each answer ends with its first line
 
 
 @dataclass(frozen=True)
 class DemoSettings:
     out_dir: Path
-    num_prompts: int = 84
+    num_prompts: int = 42
     repeats: int = 3
     max_steps: int = 4
     max_time: float = 420.0
@@ -89,8 +90,8 @@ def _story(console: Console, settings: DemoSettings) -> None:
     console.rule("[bold]toolkit demo: the tuning guide as a closed loop")
     console.print(
         f"Start: toolkit serve {MISTUNED} — a small KV pool and a cautious scheduler.\n"
-        f"Load: {settings.num_prompts} chat requests at once, max_tokens {MAX_TOKENS}, each answer stopping at its "
-        "first sentence (~20 tokens), so admission reserves far more than requests use.\n"
+        f"Load: {settings.num_prompts} chat requests at once, max_tokens {MAX_TOKENS}, each answer stopping at the "
+        "end of its first line (~30 tokens), so admission reserves far more than requests use.\n"
         f"Loop: launch → load ({settings.repeats} runs) → diagnose → apply the most severe finding's flag → "
         f"keep it only if output tok/s beats the noise; at most {settings.max_steps} steps, {settings.max_time:.0f} s.",
         highlight=False)

@@ -88,8 +88,9 @@ def tune(
                        sharegpt_output_len=sharegpt_output_len)
     workload = BenchOptions(
         base_url="http://127.0.0.1:0", backend=backend, api_key=api_key, model=model, tokenizer=tokenizer,
-        extra_request_body=extra_request_body, dataset=spec, rate=rate, arrival=arrival, num_prompts=num_prompts or (None if duration else 32),
-        duration=duration, max_concurrency=max_concurrency, warmup_requests=warmup_requests,
+        extra_request_body=extra_request_body, dataset=spec, rate=rate, arrival=arrival,
+        num_prompts=num_prompts or (None if duration else 32), duration=duration, max_concurrency=max_concurrency,
+        warmup_requests=warmup_requests,
         request_timeout=request_timeout, ignore_eos=ignore_eos, slo=tuple(slo), slo_attainment=slo_attainment,
         search_runs=search_runs, progress=False,
     )
