@@ -16,7 +16,7 @@ from aiohttp.abc import AbstractAccessLogger
 from toolkit.runtime.server import native_api, openai_api
 from toolkit.runtime.server.limits import MAX_BODY_BYTES
 from toolkit.runtime.server.protocol import RequestError
-from toolkit.runtime.server.state import ServerState
+from toolkit.runtime.server.state import STATE, ServerState
 from toolkit.runtime.server.tokenizer_manager import SchedulerGone
 
 logger = logging.getLogger("runtime")
@@ -54,7 +54,7 @@ async def errors_middleware(request: web.Request, handler) -> web.StreamResponse
 
 @web.middleware
 async def draining_middleware(request: web.Request, handler) -> web.StreamResponse:
-    if request.app["state"].draining:
+    if request.app[STATE].draining:
         return _json_error(RequestError(503, SHUTTING_DOWN, kind="server_error", code="server_shutting_down"))
     return await handler(request)
 
@@ -90,7 +90,7 @@ def build_app(state: ServerState) -> web.Application:
     if state.args.api_key:
         middlewares.append(auth_middleware(state.args.api_key))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
-    app["state"] = state
+    app[STATE] = state
     app.router.add_post("/v1/completions", openai_api.completions)
     app.router.add_post("/v1/chat/completions", openai_api.chat_completions)
     app.router.add_get("/v1/models", openai_api.models)

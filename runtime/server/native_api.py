@@ -14,7 +14,7 @@ from toolkit.runtime.server import generation
 from toolkit.runtime.server.generation import Choice
 from toolkit.runtime.server.protocol import RequestError, parse_generate
 from toolkit.runtime.server.sse import parse_request, sse_response
-from toolkit.runtime.server.state import ServerState
+from toolkit.runtime.server.state import STATE, ServerState
 from toolkit.runtime.server.tokenizer_manager import Chunk, SchedulerGone
 from toolkit.runtime.server_args import redacted
 from toolkit.version import __version__
@@ -44,7 +44,7 @@ def _result(choice: Choice, return_logprob: bool) -> dict[str, Any]:
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     plan = await parse_request(request, parse_generate, state.validation)
     if plan.stream:
         def event(choice: Choice, chunk: Chunk) -> dict[str, Any]:
@@ -58,14 +58,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 async def health(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     if not state.healthy or state.manager.failure is not None:
         return web.Response(status=503, text="the scheduler process is not running")
     return web.Response(text="")
 
 
 async def health_generate(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     if not state.healthy:
         return web.Response(status=503, text="the scheduler process is not running")
     params = SamplingParams(max_new_tokens=1, temperature=0.0)
@@ -79,7 +79,7 @@ async def health_generate(request: web.Request) -> web.Response:
 
 
 async def get_model_info(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     return web.json_response({
         "model_path": state.args.model_path or state.served_model_name, "tokenizer_path": state.tokenizer_path,
         "served_model_name": state.served_model_name, "is_generation": True,
@@ -88,7 +88,7 @@ async def get_model_info(request: web.Request) -> web.Response:
 
 
 async def get_server_info(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     args = {**state.ready.server_args, "api_key": redacted(state.args.api_key)}
     return web.json_response({
         **args,
@@ -103,7 +103,7 @@ async def get_server_info(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     try:
         flushed = await state.manager.flush_cache(FLUSH_CACHE_TIMEOUT)
     except TimeoutError:
@@ -114,7 +114,7 @@ async def flush_cache(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     if state.metrics is None:
         raise RequestError(404, "metrics are disabled; start the server with --enable-metrics", code="not_found")
     return web.Response(body=state.metrics.render(), content_type="text/plain", charset="utf-8")

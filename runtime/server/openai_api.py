@@ -11,7 +11,7 @@ from toolkit.runtime.server import generation
 from toolkit.runtime.server.generation import Choice
 from toolkit.runtime.server.protocol import GenerationPlan, parse_chat, parse_completion
 from toolkit.runtime.server.sse import parse_request, sse_response
-from toolkit.runtime.server.state import ServerState
+from toolkit.runtime.server.state import STATE, ServerState
 from toolkit.runtime.server.tokenizer_manager import Chunk
 
 
@@ -65,7 +65,7 @@ def chat_logprobs(state: ServerState, entries) -> dict[str, Any]:
 # ---- /v1/completions ----
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     plan = await parse_request(request, parse_completion, state.validation)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     if plan.stream:
@@ -99,7 +99,7 @@ async def _stream_completion(request, state: ServerState, plan: GenerationPlan, 
 # ---- /v1/chat/completions ----
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     plan = await parse_request(request, parse_chat, state.validation)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if plan.stream:
@@ -134,7 +134,7 @@ async def _stream_chat(request, state: ServerState, plan: GenerationPlan, rid: s
 # ---- /v1/models ----
 
 async def models(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     return web.json_response({"object": "list", "data": [{
         "id": state.served_model_name, "object": "model", "created": int(state.started), "owned_by": "toolkit",
         "root": state.args.model_path or state.served_model_name, "max_model_len": state.ready.context_len,

@@ -5,6 +5,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
+
 from toolkit.runtime.io_struct import SchedulerReady
 from toolkit.runtime.server.metrics import RequestMetrics
 from toolkit.runtime.server.protocol import ValidationContext
@@ -28,3 +30,6 @@ class ServerState:
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
+
+
+STATE = web.AppKey("state", ServerState)  # the one key handlers read the server's state under
