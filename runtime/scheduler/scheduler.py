@@ -132,13 +132,14 @@ class Scheduler:
             self._apply_aborts()
         batch = self._next_batch()
         if batch is None:
-            if self._inflight is not None:
-                self._drain()
-            else:
-                self._on_idle()
+            self._drain()
         else:
             self._checked_since_idle = False
             self._launch(batch)
+        if not self.has_work:
+            # NOTE: idle as of now (SGLang checks on every idle turn of its loop): the ratio resets before the next
+            # request arrives, even one that arrives while the server waits for messages.
+            self._on_idle()
         outputs, self._outputs = self._outputs, []
         return outputs
 

@@ -131,3 +131,20 @@ def test_idle_integrity_check_logs_a_leak(folder):
     with LogCapture() as log:
         assert not engine.check_memory()
     assert any("token_to_kv_pool_allocator memory leak detected!" in line for line in log.lines)
+
+
+def test_the_step_that_empties_the_scheduler_resets_the_ratio_and_checks_memory(folder, overlap):
+    """SGLang resets the new-token ratio on every idle turn: the server's loop then blocks waiting for messages,
+    so the reset must not wait for an empty step that a new request would pre-empt."""
+    scheduler = tiny_engine(folder, disable_overlap_schedule=not overlap).scheduler
+    for i, prompt in enumerate(random_prompts(3, 320, seed=7)):
+        _submit(scheduler, f"r{i}", prompt, 12)
+    decayed = False
+    for _ in range(200):
+        scheduler.step()
+        decayed |= scheduler.ratio.value < scheduler.ratio.init
+        if not scheduler.has_work:
+            break
+    assert decayed, "decode steps decay the ratio"
+    assert scheduler.ratio.value == scheduler.ratio.init
+    assert scheduler._checked_since_idle, "the idle integrity check ran in that same step"
