@@ -4,7 +4,6 @@ with overlap scheduling on and off."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.conftest import reference_greedy
 from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
@@ -123,4 +122,9 @@ def test_prompt_longer_than_the_context_is_rejected(workload):
         engine.generate(input_ids=list(range(3, 40)), sampling_params={"max_new_tokens": 1})
     with pytest.raises(ValueError, match="exceeds the model's maximum context length of 32"):
         engine.generate(input_ids=list(range(3, 20)), sampling_params={"max_new_tokens": 20})
-    assert torch.is_tensor(engine.runner.req_to_token_pool.req_to_token)
+    with pytest.raises(ValueError, match="You requested a total of 32 tokens"):
+        engine.generate(input_ids=list(range(3, 20)), sampling_params={"max_new_tokens": 15})
+    # the refusals left nothing behind: the longest request that fits (17 + 14 = 31 < 32) runs to its length
+    ok = engine.generate(input_ids=list(range(3, 20)), sampling_params={"max_new_tokens": 14, "ignore_eos": True})
+    assert ok["meta_info"]["finish_reason"] == {"type": "length", "length": 14}
+    assert engine.check_memory()
