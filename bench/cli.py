@@ -106,3 +106,10 @@ def bench(
         server_log=server_log, output_file=output_file, output_details=output_details, progress=progress,
     )
     raise typer.Exit(run(options))
+
+
+def bench_offline(ctx: typer.Context) -> None:
+    """Offline throughput of the in-process engine (like sglang.bench_offline_throughput)."""
+    from toolkit.bench.offline import main as bench_offline_main
+
+    raise typer.Exit(bench_offline_main(ctx.args))

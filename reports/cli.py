@@ -6,19 +6,13 @@ from typing import List, NoReturn, Optional
 
 import typer
 
-from toolkit.diagnose.cli import use_html_writer
 
-
-def _diagnosis_html(diagnosis, out: str):
-    """`toolkit diagnose --html FILE`: the report page of a diagnosis without bench records."""
+def diagnosis_html(diagnosis, out: str):
+    """`toolkit diagnose --html FILE`: the report page of a diagnosis without bench records (the composition root
+    hands this to diagnose, which never imports reports: data flows log -> diagnosis -> report)."""
     from toolkit.reports.build import render_report, write_html
 
     return write_html(render_report([], diagnosis), out)
-
-
-# NOTE: the composition root imports this module, so `toolkit diagnose --html` writes this page; diagnose never
-# imports reports (data flows log -> diagnosis -> report).
-use_html_writer(_diagnosis_html)
 
 
 def _fail(message: str) -> NoReturn:

@@ -1,10 +1,16 @@
 """The `toolkit` command: the composition root that wires each part's CLI into one typer app."""
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import typer
 
+from toolkit.bench.cli import bench, bench_offline
+from toolkit.demo import demo
+from toolkit.diagnose.cli import diagnose, use_html_writer
+from toolkit.reports.cli import diagnosis_html, report
+from toolkit.runtime.cli import serve
+from toolkit.tune.cli import tune
 from toolkit.version import __version__
 
 app = typer.Typer(
@@ -31,60 +37,24 @@ def _root(
     """Serve LLMs, load-test them, and turn their logs into tuning advice."""
 
 
-# Subcommands are registered below; each part owns its own `cli` module and keeps heavy imports lazy.
-# Runtime commands take SGLang's argparse flags verbatim, so typer passes their arguments through.
-_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+# Every command is a function of its part's `cli` module (heavy imports happen inside it, so `--help` is fast),
+# registered here and only here. Runtime commands take SGLang's argparse flags verbatim: typer passes them through.
+_PASSTHROUGH = {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
+                "add_help_option": False}
+_COMMANDS: tuple[tuple[str, Callable[..., None], dict], ...] = (
+    ("serve", serve, _PASSTHROUGH),
+    ("bench", bench, {}),
+    ("bench-offline", bench_offline, _PASSTHROUGH),
+    ("diagnose", diagnose, {}),
+    ("report", report, {}),
+    ("tune", tune, {}),
+    ("demo", demo, {}),
+)
+for _name, _command, _settings in _COMMANDS:
+    app.command(_name, **_settings)(_command)
 
-
-@app.command("serve", context_settings=_PASSTHROUGH, add_help_option=False)
-def serve(ctx: typer.Context) -> None:
-    """Launch the SGLang-compatible HTTP server (same flags as sglang.launch_server)."""
-    from toolkit.runtime.server.serve import main as serve_main
-
-    raise typer.Exit(serve_main(ctx.args))
-
-
-@app.command("bench-offline", context_settings=_PASSTHROUGH, add_help_option=False)
-def bench_offline(ctx: typer.Context) -> None:
-    """Offline throughput of the in-process engine (like sglang.bench_offline_throughput)."""
-    from toolkit.bench.offline import main as bench_offline_main
-
-    raise typer.Exit(bench_offline_main(ctx.args))
-
-# -- registrations --
-from toolkit.bench.cli import bench  # noqa: E402
-app.command("bench")(bench)
-from toolkit.diagnose.cli import diagnose  # noqa: E402
-app.command("diagnose")(diagnose)
-from toolkit.reports.cli import report  # noqa: E402
-app.command("report")(report)
-from toolkit.tune.cli import tune  # noqa: E402
-app.command("tune")(tune)
-
-
-@app.command("demo")
-def demo(
-    out: Path = typer.Option(Path("toolkit-out/demo"), "--out", help="Folder for the logs, tune steps and pages."),
-    num_prompts: int = typer.Option(42, "--num-prompts", min=1, help="Chat requests per run."),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="Runs per configuration."),
-    max_steps: int = typer.Option(4, "--max-steps", min=0, help="Most configurations to try after the start."),
-    max_time: float = typer.Option(420.0, "--max-time", help="Seconds of tuning; no step starts past it."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu or cuda."),
-) -> None:
-    """Tune the embedded model's server from a mistuned start and show the gain, step by step."""
-    from rich.console import Console
-
-    from toolkit.demo import DemoSettings, run_demo
-
-    console = Console()
-    try:
-        run_demo(DemoSettings(out, num_prompts, repeats, max_steps, max_time, device), console)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted; every server was stopped[/]")
-        raise typer.Exit(130) from None
-    except (RuntimeError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+# NOTE: `toolkit diagnose --html` writes the report's page; diagnose never imports reports, so it is wired here.
+use_html_writer(diagnosis_html)
 
 
 def main() -> None:

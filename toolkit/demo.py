@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import typer
 from rich.console import Console
 
 QUESTIONS = (
@@ -121,3 +122,23 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> Path | N
     if outcome.result.reason == "stopped by Ctrl-C":
         raise KeyboardInterrupt
     return outcome.html_path
+
+
+def demo(
+    out: Path = typer.Option(Path("toolkit-out/demo"), "--out", help="Folder for the logs, tune steps and pages."),
+    num_prompts: int = typer.Option(42, "--num-prompts", min=1, help="Chat requests per run."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Runs per configuration."),
+    max_steps: int = typer.Option(4, "--max-steps", min=0, help="Most configurations to try after the start."),
+    max_time: float = typer.Option(420.0, "--max-time", help="Seconds of tuning; no step starts past it."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu or cuda."),
+) -> None:
+    """Tune the embedded model's server from a mistuned start and show the gain, step by step."""
+    console = Console()
+    try:
+        run_demo(DemoSettings(out, num_prompts, repeats, max_steps, max_time, device), console)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; every server was stopped[/]")
+        raise typer.Exit(130) from None
+    except (RuntimeError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
