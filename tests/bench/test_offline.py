@@ -2,25 +2,45 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from toolkit.bench.offline import main
+from toolkit.runtime.engine import Engine
 from benchmarks.scheduler_overhead import TINY_LLAMA
 
 TINY = ["--model-path", "llama-3.2-1b", "--load-format", "dummy", "--json-model-override-args",
         json.dumps(TINY_LLAMA), "--dtype", "float32", "--log-level", "warning"]
 
 
-def test_random_prompts_run_and_record_throughput(tmp_path, capsys):
+def test_random_prompts_run_and_record_throughput(tmp_path, capsys, monkeypatch):
+    """The record's counts are the engine's own outputs, and its latency is the timed generate call's (not the
+    engine's load or the warm-up), measured here from outside that call."""
+    calls = []
+    generate = Engine.generate
+
+    def timed(self, *args, **kwargs):
+        started = time.perf_counter()
+        results = generate(self, *args, **kwargs)
+        calls.append((time.perf_counter() - started, results))
+        return results
+
+    monkeypatch.setattr(Engine, "generate", timed)
     out = tmp_path / "offline.jsonl"
     code = main([*TINY, "--num-prompts", "5", "--random-input-len", "20", "--random-output-len", "7",
                  "--output-file", str(out)])
     assert code == 0
     record = json.loads(out.read_text())
-    assert record["successful_requests"] == 5
-    assert (record["total_input_tokens"], record["total_output_tokens"]) == (100, 35)
-    assert record["output_throughput"] == pytest.approx(35 / record["total_latency"])
+    (_, warmup), (seconds, results) = calls
+    assert len(warmup[0]["output_ids"]) == 2 and len(results) == record["successful_requests"] == 5
+    completion = sum(r["meta_info"]["completion_tokens"] for r in results)
+    assert (record["total_input_tokens"], record["total_output_tokens"]) == (100, completion) == (100, 35)
+    # the record's clock starts before the call and stops after it: never shorter, and no more than the 0.1 s
+    # (ample) of bookkeeping around it
+    assert seconds <= record["total_latency"] <= seconds + 0.1
+    assert 35 / (seconds + 0.1) <= record["output_throughput"] <= 35 / seconds
+    assert record["input_throughput"] == pytest.approx(100 / 35 * record["output_throughput"])
     assert "output_throughput" in capsys.readouterr().out
 
 
