@@ -1,0 +1,88 @@
+"""Can the HTTP front end keep up with the scheduler? N concurrent SSE streams at one token per decode step: the
+client's per-token ITL p50 should equal the decode step time the server logs (within 10%).
+
+    python -m benchmarks.sse_streams [--streams 256] [--output-len 64] [--save]
+
+The server runs a one-layer dummy Llama (SmolLM2's vocabulary) so decode steps are short and the front end, not
+the model, is what is measured: at 256 streams and ~10-20 ms steps it relays 10-25k token events per second.
+`--decode-log-interval 1` makes every step log its time: a `Decode batch.` line's gen throughput is the step's
+batch size over its wall time, so step time = #running-req / gen throughput. Steps whose batch is not full (ramp
+up, drain) are left out. The client is `toolkit bench` (per-token accounting, native streaming endpoint).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.common import device_name, provenance, write_result
+from toolkit.tune.launcher import ServerProcess, toolkit_command
+
+TINY_LLAMA = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 49152}
+DECODE_RE = re.compile(r"Decode batch\. #running-req: (\d+),.* gen throughput \(token/s\): ([\d.]+),")
+STARTUP_TIMEOUT = 300.0
+
+
+def step_times_ms(log: Path, batch: int) -> list[float]:
+    """Decode step times from the log, for steps that ran the whole batch."""
+    times = []
+    for line in log.read_text().splitlines():
+        match = DECODE_RE.search(line)
+        if match and int(match.group(1)) == batch and float(match.group(2)) > 0:
+            times.append(int(match.group(1)) / float(match.group(2)) * 1e3)
+    return times
+
+
+def run(args, workdir: Path, overlap: bool) -> dict:
+    log = workdir / f"server_{'overlap' if overlap else 'sync'}.log"
+    flags = ["--model-path", "llama-3.2-1b", "--load-format", "dummy", "--json-model-override-args",
+             json.dumps(TINY_LLAMA), "--dtype", "float32", "--device", "cpu", "--decode-log-interval", "1",
+             "--max-running-requests", str(args.streams), "--context-length", "2048", "--log-level", "info"]
+    if not overlap:
+        flags.append("--disable-overlap-schedule")
+    records = workdir / "bench.jsonl"
+    records.unlink(missing_ok=True)
+    with ServerProcess.toolkit_serve(*flags, log_file=log, output_path=workdir / "serve.out") as server:
+        server.wait_healthy(STARTUP_TIMEOUT)
+        subprocess.run(toolkit_command(
+            "bench", "--base-url", server.url, "--backend", "sglang", "--dataset", "random", "--rate", "inf",
+            "--num-prompts", str(args.streams), "--random-input-len", str(args.input_len), "--random-output-len",
+            str(args.output_len), "--random-range-ratio", "1", "--warmup-requests", "0", "--no-progress",
+            "--output-file", str(records)), check=True, stdout=subprocess.DEVNULL, timeout=1800)
+    record = json.loads(records.read_text().splitlines()[-1])
+    steps = step_times_ms(log, args.streams)
+    step_p50 = statistics.median(steps) if steps else float("nan")
+    itl_p50 = record["median_itl_ms"]
+    return {"overlap": overlap, "streams": args.streams, "completed": record["completed"],
+            "client_itl_p50_ms": itl_p50, "server_step_p50_ms": step_p50, "full_steps": len(steps),
+            "itl_over_step": itl_p50 / step_p50, "output_throughput": record["output_throughput"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/sse_streams.json")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sse-streams-") as tmp:
+        for overlap in (True, False):
+            row = run(args, Path(tmp), overlap)
+            rows.append(row)
+            print(f"overlap {'on ' if overlap else 'off'}: {row['completed']}/{row['streams']} streams, client ITL p50 "
+                  f"{row['client_itl_p50_ms']:.2f} ms vs server step p50 {row['server_step_p50_ms']:.2f} ms "
+                  f"({row['full_steps']} full steps): ratio {row['itl_over_step']:.3f}", flush=True)
+    if args.save:
+        record = {**provenance("benchmarks.sse_streams", sys.argv[1:], device_name("cpu")), "rows": rows}
+        print(f"wrote {write_result('sse_streams', record)}")
+
+
+if __name__ == "__main__":
+    main()
