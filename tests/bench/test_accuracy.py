@@ -1,7 +1,9 @@
-"""Every reported metric matches what the scripted stub really did: within 2 ms for times, exact for counts.
+"""Every reported metric matches what the scripted stub really did: exact for counts; for times, never before the
+server's own stamp (causality) and within 100 ms after it.
 
 The stub stamps each request's arrival and each chunk's write on the shared perf_counter clock, so the ground truth
-is the script as it was executed, not as it was asked for (asyncio sleeps overshoot by a millisecond or so).
+is the script as it was executed, not as it was asked for (asyncio sleeps overshoot by a millisecond or so). The
+script's gaps (200-300 ms) are wider than the 100 ms tolerance, so a time taken from the wrong chunk cannot pass.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from toolkit.bench.outcome import RequestOutcome
 from toolkit.bench.workload import Workload
 from tests.bench.stub import Script, StubServer
 
-TOLERANCE_S = 0.002
+TOLERANCE_S = 0.1
 NUM_REQUESTS = 12
 
 
@@ -27,15 +29,31 @@ def _scripts(seed: int) -> dict[str, Script]:
     scripts = {}
     for i in range(NUM_REQUESTS):
         chunks = [(0.0, rng.randint(1, 3))]
-        chunks += [(rng.uniform(0.002, 0.012), rng.randint(1, 3)) for _ in range(rng.randint(4, 14))]
-        scripts[f"request {i} " + "word " * rng.randint(1, 20)] = Script(ttft=rng.uniform(0.01, 0.05),
+        chunks += [(rng.uniform(0.2, 0.3), rng.randint(1, 3)) for _ in range(rng.randint(2, 3))]
+        scripts[f"request {i} " + "word " * rng.randint(1, 20)] = Script(ttft=rng.uniform(0.2, 0.3),
                                                                             chunks=tuple(chunks))
     return scripts
 
 
+class _WarmupQuick(dict):
+    """Scripts by prompt, except that each prompt's first request (bench's warm-up) gets the quick default."""
+
+    def __init__(self, scripts: dict[str, Script]) -> None:
+        super().__init__(scripts)
+        self.asked: set[str] = set()
+
+    def get(self, key, default=None):
+        if key not in self.asked:
+            self.asked.add(key)
+            return default
+        return super().get(key, default)
+
+
 async def _run(backend: str, scripts: dict[str, Script], tokenizer, continuous_usage: bool):
     default = Script()
-    async with StubServer({k: _with_usage(s, continuous_usage) for k, s in scripts.items()}, default) as stub:
+    stub = StubServer(default=default)
+    stub.scripts = _WarmupQuick({k: _with_usage(s, continuous_usage) for k, s in scripts.items()})
+    async with stub:
         prompts = [Prompt(text, len(text.split()), s.output_len) for text, s in scripts.items()]
         workload = Workload(prompts, np.arange(len(prompts)) * 0.02, 50.0, "constant")
         target = Target(stub.base_url, backend, model="stub-model")
@@ -77,23 +95,32 @@ def _latest(run, truths) -> float:
                for out, truth in zip(run.outcomes, truths))
 
 
+def _check_causality(run, truths) -> None:
+    """Exact: the client sends before the server receives, and reads each chunk after the server wrote it."""
+    for out, truth in zip(run.outcomes, truths):
+        assert out.sent <= truth.sent
+        assert all(read >= written for read, written in zip(out.token_times, truth.token_times))
+
+
 @pytest.mark.parametrize("backend, continuous_usage", [
     ("sglang", True), ("openai", True), ("openai-chat", True), ("openai", False), ("openai-chat", False),
 ])
 def test_every_metric_matches_the_scripted_ground_truth(backend, continuous_usage, embedded_tokenizer):
     scripts = _scripts(seed=len(backend) + continuous_usage)
     # NOTE: this 2-core machine is shared, and a descheduled process reads a token late however it is written;
-    # counts are checked on every run, timings on the first of up to three runs that the OS did not stall.
+    # counts and causality are checked on every run, the 100 ms bound on the first of up to three runs that the
+    # OS did not stall that long.
     for _ in range(3):
         run, served = eventloop.run(_run(backend, scripts, embedded_tokenizer, continuous_usage))
         truths = _check_counts(run, served, scripts)
+        _check_causality(run, truths)
         if _latest(run, truths) <= TOLERANCE_S:
             break
     assert _latest(run, truths) <= TOLERANCE_S
     for out, truth in zip(run.outcomes, truths):
         measured, expected = request_metrics(out), request_metrics(truth)
-        assert measured.ttft == pytest.approx(expected.ttft, abs=TOLERANCE_S)
-        assert measured.e2e == pytest.approx(expected.e2e, abs=TOLERANCE_S)
+        assert expected.ttft <= measured.ttft <= expected.ttft + TOLERANCE_S
+        assert expected.e2e <= measured.e2e <= expected.e2e + TOLERANCE_S
         assert measured.tpot == pytest.approx(expected.tpot, abs=TOLERANCE_S)
         assert np.allclose(measured.itls, itls(truth.token_times, truth.token_counts), rtol=0, atol=TOLERANCE_S)
     reported, expected = summarize(run.outcomes, run.duration), summarize(truths, run.duration)
