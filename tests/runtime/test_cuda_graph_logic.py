@@ -1,6 +1,7 @@
 """Decode CUDA graph logic that needs no GPU: which sizes are captured, which size a batch pads to, what the
 padding writes, the reserved dummy table row, the backends' graph metadata, and the whole capture/replay path on
-CPU with a stand-in for the graph that re-runs the captured forward over the persistent buffers."""
+CPU with a stand-in for the graph (tests/runtime/capture_guard.py) that re-runs the captured forward over the
+persistent buffers under what capture forbids: no host sync, no per-batch host value, the captured ops only."""
 from __future__ import annotations
 
 import json
@@ -26,6 +27,7 @@ from toolkit.runtime.model_runner import ModelRunner, cuda_graph_disabled_reason
 from toolkit.runtime.server_args import ServerArgs
 from tests.runtime.attention import fake_flashinfer
 from tests.runtime.attention.cases import Request, make_case
+from tests.runtime.capture_guard import GuardedCapture
 from tests.runtime.driver import KVDriver
 
 SGLANG_TO_256 = [1, 2, 4, 8, 12, *range(16, 257, 8)]
@@ -220,31 +222,19 @@ def test_flashinfer_graph_wrapper_is_replanned_before_replay(monkeypatch):
     assert plan["indices"][-1].item() == 0  # the dummy request reads the padding slot
 
 
-# ---- the whole path on CPU: capture, pad, replay, eager above the largest size ----
-class EagerReplay:
-    """A CUDA graph's stand-in: replay re-runs the captured forward, over the same persistent buffers, metadata
-    and output buffer the capture used."""
-
-    def __init__(self, run) -> None:
-        self.run = run
-        self.replays = 0
-        run()
-
-    def replay(self) -> None:
-        self.run()
-        self.replays += 1
-
-
+# ---- the whole path on CPU: capture, pad, replay, eager above the largest size (capture's rules enforced) ----
 # NOTE: one layer and few heads keep the Triton interpreter (a Python loop over programs) fast.
 TINY_LLAMA = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
               "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 320}
 
 
-def _runner(**kwargs) -> ModelRunner:
+def _runner(overrides: dict = TINY_LLAMA, **kwargs) -> ModelRunner:
     """A one-layer Llama-3.1 with random (dummy) weights: no checkpoint, no tokenizer."""
-    args = ServerArgs(model_path="llama-3.1-8b", load_format="dummy", json_model_override_args=json.dumps(TINY_LLAMA),
-                      context_length=256, dtype="float32", device="cpu", max_total_tokens=1024,
-                      max_running_requests=8, random_seed=5, **kwargs)
+    settings = dict(context_length=256, dtype="float32", device="cpu", max_total_tokens=1024, max_running_requests=8,
+                    random_seed=5)
+    settings.update(kwargs)
+    args = ServerArgs(model_path="llama-3.1-8b", load_format="dummy", json_model_override_args=json.dumps(overrides),
+                      **settings)
     return ModelRunner(args)
 
 
@@ -264,7 +254,7 @@ def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(caplog):
     runner = _runner(attention_backend="triton", disable_cuda_graph=True)
     with caplog.at_level(logging.INFO, logger="runtime"):
         graphs = CudaGraphRunner(runner.model, runner.attn_backend, runner.kv_pool, runner.req_to_token_pool,
-                                 runner.device, [1, 2, 4], capture=EagerReplay)
+                                 runner.device, [1, 2, 4], capture=GuardedCapture)
         graphs.WARMUP_RUNS = 0  # they only compile kernels before a real capture
         graphs.capture()
     assert sorted(graphs.graphs) == [1, 2, 4]
@@ -299,6 +289,50 @@ def test_graph_replay_matches_eager_and_pads_into_the_reserved_slot(caplog):
     assert driver.used_cuda_graph is False and graphs.graphs[4].replays == 1
     driver.decode(seqs[:1], [50])
     assert driver.used_cuda_graph is True and graphs.graphs[1].replays == 1
+
+
+def _graph_and_eager_decode(runner, graphs, seqs, tokens: list[int], driver) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode step's logits through the graphs, then the same step run eagerly by the model."""
+    graph_logits = driver.decode(seqs, tokens).clone()
+    assert driver.used_cuda_graph is True
+    table = runner.req_to_token_pool.req_to_token
+    batch = ForwardBatch.build(
+        ForwardMode.DECODE, [s.row for s in seqs], [len(s.tokens) - 1 for s in seqs], [[t] for t in tokens],
+        torch.tensor([int(table[s.row, len(s.tokens) - 1]) for s in seqs]), table, runner.kv_pool,
+        runner.attn_backend,
+    )
+    return graph_logits, runner.model(batch)
+
+
+# NOTE: FlashInfer's kernels take head_dim 64/128/256 in half precision.
+TINY_LLAMA_HD64 = {**TINY_LLAMA, "hidden_size": 128, "head_dim": 64}
+
+
+def test_flashinfer_graphs_plan_outside_the_capture_and_replay_what_they_captured(monkeypatch):
+    """The whole decode-graph path with FlashInfer (the strict stand-in): every plan() happens eagerly (the
+    stand-in refuses one inside a capture), a replay reads the re-planned persistent buffers (it refuses metadata
+    that changed since its plan), and the logits equal the eager step's."""
+    from toolkit.runtime.attention import flashinfer_backend
+
+    module = fake_flashinfer.install(monkeypatch)
+    monkeypatch.setattr(flashinfer_backend, "check_flashinfer_usable", lambda device: None)
+    runner = _runner(TINY_LLAMA_HD64, attention_backend="flashinfer", dtype="bfloat16")
+    graphs = CudaGraphRunner(runner.model, runner.attn_backend, runner.kv_pool, runner.req_to_token_pool,
+                             runner.device, [1, 2, 4], capture=GuardedCapture)
+    graphs.capture()
+    assert sorted(graphs.graphs) == [1, 2, 4] and sorted(runner.attn_backend.graph_buffers.wrappers) == [1, 2, 4]
+    runner.graph_runner = graphs
+    driver = KVDriver(runner)
+    seqs = [driver.new_sequence() for _ in range(3)]
+    driver.extend(seqs, [[3, 4, 5, 6], [7] * 9, [11, 12]])
+    plans = module.BatchDecodeWithPagedKVCacheWrapper.plans
+    for step, tokens in enumerate(([30, 31, 32], [33, 34, 35])):  # 3 requests padded to 4, twice
+        graph_logits, eager_logits = _graph_and_eager_decode(runner, graphs, seqs, tokens, driver)
+        assert graphs.graphs[4].replays == step + 1
+        torch.testing.assert_close(graph_logits, eager_logits, rtol=2e-2, atol=2e-2)
+        assert torch.equal(graph_logits.argmax(-1), eager_logits.argmax(-1))
+    # each replay re-planned the size-4 wrapper once; each eager step planned the eager one once
+    assert module.BatchDecodeWithPagedKVCacheWrapper.plans == plans + 4
 
 
 def test_cpu_torch_compile_keeps_greedy_output_and_pads_like_a_graph(caplog):
