@@ -144,6 +144,11 @@ class _Wrapper:
                 raise RuntimeError(f"{type(self).__name__}.run(): {name} changed since plan(); re-plan first")
 
 
+def _scaled(cache_tokens: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """An fp8 cache's calibration scale (FlashInfer folds k_scale into the logits and v_scale into the output)."""
+    return cache_tokens if scale is None else cache_tokens.float() * scale
+
+
 def _request_tokens(cache, indptr, indices, last_page_len, b: int) -> torch.Tensor:
     pages = indices[int(indptr[b]) : int(indptr[b + 1])].long()
     if pages.numel() == 0:
@@ -236,7 +241,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
             window_left=None, sinks=None, kv_cache_sf=None, skip_softmax_threshold_scale_factor=None,
             use_fp16_softmax=None, uses_spcompress=None):
         _only_modelled(BatchPrefillWithPagedKVCacheWrapper.run, locals(), (
-            "q", "paged_kv_cache", "return_lse", "lse_base", "enable_pdl"))
+            "q", "paged_kv_cache", "k_scale", "v_scale", "return_lse", "lse_base", "enable_pdl"))
         if args:
             raise NotImplementedError("the flashinfer stand-in takes no custom-kernel arguments")
         k_cache, v_cache = self._paged(paged_kv_cache, "indptr")
@@ -244,8 +249,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         self._still_planned(**self._buffers)
         qo, outs = a["qo_indptr"], []
         for b in range(len(qo) - 1):
-            k = _request_tokens(k_cache, a["indptr"], a["indices"], a["last"], b)
-            v = _request_tokens(v_cache, a["indptr"], a["indices"], a["last"], b)
+            k = _scaled(_request_tokens(k_cache, a["indptr"], a["indices"], a["last"], b), k_scale)
+            v = _scaled(_request_tokens(v_cache, a["indptr"], a["indices"], a["last"], b), v_scale)
             outs.append(_attend(q[qo[b] : qo[b + 1]], k, v, a["causal"], a["scale"]))
         out, lse = torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
         return (out, _lse(lse, lse_base)) if return_lse else out
@@ -318,14 +323,16 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
             lse=None, return_lse: bool = False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
             skip_softmax_threshold_scale_factor=None, kv_cache_sf=None):
         _only_modelled(BatchDecodeWithPagedKVCacheWrapper.run, locals(), (
-            "q", "paged_kv_cache", "return_lse", "enable_pdl"))
+            "q", "paged_kv_cache", "k_scale", "v_scale", "return_lse", "enable_pdl"))
         if args:
             raise NotImplementedError("the flashinfer stand-in takes no custom-kernel arguments")
         k_cache, v_cache = self._paged(paged_kv_cache, "indptr")
         a = self._geometry(q, k_cache.shape, self.plan_args["batch_size"])
         self._still_planned(**self._buffers)
-        outs = [_attend(q[b : b + 1], _request_tokens(k_cache, a["indptr"], a["indices"], a["last"], b),
-                        _request_tokens(v_cache, a["indptr"], a["indices"], a["last"], b), False, a["scale"])
+        outs = [_attend(q[b : b + 1], _scaled(_request_tokens(k_cache, a["indptr"], a["indices"], a["last"], b),
+                                              k_scale),
+                        _scaled(_request_tokens(v_cache, a["indptr"], a["indices"], a["last"], b), v_scale), False,
+                        a["scale"])
                 for b in range(q.shape[0])]
         out, lse = torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
         return (out, _lse(lse, "log2")) if return_lse else out
