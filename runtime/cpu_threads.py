@@ -12,6 +12,8 @@ import os
 
 import torch
 
+from toolkit.runtime.host_memory import keep_freed_memory
+
 
 def decode_threads(cores: int, shares_cores: bool) -> int:
     configured = os.environ.get("TOOLKIT_CPU_DECODE_THREADS")
@@ -21,7 +23,11 @@ def decode_threads(cores: int, shares_cores: bool) -> int:
 
 
 class CpuThreadPolicy:
+    """Applied by a CPU model runner: its threads per kind of step, and a heap that keeps freed blocks
+    (`host_memory`), so the same tensors every step do not fault their pages in again."""
+
     def __init__(self, shares_cores: bool = False) -> None:
+        keep_freed_memory()
         self.prefill = torch.get_num_threads()
         self.decode = min(self.prefill, decode_threads(self.prefill, shares_cores))
 
