@@ -1,16 +1,40 @@
-"""The offline, in-process API, SGLang-style: `Engine(model_path=..., **server_args).generate(...)`."""
+"""The offline, in-process API, SGLang-style: `Engine(model_path=..., **server_args).generate(...)`.
+
+With `tp_size` > 1 this process is TP rank 0 and the other ranks are spawned scheduler processes that follow it
+(`server.scheduler_process`): every loop iteration, the messages the engine queued are shared with them before
+any rank applies them, then every rank runs the same step.
+"""
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.runtime.launch import launch_scheduler
+import torch
+
+from toolkit.runtime.distributed.group import DistributedError
+from toolkit.runtime.distributed.processes import RankProcesses
+from toolkit.runtime.distributed.topology import local_ranks
+from toolkit.runtime.io_struct import (
+    AbortRequest,
+    DrainRequest,
+    FinishReason,
+    FlushCacheRequest,
+    GenerateInput,
+    ShutdownRequest,
+    TokenOutput,
+    context_length_error,
+    token_id_error,
+)
+from toolkit.runtime.launch import launch_scheduler, model_source
 from toolkit.runtime.logging_setup import configure_logging
+from toolkit.runtime.model_runner import check_tp_size
 from toolkit.runtime.sampling.sampling_params import SamplingParams
-from toolkit.runtime.io_struct import FinishReason, GenerateInput, TokenOutput, context_length_error, token_id_error
 from toolkit.runtime.server_args import ServerArgs
+
+FOLLOWER_EXIT_TIMEOUT = 30.0
 
 Prompt = str | list[str] | None
 InputIds = list[int] | list[list[int]] | None
@@ -39,13 +63,34 @@ def strip_stop_string(text: str, finish: FinishReason | None) -> str:
 
 class Engine:
     def __init__(self, model_path: str | None = None, **kwargs: Any) -> None:
-        self.server_args = ServerArgs(model_path=model_path, **kwargs)
-        configure_logging(self.server_args.log_level, self.server_args.log_file)
-        launched = launch_scheduler(self.server_args)
+        args = self.server_args = ServerArgs(model_path=model_path, **kwargs)
+        if args.dp_size > 1 or args.nnodes > 1:
+            raise ValueError("--dp-size and --nnodes need `toolkit serve`; the offline Engine runs one TP group on "
+                             "this host")
+        ranks = local_ranks(args)
+        configure_logging(args.log_level, args.log_file, rank_tag=ranks[0].tag)
+        self._inbox: list[object] = []
+        self._live: set[str] = set()
+        self._threads = torch.get_num_threads()
+        self.followers: RankProcesses | None = None
+        if args.tp_size > 1:
+            check_tp_size(model_source(args).config, args.tp_size)
+            from toolkit.runtime.server.scheduler_process import run_scheduler_process
+
+            self.followers = RankProcesses(ranks[1:], run_scheduler_process,
+                                           lambda rank: (args, None, os.getpid(), rank)).start()
+        try:
+            launched = launch_scheduler(args, rank=ranks[0],
+                                        peers_dead=self.followers.first_exit if self.followers else None)
+        except BaseException:
+            self._stop_followers(0.0)
+            raise
         self.server_args = launched.args
         self.tokenizer = launched.tokenizer
         self.runner = launched.runner
         self.scheduler = launched.scheduler
+        self.tp = launched.tp
+        self._group_lost: str | None = None  # why the TP group broke, once it has
 
     def generate(
         self,
@@ -90,8 +135,25 @@ class Engine:
 
     def _submit(self, ids: list[int], params: SamplingParams, return_logprob: bool, top_logprobs_num: int) -> _Pending:
         rid = uuid.uuid4().hex
-        self.scheduler.add_request(GenerateInput(rid, ids, params, return_logprob, top_logprobs_num))
+        self._inbox.append(GenerateInput(rid, ids, params, return_logprob, top_logprobs_num))
+        self._live.add(rid)
         return _Pending(rid, params, time.perf_counter(), return_logprob)
+
+    def _iterate(self) -> tuple[list[TokenOutput], list[object]]:
+        """One loop iteration: the queued messages (shared with the other TP ranks first), then one step."""
+        if self._group_lost is not None:
+            raise DistributedError(self._group_lost)
+        messages, self._inbox = self._inbox, []
+        try:
+            if self.tp is not None:
+                messages = self.tp.share(messages)
+            results = [self.scheduler.handle(message) for message in messages]
+            outputs = self.scheduler.step()
+        except DistributedError as exc:
+            self._group_lost = str(exc)
+            raise
+        self._live.difference_update(o.rid for o in outputs if o.finished_reason is not None)
+        return outputs, [r for r in results if r is not None]
 
     def _run_until_done(self, pending: list[_Pending], budget: int) -> None:
         by_rid = {p.rid: p for p in pending}
@@ -99,7 +161,8 @@ class Engine:
         # NOTE: every step either finishes work or makes a token; retraction can re-prefill, hence the slack.
         max_steps = 4 * budget + 1000
         for _ in range(max_steps):
-            for out in self.scheduler.step():
+            outputs, _ = self._iterate()
+            for out in outputs:
                 state = by_rid.get(out.rid)
                 if state is None:
                     continue
@@ -107,7 +170,8 @@ class Engine:
                 if out.finished_reason is not None:
                     unfinished.discard(out.rid)
             if not unfinished:
-                self.scheduler.drain()  # NOTE: an overlapped step may still hold a finished request's KV
+                self._inbox.append(DrainRequest())  # NOTE: an overlapped step may still hold a finished request's KV
+                self._iterate()
                 return
         raise RuntimeError(f"the engine did not finish {len(unfinished)} requests within {max_steps} steps")
 
@@ -144,13 +208,47 @@ class Engine:
         return self.scheduler.check_memory()
 
     def flush_cache(self) -> bool:
-        return self.scheduler.flush_cache()
+        self._inbox.append(FlushCacheRequest())
+        _, results = self._iterate()
+        return results[-1].ok
 
     def shutdown(self) -> None:
-        if self.scheduler is not None:
+        if self.scheduler is None:
+            return
+        if self.tp is not None and self._group_lost is not None:
+            # NOTE: a broken group is left at once: draining would wait on a step that waits on a lost rank.
+            self.scheduler.worker.close()
+            self.tp.abandon()
+            self._stop_followers(0.0)
+        else:
+            if self.tp is not None:
+                self._leave_group()
             self.scheduler.shutdown()
+            if self.tp is not None:
+                self.tp.close()
+                self._stop_followers(FOLLOWER_EXIT_TIMEOUT)
+        torch.set_num_threads(self._threads)
         self.scheduler = None
         self.runner = None
+
+    def _leave_group(self) -> None:
+        """Stop every rank at the same iteration: a shutdown the followers apply (they abort what is live and exit
+        once idle), with the same aborts here."""
+        self._inbox = [ShutdownRequest()]
+        for _ in range(10_000):
+            messages, self._inbox = self._inbox, []
+            self.tp.share(messages)
+            for rid in self._live:
+                self.scheduler.handle(AbortRequest(rid))
+            self._live.clear()
+            self.scheduler.step()
+            if not self.scheduler.has_work:
+                return
+        raise RuntimeError("the TP group did not stop within 10000 steps")
+
+    def _stop_followers(self, timeout: float) -> None:
+        if self.followers is not None and not self.followers.join(timeout):
+            self.followers.kill()
 
     def __enter__(self) -> Engine:
         return self

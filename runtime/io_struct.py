@@ -56,6 +56,11 @@ class ShutdownRequest:
     pass
 
 
+@dataclass(frozen=True)
+class DrainRequest:
+    """Process the step in flight now (the offline Engine, once its requests are done, so their KV is cached)."""
+
+
 # ---- scheduler → front end ----
 
 class TokenOutput(NamedTuple):
@@ -103,7 +108,7 @@ class SchedulerFailed:
     message: str
 
 
-ToScheduler = GenerateInput | AbortRequest | FlushCacheRequest | ShutdownRequest
+ToScheduler = GenerateInput | AbortRequest | FlushCacheRequest | ShutdownRequest | DrainRequest
 FromScheduler = SchedulerReady | BatchOutput | FlushCacheResult | SchedulerFailed
 
 

@@ -1,16 +1,20 @@
-"""Everything between parsed flags and a ready scheduler: device defaults, model, tokenizer, log lines."""
+"""Everything between parsed flags and a ready scheduler: device defaults, this rank's device and threads, its TP
+group, model, tokenizer, log lines."""
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 
 import torch
 
+from toolkit.runtime.distributed.group import TPGroup
+from toolkit.runtime.distributed.topology import RankInfo
 from toolkit.runtime.memory.device import resolve_device, total_memory_mib
 from toolkit.runtime.memory.planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults
 from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
 from toolkit.runtime.model_loader.tokenizer import load_tokenizer
-from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.model_runner import ModelRunner, check_tp_size
 from toolkit.runtime.scheduler.scheduler import Scheduler
 from toolkit.runtime.server_args import ServerArgs
 
@@ -21,6 +25,8 @@ def with_device_defaults(args: ServerArgs) -> ServerArgs:
     """Fill the flags SGLang derives from the device's memory (docs/scheduling.md §4)."""
     device = resolve_device(args.device)
     if device.type != "cuda":
+        if args.base_gpu_id:
+            raise ValueError(f"--base-gpu-id {args.base_gpu_id}: the device is {device.type}; GPU ids need CUDA")
         return args.replace(
             device="cpu",
             chunked_prefill_size=args.chunked_prefill_size or CPU_CHUNKED_PREFILL_SIZE,
@@ -55,17 +61,39 @@ class LaunchedScheduler:
     tokenizer: object
     runner: ModelRunner
     scheduler: Scheduler
+    tp: TPGroup | None = None
 
 
-def launch_scheduler(args: ServerArgs, shares_cores: bool = False) -> LaunchedScheduler:
-    """`shares_cores`: other processes of ours (the HTTP front end) run beside the model on this host."""
+def place_rank(args: ServerArgs, rank: RankInfo) -> torch.device:
+    """This rank's device (`--base-gpu-id` + its index on the node; current before anything touches CUDA) and, on a
+    CPU, its share of the cores."""
+    if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(rank.gpu_id)
+    elif rank.cpu_threads is not None:
+        torch.set_num_threads(rank.cpu_threads)
+    return resolve_device(args.device)
+
+
+def launch_scheduler(args: ServerArgs, shares_cores: bool = False, rank: RankInfo | None = None,
+                     peers_dead: Callable[[], str | None] | None = None,
+                     exit_on_silence: bool = False) -> LaunchedScheduler:
+    """`shares_cores`: other processes of ours (the HTTP front end) run beside the model on this host. `rank`: this
+    process's place in its TP group (one device when None); `peers_dead` and `exit_on_silence` go to its TPGroup."""
+    rank = rank or RankInfo(gpu_id=args.base_gpu_id)
+    device = place_rank(args, rank)
     args = with_device_defaults(args)
     if args.random_seed is not None:
         torch.manual_seed(args.random_seed)
-    logger.info(f"server_args={args}")
+    if rank.is_leader and rank.dp_rank == 0:
+        logger.info(f"server_args={args}")
     source = model_source(args)
+    check_tp_size(source.config, rank.tp_size)  # NOTE: every rank, before joining: a bad size never hangs a join
+    tp = None
+    if rank.tp_size > 1:
+        tp = TPGroup(rank, device, op_timeout_s=args.watchdog_timeout, peers_dead=peers_dead,
+                     exit_on_silence=exit_on_silence)
     tokenizer = load_tokenizer(source.tokenizer_path)
-    runner = ModelRunner(args, source, shares_cores=shares_cores)
+    runner = ModelRunner(args, source, shares_cores=shares_cores, tp=tp)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     scheduler = Scheduler(args, runner, eos_token_ids(source, tokenizer), decode)
-    return LaunchedScheduler(args, source, tokenizer, runner, scheduler)
+    return LaunchedScheduler(args, source, tokenizer, runner, scheduler, tp)

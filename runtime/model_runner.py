@@ -5,7 +5,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -26,14 +26,21 @@ from toolkit.runtime.memory.planning import (
     req_to_token_pool_size,
 )
 from toolkit.runtime.model_loader.config import ModelConfig
+from toolkit.runtime.model_loader.errors import ModelLoadError
 from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
-from toolkit.runtime.models.cpu_packing import pack_for_cpu
+from toolkit.runtime.models.cpu_packing import pack_for_cpu, resident_weight_bytes
 from toolkit.runtime.models.decoder import CausalLM
+from toolkit.runtime.models.fp8 import describe_gemm
 from toolkit.runtime.models.registry import MODEL_CLASSES
+from toolkit.runtime.models.tp_shard import AttentionShard, tp_coordinates, tp_size_error
 from toolkit.runtime.models.weights import init_dummy_weights, load_weights
 from toolkit.runtime.server_args import ServerArgs
 
+if TYPE_CHECKING:
+    from toolkit.runtime.distributed.group import TPGroup
+
 logger = logging.getLogger("runtime")
+GIB = 1 << 30
 
 class ForwardOutput(NamedTuple):
     logits: torch.Tensor
@@ -41,6 +48,8 @@ class ForwardOutput(NamedTuple):
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+SUPPORTED_QUANT_METHODS = ("fp8",)
 
 
 def resolve_dtype(name: str, config: ModelConfig, device: torch.device) -> torch.dtype:
@@ -78,24 +87,53 @@ def cuda_graph_disabled_reason(device: torch.device, args: ServerArgs, backend: 
     return None
 
 
-def build_model(config: ModelConfig, max_positions: int, device: torch.device, dtype: torch.dtype) -> CausalLM:
+def resolve_quantization(flag: str | None, config: ModelConfig) -> str | None:
+    """`--quantization`, or the checkpoint's own `quantization_config.quant_method` (as SGLang reads it)."""
+    quant_config = config.extra.get("quantization_config") or {}
+    method = quant_config.get("quant_method")
+    if method is not None and method not in SUPPORTED_QUANT_METHODS:
+        raise ModelLoadError(f"the checkpoint's quantization_config.quant_method {method!r} is not supported; "
+                             f"supported: {', '.join(SUPPORTED_QUANT_METHODS)}")
+    if quant_config.get("weight_block_size"):
+        raise ModelLoadError(f"block-wise fp8 checkpoints (weight_block_size={quant_config['weight_block_size']}) "
+                             "are not supported; per-tensor or per-channel weight_scale only")
+    if flag is not None and method is not None and flag != method:
+        raise ModelLoadError(f"--quantization {flag} does not match the checkpoint's quant_method {method!r}")
+    return flag or method
+
+
+def check_tp_size(config: ModelConfig, tp_size: int) -> None:
+    error = tp_size_error(config, tp_size)
+    if error is not None:
+        raise ModelLoadError(error)
+
+
+def build_model(config: ModelConfig, max_positions: int, device: torch.device, dtype: torch.dtype,
+                tp: TPGroup | None = None, quantization: str | None = None) -> CausalLM:
     """Construct without initializing (meta device), then materialize on `device` in `dtype`."""
     with _default_dtype(dtype), torch.device("meta"):
-        model = MODEL_CLASSES[config.architecture](config, max_positions)
+        model = MODEL_CLASSES[config.architecture](config, max_positions, tp, quantization)
     model = model.to_empty(device=device)
     model.model.rotary.build_cache(device)
     return model.eval()
 
 
 class ModelRunner:
-    def __init__(self, args: ServerArgs, source: ModelSource | None = None, shares_cores: bool = False) -> None:
+    """`tp`: this rank's TP group (None for one device): the model holds this rank's shard and the KV pool its KV
+    heads, sized from the smallest rank's memory."""
+
+    def __init__(self, args: ServerArgs, source: ModelSource | None = None, shares_cores: bool = False,
+                 tp: TPGroup | None = None) -> None:
         self.args = args
+        self.tp = tp
         self.device = resolve_device(args.device)
         self.cpu_threads = CpuThreadPolicy(shares_cores) if self.device.type == "cpu" else None
         self.source = source or resolve_model_source(
             args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
         )
         self.config = self.source.config
+        check_tp_size(self.config, tp.size if tp is not None else 1)
+        self.quantization = resolve_quantization(args.quantization, self.config)
         self.dtype = resolve_dtype(args.dtype, self.config, self.device)
         self.context_len = args.context_length or self.config.max_position_embeddings
         self.mem_key = "available_gpu_mem" if self.device.type == "cuda" else "available_cpu_mem"
@@ -111,14 +149,20 @@ class ModelRunner:
         self.avail_before_weights = available_memory_gib(self.device)
         logger.info(f"Load weight begin. avail mem={self.avail_before_weights:.2f} GB")
         start = time.perf_counter()
-        model = build_model(self.config, self.context_len, self.device, self.dtype)
+        model = build_model(self.config, self.context_len, self.device, self.dtype, self.tp, self.quantization)
         if self.source.weights is None:
             init_dummy_weights(model, self.args.random_seed or 0)
         else:
             load_weights(model, self.source.weights())
+        if self.quantization == "fp8":
+            logger.info(f"Quantization fp8: {describe_gemm(self.device)}")
         if self.device.type == "cpu" and not self.args.enable_torch_compile:
             pack_for_cpu(model)  # NOTE: a compiled forward has inductor pack the weights itself (freezing)
-        self.avail_after_weights = available_memory_gib(self.device)
+        if self.device.type == "cpu":
+            # NOTE: RAM's MemAvailable moves with every other process on the host; the model's own bytes are exact.
+            self.avail_after_weights = self.avail_before_weights - resident_weight_bytes(model) / GIB
+        else:
+            self.avail_after_weights = available_memory_gib(self.device)
         usage = self.avail_before_weights - self.avail_after_weights
         logger.info(
             f"Load weight end. type={self.config.architecture}, dtype={self.dtype}, "
@@ -128,12 +172,25 @@ class ModelRunner:
         return model
 
     @property
+    def num_kv_heads(self) -> int:
+        """KV heads this rank stores (its shard, or a replica when there are fewer KV heads than ranks)."""
+        return AttentionShard.of(self.config, *tp_coordinates(self.tp)).num_kv_heads
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        return self.config.kv_bytes_per_token(torch.tensor([], dtype=self.kv_dtype).element_size())
+        """SGLang's `cell_size` for this rank: K and V of every layer, its KV heads, in the KV cache dtype."""
+        config, itemsize = self.config, torch.tensor([], dtype=self.kv_dtype).element_size()
+        return self.num_kv_heads * config.head_dim * config.num_hidden_layers * 2 * itemsize
 
     @property
     def kv_dtype(self) -> torch.dtype:
-        return self.dtype
+        return KV_CACHE_DTYPES.get(self.args.kv_cache_dtype, self.dtype)
+
+    def kv_scales(self) -> list[tuple[float, float]]:
+        """Per layer (k_scale, v_scale) of an fp8 KV cache: the checkpoint's, else SGLang's default 1.0."""
+        if self.kv_dtype not in KV_CACHE_DTYPES.values():
+            return [(1.0, 1.0)] * self.config.num_hidden_layers
+        return [(layer.self_attn.k_scale, layer.self_attn.v_scale) for layer in self.model.model.layers]
 
     def _plan_pool(self) -> PoolPlan:
         args = self.args
@@ -149,6 +206,9 @@ class ModelRunner:
             )
         if plan.warning:
             logger.warning(plan.warning)
+        if self.tp is not None:
+            # NOTE: every rank schedules the same batches, so every rank's pool has the smallest rank's size.
+            plan = PoolPlan(self.tp.min_int(plan.max_total_num_tokens), plan.warning)
         return plan
 
     def _allocate_pools(self) -> None:
@@ -156,8 +216,8 @@ class ModelRunner:
         rows = self.args.max_running_requests or req_to_token_pool_size(self.max_total_num_tokens, self.context_len)
         self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + page_size, self.device)
         self.kv_pool = KVPool(
-            self.max_total_num_tokens, page_size, config.num_hidden_layers, config.num_key_value_heads,
-            config.head_dim, self.kv_dtype, self.device,
+            self.max_total_num_tokens, page_size, config.num_hidden_layers, self.num_kv_heads,
+            config.head_dim, self.kv_dtype, self.device, self.kv_scales(),
         )
         self.allocator = TokenAllocator(self.max_total_num_tokens, page_size, self.device)
         half_gib = self.max_total_num_tokens * self.kv_bytes_per_token / 2 / (1 << 30)

@@ -100,12 +100,25 @@ class ModelWorker:
             return
         if step.sample_rows is not None:
             logits = logits[step.sample_rows]
-        sampled = self.sampler.sample_batch(logits, step.sampling)
+        sampled = self._sample(logits, step.sampling)
         launched.tokens, launched._sampled = sampled.token_ids, sampled
         launched._host_copy = _to_host_async(sampled.token_ids)
         if sampled.token_ids.is_cuda:
             launched._ready = torch.cuda.Event()
             launched._ready.record()
+
+
+    def _sample(self, logits: torch.Tensor, sampling: SamplingBatch) -> SampledTokens:
+        """Under TP every rank has the full logits, but rank 0 alone samples and the others take its tokens, so
+        every rank's requests see the same tokens whatever the sampling (and the others skip it)."""
+        tp = self.runner.tp
+        if tp is None:
+            return self.sampler.sample_batch(logits, sampling)
+        if not tp.is_leader:
+            return SampledTokens(tp.broadcast_tokens(None, logits.shape[0]))
+        sampled = self.sampler.sample_batch(logits, sampling)
+        tp.broadcast_tokens(sampled.token_ids, logits.shape[0])
+        return sampled
 
 
 class OverlapWorker(ModelWorker):

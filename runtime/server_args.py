@@ -18,6 +18,8 @@ SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "rando
 ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "torch_native", "triton", "flashinfer")
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "gguf", "dummy")
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8_e5m2", "fp8_e4m3")
+LOAD_BALANCE_METHODS: tuple[str, ...] = ("round_robin", "shortest_queue", "minimum_tokens")
 SECRET_FIELDS: tuple[str, ...] = ("api_key",)
 REDACTED = "***"
 
@@ -81,6 +83,8 @@ class ServerArgs:
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None
+    dist_timeout: int | None = None
+    load_balance_method: str = "round_robin"
     base_gpu_id: int = 0
 
     def __post_init__(self) -> None:
@@ -92,7 +96,8 @@ class ServerArgs:
         _check_choice("--load-format", self.load_format, LOAD_FORMATS)
         _check_choice("--schedule-policy", self.schedule_policy, SCHEDULE_POLICIES)
         _check_choice("--attention-backend", self.attention_backend, ATTENTION_BACKENDS)
-        _check_choice("--kv-cache-dtype", self.kv_cache_dtype, ("auto", "fp8_e5m2", "fp8_e4m3"))
+        _check_choice("--kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
+        _check_choice("--load-balance-method", self.load_balance_method, LOAD_BALANCE_METHODS)
         _check_choice("--device", self.device, ("auto", "cpu", "cuda"))
         if self.quantization not in (None, "fp8"):
             raise ValueError(f"--quantization {self.quantization}: supported values are fp8")
@@ -119,9 +124,34 @@ class ServerArgs:
             json.loads(self.json_model_override_args)
         except json.JSONDecodeError as exc:
             raise ValueError(f"--json-model-override-args is not valid JSON: {exc}") from None
+        self._validate_parallelism()
+
+    def _validate_parallelism(self) -> None:
         for flag, value in (("--tp-size", self.tp_size), ("--dp-size", self.dp_size), ("--nnodes", self.nnodes)):
-            if value != 1:
-                raise ValueError(f"{flag} {value}: multi-GPU parallelism is not implemented in this release")
+            if value < 1:
+                raise ValueError(f"{flag} must be >= 1, got {value}")
+        if self.base_gpu_id < 0:
+            raise ValueError(f"--base-gpu-id must be >= 0, got {self.base_gpu_id}")
+        if self.dist_timeout is not None and self.dist_timeout < 1:
+            raise ValueError(f"--dist-timeout must be >= 1 second, got {self.dist_timeout}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"--node-rank {self.node_rank}: must be in [0, --nnodes {self.nnodes})")
+        if self.dist_init_addr is not None:
+            split_host_port(self.dist_init_addr)
+        if self.nnodes > 1:
+            if self.dist_init_addr is None:
+                raise ValueError(f"--nnodes {self.nnodes} needs --dist-init-addr HOST:PORT (node 0's address, "
+                                 "the same on every node)")
+            if self.tp_size % self.nnodes:
+                raise ValueError(f"--tp-size {self.tp_size} must be a multiple of --nnodes {self.nnodes} (every node "
+                                 "runs the same number of TP ranks)")
+            if self.dp_size > 1:
+                raise ValueError(f"--dp-size {self.dp_size} with --nnodes {self.nnodes}: data parallelism runs on one "
+                                 "node; start one server per node instead")
+
+    @property
+    def tp_ranks_per_node(self) -> int:
+        return self.tp_size // self.nnodes
 
     @property
     def chunked_prefill_enabled(self) -> bool:
@@ -144,6 +174,15 @@ class ServerArgs:
     def secrets(self) -> tuple[str, ...]:
         """The secret values themselves, for the log handlers that mask them."""
         return tuple(value for name in SECRET_FIELDS if (value := getattr(self, name)))
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`--dist-init-addr HOST:PORT` (IPv6 hosts in brackets) as (host, port); a clear error otherwise."""
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--dist-init-addr {address!r}: expected HOST:PORT, e.g. 10.0.0.1:5000")
+    return host, int(port)
 
 
 def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
@@ -172,7 +211,8 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "attention_backend", "sampling_backend", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs",
         "enable_torch_compile", "torch_compile_max_bs",
     ),
-    "Parallelism": ("tp_size", "dp_size", "nnodes", "node_rank", "dist_init_addr", "base_gpu_id"),
+    "Parallelism": ("tp_size", "dp_size", "load_balance_method", "nnodes", "node_rank", "dist_init_addr",
+                    "dist_timeout", "base_gpu_id"),
 }
 
 _HELP: dict[str, str] = {
@@ -181,14 +221,17 @@ _HELP: dict[str, str] = {
     "tokenizer_path": "Tokenizer folder or .gguf file (default: the model's).",
     "served_model_name": "The model name reported by /v1/models (default: derived from --model-path).",
     "dtype": "Weight and activation dtype. auto: bfloat16 unless the model is float32.",
-    "kv_cache_dtype": "KV cache dtype (fp8 variants need CUDA).",
+    "kv_cache_dtype": "KV cache dtype: auto (the model's), or fp8_e5m2 / fp8_e4m3 (one byte per value: twice the "
+                      "tokens per GB; scale 1.0, or the checkpoint's per-layer k_scale/v_scale).",
     "context_length": "Maximum context length (default: the model's).",
     "load_format": "auto, safetensors, gguf, or dummy (random weights for the config).",
     "chat_template": "A Jinja chat template file or string overriding the tokenizer's.",
     "json_model_override_args": "JSON dict overriding fields of the model config.",
     "device": "auto picks CUDA when available, else CPU.",
     "random_seed": "Seed for dummy weights and sampling.",
-    "quantization": "Weight quantization (fp8 on CUDA).",
+    "quantization": "fp8: linear weights in float8 e4m3 with per-channel scales (bf16/fp16 checkpoints are "
+                    "quantized at load; fp8 checkpoints load as they are). GEMMs run in fp8 on CUDA (sm89+), "
+                    "dequantized per GEMM elsewhere.",
     "host": "Bind address (default 127.0.0.1).",
     "port": "HTTP port.",
     "api_key": "Require `Authorization: Bearer KEY` on every endpoint but /health.",
@@ -220,11 +263,15 @@ _HELP: dict[str, str] = {
     "cuda_graph_bs": "Explicit list of batch sizes to capture.",
     "enable_torch_compile": "torch.compile the decode path.",
     "torch_compile_max_bs": "Largest batch compiled with torch.compile.",
-    "tp_size": "Tensor parallel size.",
-    "dp_size": "Data parallel size.",
-    "nnodes": "Number of nodes.",
-    "node_rank": "This node's rank.",
-    "dist_init_addr": "host:port of the distributed init address.",
+    "tp_size": "Tensor parallel size (alias --tp): the model is sharded over this many ranks (torch.distributed: "
+               "NCCL on CUDA, gloo on CPU).",
+    "dp_size": "Data parallel size: this many engine replicas (each its own TP group) behind the HTTP server.",
+    "load_balance_method": "How requests are routed to the DP replicas: round_robin, shortest_queue (fewest open "
+                           "requests), minimum_tokens (fewest tokens held by open requests).",
+    "nnodes": "Number of nodes the TP group spans; start `toolkit serve` once per node with its --node-rank.",
+    "node_rank": "This node's rank; node 0 serves HTTP.",
+    "dist_init_addr": "HOST:PORT where node 0's TP rank 0 listens for the other ranks (needed with --nnodes > 1).",
+    "dist_timeout": "Seconds to wait for every TP rank to join the group (default 300).",
     "base_gpu_id": "First GPU id to use.",
 }
 
@@ -233,11 +280,16 @@ _CHOICES: dict[str, Sequence[str]] = {
     "load_format": LOAD_FORMATS,
     "schedule_policy": SCHEDULE_POLICIES,
     "attention_backend": ATTENTION_BACKENDS,
-    "kv_cache_dtype": ("auto", "fp8_e5m2", "fp8_e4m3"),
+    "kv_cache_dtype": KV_CACHE_DTYPES,
+    "load_balance_method": LOAD_BALANCE_METHODS,
     "device": ("auto", "cpu", "cuda"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
     "quantization": ("fp8",),
 }
+
+
+# SGLang's short spellings of a few flags.
+_ALIASES: dict[str, tuple[str, ...]] = {"tp_size": ("--tp", "--tensor-parallel-size"), "dp_size": ("--data-parallel-size",)}
 
 
 class SuggestingArgumentParser(argparse.ArgumentParser):
@@ -271,19 +323,19 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_argument(group: argparse._ArgumentGroup, f: dataclasses.Field) -> None:
-    flag = "--" + f.name.replace("_", "-")
+    flags = ("--" + f.name.replace("_", "-"), *_ALIASES.get(f.name, ()))
     kind = _field_type(f)
     help_text = _HELP.get(f.name, "")
     default = f.default if f.default is not dataclasses.MISSING else None
     if kind == "bool":
-        group.add_argument(flag, action="store_true", help=help_text)
+        group.add_argument(*flags, action="store_true", help=help_text)
         return
     if kind.startswith("list[int]"):
-        group.add_argument(flag, type=int, nargs="+", default=default, help=help_text)
+        group.add_argument(*flags, type=int, nargs="+", default=default, help=help_text)
         return
     caster = int if kind.startswith("int") else float if kind.startswith("float") else str
     group.add_argument(
-        flag, type=caster, default=default, choices=_CHOICES.get(f.name), metavar=f.name.upper(),
+        *flags, dest=f.name, type=caster, default=default, choices=_CHOICES.get(f.name), metavar=f.name.upper(),
         help=f"{help_text} (default: {default})" if default is not None else help_text,
     )
 

@@ -104,7 +104,7 @@ class FlashInferBackend(AttentionBackend):
             _plan_decode(wrapper, meta, layer, q.dtype, batch.kv_pool.dtype)
             if meta.graph_bs is not None:
                 self.graph_buffers.plan = (layer, q.dtype, batch.kv_pool.dtype)
-        return wrapper.run(q.contiguous(), _paged_cache(batch, layer))
+        return wrapper.run(q.contiguous(), _paged_cache(batch, layer), **_kv_scales(batch, layer))
 
     def init_cuda_graph_state(self, batch_sizes: list[int], max_context_len: int) -> None:
         self.graph_buffers = FlashInferGraphBuffers.allocate(max(batch_sizes), max_context_len, self.device)
@@ -153,7 +153,8 @@ class FlashInferBackend(AttentionBackend):
         if not meta.has_prefix:
             return self.ragged.run(q, k, v)
         out_new, lse_new = self.ragged.run(q, k, v, return_lse=True)
-        out_prefix, lse_prefix = self.paged_prefill.run(q, _paged_cache(batch, layer), return_lse=True)
+        out_prefix, lse_prefix = self.paged_prefill.run(q, _paged_cache(batch, layer), return_lse=True,
+                                                        **_kv_scales(batch, layer))
         out, _ = self._merge_state(out_new, lse_new, out_prefix, lse_prefix)
         return out
 
@@ -211,6 +212,13 @@ def _paged_cache(batch: ForwardBatch, layer: AttentionLayer) -> tuple[torch.Tens
     k_buffer = batch.kv_pool.k_buffer[layer.layer_id]
     v_buffer = batch.kv_pool.v_buffer[layer.layer_id]
     return k_buffer.unsqueeze(1), v_buffer.unsqueeze(1)
+
+
+def _kv_scales(batch: ForwardBatch, layer: AttentionLayer) -> dict[str, float]:
+    """An fp8 pool's K/V scales for `run` (FlashInfer multiplies the softmax scale by k_scale and the output by
+    v_scale); nothing for the default 1.0, so older FlashInfer releases work too."""
+    k_scale, v_scale = batch.kv_pool.k_scales[layer.layer_id], batch.kv_pool.v_scales[layer.layer_id]
+    return {} if k_scale == v_scale == 1.0 else {"k_scale": k_scale, "v_scale": v_scale}
 
 
 def _indptr(lengths: list[int], device: torch.device) -> torch.Tensor:

@@ -92,18 +92,21 @@ class TorchNativeBackend(AttentionBackend):
         return _ExtendMetadata(kv_slots=slots, token_offsets=offsets)
 
     def forward_decode(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
-        pool = batch.kv_pool
-        pool.set_kv(layer.layer_id, batch.out_cache_loc, k, v)
-        k_buffer, v_buffer = pool.k_buffer[layer.layer_id], pool.v_buffer[layer.layer_id]
+        pool, layer_id = batch.kv_pool, layer.layer_id
+        pool.set_kv(layer_id, batch.out_cache_loc, k, v)
+        k_buffer, v_buffer = pool.k_buffer[layer_id], pool.v_buffer[layer_id]
+        # NOTE: an fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the output.
+        scaling, v_scale = layer.scaling * pool.k_scales[layer_id], pool.v_scales[layer_id]
         if self.in_place_decode:
-            return cpu_kernels.paged_decode_attention(q, k_buffer, v_buffer, batch.req_to_token,
-                                                      batch.req_pool_indices, batch.seq_lens, layer.scaling)
-        meta: _GatherMetadata = batch.attn_metadata
-        keys = k_buffer[meta.kv_slots].transpose(1, 2).to(q.dtype)
-        values = v_buffer[meta.kv_slots].transpose(1, 2).to(q.dtype)
-        out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=meta.mask, scale=layer.scaling,
-                                             enable_gqa=layer.num_heads != layer.num_kv_heads)
-        return out.squeeze(2)
+            out = cpu_kernels.paged_decode_attention(q, k_buffer, v_buffer, batch.req_to_token,
+                                                     batch.req_pool_indices, batch.seq_lens, scaling)
+        else:
+            meta: _GatherMetadata = batch.attn_metadata
+            keys = k_buffer[meta.kv_slots].transpose(1, 2).to(q.dtype)
+            values = v_buffer[meta.kv_slots].transpose(1, 2).to(q.dtype)
+            out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=meta.mask, scale=scaling,
+                                                 enable_gqa=layer.num_heads != layer.num_kv_heads).squeeze(2)
+        return out if v_scale == 1.0 else out.mul_(v_scale)
 
     def forward_extend(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         batch.kv_pool.set_kv(layer.layer_id, batch.out_cache_loc, k, v)
@@ -118,10 +121,17 @@ class TorchNativeBackend(AttentionBackend):
             if prefix == 0:  # nothing cached: the new K/V are the whole sequence
                 keys, values = k[start : start + length], v[start : start + length]
             else:
-                keys, values = k_buffer[slots].to(q.dtype), v_buffer[slots].to(q.dtype)
+                keys, values = _read_pool(k_buffer, v_buffer, slots, q.dtype, batch.kv_pool, layer.layer_id)
             keys, values = keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)
             out[start : start + length] = _causal_attention(queries, keys, values, prefix, layer)[0].transpose(0, 1)
         return out
+
+
+def _read_pool(k_buffer: torch.Tensor, v_buffer: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype, pool,
+               layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    keys, values = k_buffer[slots].to(dtype), v_buffer[slots].to(dtype)
+    k_scale, v_scale = pool.k_scales[layer_id], pool.v_scales[layer_id]
+    return (keys if k_scale == 1.0 else keys.mul_(k_scale)), (values if v_scale == 1.0 else values.mul_(v_scale))
 
 
 def _causal_attention(q, k, v, prefix_len: int, layer: AttentionLayer) -> torch.Tensor:

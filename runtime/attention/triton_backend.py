@@ -159,28 +159,35 @@ class TritonBackend(AttentionBackend):
         meta: TritonDecodeMetadata = batch.attn_metadata
         partial_out, partial_lse = meta.partials(layer.num_heads, layer.head_dim)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        k_scale, v_scale = _scales(batch, layer)
         decode_attention(
             q, k_buffer, v_buffer, out, meta.kv_indptr, meta.kv_indices, meta.num_kv_splits,
-            partial_out, partial_lse, layer.scaling, self.decode_config,
+            partial_out, partial_lse, layer.scaling * k_scale, self.decode_config,
         )
-        return out
+        return out if v_scale == 1.0 else out.mul_(v_scale)
 
     def forward_extend(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         k_buffer, v_buffer = self._store(k, v, layer, batch)
         meta: TritonExtendMetadata = batch.attn_metadata
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        k_scale, v_scale = _scales(batch, layer)
         extend_attention(
             q, k_buffer, v_buffer, out, meta.qo_indptr, meta.kv_indptr, meta.kv_indices,
-            meta.max_extend_len, layer.scaling, self.extend_config,
+            meta.max_extend_len, layer.scaling * k_scale, self.extend_config,
         )
-        return out
+        return out if v_scale == 1.0 else out.mul_(v_scale)
 
     @staticmethod
     def _store(k, v, layer: AttentionLayer, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        k_buffer = batch.kv_pool.k_buffer[layer.layer_id]
-        v_buffer = batch.kv_pool.v_buffer[layer.layer_id]
-        store_kv(k_buffer, v_buffer, batch.out_cache_loc, k, v)
+        pool, layer_id = batch.kv_pool, layer.layer_id
+        k_buffer, v_buffer = pool.k_buffer[layer_id], pool.v_buffer[layer_id]
+        store_kv(k_buffer, v_buffer, batch.out_cache_loc, k, v, pool.k_scales[layer_id], pool.v_scales[layer_id])
         return k_buffer, v_buffer
+
+
+def _scales(batch: ForwardBatch, layer: AttentionLayer) -> tuple[float, float]:
+    """An fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the output."""
+    return batch.kv_pool.k_scales[layer.layer_id], batch.kv_pool.v_scales[layer.layer_id]
 
 
 def _num_kv_heads(batch: ForwardBatch) -> int:

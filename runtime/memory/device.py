@@ -33,8 +33,10 @@ def _meminfo_kib(key: str) -> int:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The device by name; a CUDA device carries its index (the current one: `--base-gpu-id` and the TP rank set
+    it), so the threads that work on it can select it."""
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available")
-    return torch.device(name)
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu" if name == "auto" else name)

@@ -18,6 +18,15 @@ def weight_bytes(model: CausalLM) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def resident_weight_bytes(model: CausalLM) -> int:
+    """The parameters plus the packed copies (each as big as the weight it packs)."""
+    packed = sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
+                 if isinstance(m, Linear) and m.packed_weight is not None)
+    if model.packed_tied_head is not None:
+        packed += model.lm_head_weight.numel() * model.lm_head_weight.element_size()
+    return weight_bytes(model) + packed
+
+
 def pack_for_cpu(model: CausalLM) -> bool:
     """Give every linear layer (and a tied LM head) a packed weight; returns whether it did."""
     dtype = model.model.embed_tokens.weight.dtype

@@ -1,6 +1,14 @@
 """The Llama-family decoder: Llama 2/3.x, SmolLM2, Mistral (full attention), Qwen2/2.5 (qkv bias), Qwen3
-(q/k RMSNorm). Attention goes through the batch's backend, which owns the paged KV cache."""
+(q/k RMSNorm). Attention goes through the batch's backend, which owns the paged KV cache.
+
+Under tensor parallelism (Megatron): q/k/v and gate/up are column-parallel (each rank holds its heads and its slice
+of the intermediate size), o_proj and down_proj row-parallel and followed by an all-reduce, the embedding and the
+LM head vocabulary-parallel (the logits are all-gathered). KV heads fewer than the ranks are replicated, as SGLang
+does (`tp_shard.py` checks the sizes).
+"""
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -9,28 +17,35 @@ from torch import nn
 from toolkit.runtime.attention.base import AttentionLayer
 from toolkit.runtime.forward_batch import ForwardBatch
 from toolkit.runtime.model_loader.config import ModelConfig
-from toolkit.runtime.models.layers import PACKED_MAX_ROWS, Linear, MergedLinear, RMSNorm, silu_and_mul
+from toolkit.runtime.models.layers import PACKED_MAX_ROWS, Linear, RMSNorm, Slice, VocabEmbedding, make_linear, silu_and_mul
 from toolkit.runtime.models.rotary import RotaryEmbedding, apply_rotary
+from toolkit.runtime.models.tp_shard import AttentionShard, tp_coordinates
+
+if TYPE_CHECKING:
+    from toolkit.runtime.distributed.group import TPGroup
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int) -> None:
+    def __init__(self, config: ModelConfig, layer_id: int, tp: TPGroup | None = None,
+                 quantization: str | None = None) -> None:
         super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = config.head_dim
-        self.qkv_proj = MergedLinear(
-            config.hidden_size,
-            {"q": config.q_size, "k": config.kv_size, "v": config.kv_size},
-            bias=config.attention_bias,
-        )
-        self.o_proj = Linear(config.q_size, config.hidden_size, bias=False)
+        shard = AttentionShard.of(config, *tp_coordinates(tp))
+        self.num_heads, self.num_kv_heads, self.head_dim = shard.num_heads, shard.num_kv_heads, config.head_dim
+        q_rows = Slice(0, shard.first_head * self.head_dim, shard.num_heads * self.head_dim)
+        kv_rows = Slice(0, shard.first_kv_head * self.head_dim, shard.num_kv_heads * self.head_dim)
+        self.qkv_proj = make_linear(config.hidden_size, {"q": q_rows, "k": kv_rows, "v": kv_rows},
+                                    config.attention_bias, quantization=quantization)
+        q_columns = Slice(1, q_rows.start, q_rows.size) if tp is not None else None
+        self.o_proj = make_linear(q_rows.size, {"": Slice.whole(config.hidden_size)}, False, q_columns, quantization)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.layer = AttentionLayer(
             layer_id, self.num_heads, self.num_kv_heads, self.head_dim, scaling=self.head_dim**-0.5
         )
-        self._split = [config.q_size, config.kv_size, config.kv_size]
+        self._split = [q_rows.size, kv_rows.size, kv_rows.size]
+        self.tp = tp
+        # The checkpoint's fp8 KV-cache scales (k_scale/v_scale), read only when the KV cache is fp8.
+        self.k_scale = self.v_scale = 1.0
 
     def forward(self, cos_sin: tuple[torch.Tensor, torch.Tensor], hidden: torch.Tensor,
                 batch: ForwardBatch) -> torch.Tensor:
@@ -43,25 +58,32 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, k, cos_sin)
         out = batch.attn_backend.forward(q, k, v, self.layer, batch)
-        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+        out = self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, tp: TPGroup | None = None, quantization: str | None = None) -> None:
         super().__init__()
-        size = config.intermediate_size
-        self.gate_up_proj = MergedLinear(config.hidden_size, {"gate": size, "up": size}, bias=False)
-        self.down_proj = Linear(size, config.hidden_size, bias=False)
+        rank, ranks = tp_coordinates(tp)
+        rows = Slice.of_rank(0, config.intermediate_size, rank, ranks)
+        self.gate_up_proj = make_linear(config.hidden_size, {"gate": rows, "up": rows}, False,
+                                        quantization=quantization)
+        columns = Slice(1, rows.start, rows.size) if tp is not None else None
+        self.down_proj = make_linear(rows.size, {"": Slice.whole(config.hidden_size)}, False, columns, quantization)
+        self.tp = tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        out = self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int) -> None:
+    def __init__(self, config: ModelConfig, layer_id: int, tp: TPGroup | None = None,
+                 quantization: str | None = None) -> None:
         super().__init__()
-        self.self_attn = Attention(config, layer_id)
-        self.mlp = MLP(config)
+        self.self_attn = Attention(config, layer_id, tp, quantization)
+        self.mlp = MLP(config, tp, quantization)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -79,10 +101,11 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, config: ModelConfig, max_positions: int) -> None:
+    def __init__(self, config: ModelConfig, max_positions: int, tp: TPGroup | None = None,
+                 quantization: str | None = None) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size, tp)
+        self.layers = nn.ModuleList(DecoderLayer(config, i, tp, quantization) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope, max_positions)
 
@@ -98,13 +121,17 @@ class DecoderModel(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Decoder + LM head. `forward` returns float32 logits for each request's last token only."""
+    """Decoder + LM head. `forward` returns float32 logits for each request's last token only. `quantization`
+    "fp8" makes the decoder layers' linear weights fp8 (the embedding and the LM head stay in the model dtype)."""
 
-    def __init__(self, config: ModelConfig, max_positions: int) -> None:
+    def __init__(self, config: ModelConfig, max_positions: int, tp: TPGroup | None = None,
+                 quantization: str | None = None) -> None:
         super().__init__()
         self.config = config
-        self.model = DecoderModel(config, max_positions)
-        self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tp = tp
+        self.model = DecoderModel(config, max_positions, tp, quantization)
+        self.lm_head = None if config.tie_word_embeddings else Linear(
+            config.hidden_size, dict(self.model.embed_tokens.rows), bias=False)
         self.packed_tied_head: torch.Tensor | None = None  # set by pack_for_cpu for a tied head
 
     @property
@@ -113,10 +140,14 @@ class CausalLM(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is not None:
-            return self.lm_head(hidden)
-        if self.packed_tied_head is not None and hidden.shape[0] <= PACKED_MAX_ROWS:
-            return torch.ops.mkldnn._linear_pointwise(hidden, self.packed_tied_head, None, "none", [], "")
-        return F.linear(hidden, self.lm_head_weight)
+            logits = self.lm_head(hidden)
+        elif self.packed_tied_head is not None and hidden.shape[0] <= PACKED_MAX_ROWS:
+            logits = torch.ops.mkldnn._linear_pointwise(hidden, self.packed_tied_head, None, "none", [], "")
+        else:
+            logits = F.linear(hidden, self.lm_head_weight)
+        if self.tp is None:
+            return logits
+        return self.tp.all_gather(logits)[:, : self.config.vocab_size]
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         return self.logits(self.model(batch)).float()

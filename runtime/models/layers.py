@@ -1,9 +1,52 @@
-"""Building blocks shared by the decoder models."""
+"""Building blocks shared by the decoder models, sharded Megatron-style under tensor parallelism.
+
+A linear layer holds this rank's part of the checkpoint's matrices: `rows` names, for each checkpoint matrix stacked
+into its weight (q/k/v, gate/up; "" for a layer of one matrix), the slice of that matrix's rows it holds (all of
+them when not column-parallel), and `columns` the slice of input features a row-parallel layer holds. The loader
+(`weights.py`) reads only these; the layers never see the checkpoint.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from toolkit.runtime.distributed.group import TPGroup
+
+
+@dataclass(frozen=True)
+class Slice:
+    """[start, start + size) of a checkpoint tensor along `dim`. Indices past the tensor's end (a vocabulary padded
+    to a multiple of the TP size) read as zeros."""
+
+    dim: int
+    start: int
+    size: int
+
+    @classmethod
+    def whole(cls, size: int) -> Slice:
+        return cls(0, 0, size)
+
+    @classmethod
+    def of_rank(cls, dim: int, total: int, rank: int, ranks: int) -> Slice:
+        per_rank = -(-total // ranks)
+        return cls(dim, rank * per_rank, per_rank)
+
+    def take(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() <= self.dim:
+            return tensor
+        end = min(self.start + self.size, tensor.shape[self.dim])
+        part = tensor.narrow(self.dim, self.start, max(0, end - self.start))
+        missing = self.size - part.shape[self.dim]
+        if missing:
+            pad_shape = list(part.shape)
+            pad_shape[self.dim] = missing
+            part = torch.cat([part, part.new_zeros(pad_shape)], dim=self.dim)
+        return part
 
 
 class RMSNorm(nn.Module):
@@ -28,12 +71,31 @@ class RMSNorm(nn.Module):
 PACKED_MAX_ROWS = 512  # above this many rows the plain kernel is as fast as the packed one (or faster)
 
 
-class Linear(nn.Linear):
+class ShardedRows:
+    """Where a layer's weight rows come from: `row_offsets[name]` is the first local row of checkpoint matrix
+    `name`, `rows[name]` the slice of that matrix this rank holds."""
+
+    rows: dict[str, Slice]
+    row_offsets: dict[str, int]
+    columns: Slice | None
+
+    def _set_shards(self, rows: dict[str, Slice], columns: Slice | None) -> None:
+        self.rows, self.columns, self.row_offsets, offset = dict(rows), columns, {}, 0
+        for name, part in rows.items():
+            self.row_offsets[name] = offset
+            offset += part.size
+
+
+class Linear(nn.Linear, ShardedRows):
     """nn.Linear that, once `pack_for_cpu` gave it a oneDNN-packed copy of its weight, uses that copy for small
     batches: bf16 AMX kernels otherwise re-lay-out the weight on every call, which doubles decode's weight
     traffic."""
 
     packed_weight: torch.Tensor | None = None
+
+    def __init__(self, in_features: int, rows: dict[str, Slice], bias: bool, columns: Slice | None = None) -> None:
+        super().__init__(in_features, sum(part.size for part in rows.values()), bias=bias)
+        self._set_shards(rows, columns)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed_weight is not None and x.shape[0] <= PACKED_MAX_ROWS:
@@ -41,16 +103,33 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
 
-class MergedLinear(Linear):
-    """A linear layer whose output rows concatenate several checkpoint matrices (qkv, gate/up)."""
+def make_linear(in_features: int, rows: dict[str, Slice], bias: bool, columns: Slice | None = None,
+                quantization: str | None = None) -> nn.Module:
+    if quantization == "fp8":
+        from toolkit.runtime.models.fp8 import Fp8Linear
 
-    def __init__(self, in_features: int, shard_sizes: dict[str, int], bias: bool) -> None:
-        super().__init__(in_features, sum(shard_sizes.values()), bias=bias)
-        self.shard_offsets: dict[str, tuple[int, int]] = {}
-        offset = 0
-        for name, size in shard_sizes.items():
-            self.shard_offsets[name] = (offset, size)
-            offset += size
+        return Fp8Linear(in_features, rows, bias, columns)
+    return Linear(in_features, rows, bias, columns)
+
+
+class VocabEmbedding(nn.Module, ShardedRows):
+    """Token embeddings. Under TP each rank holds a slice of the vocabulary's rows; a token outside it looks up
+    zeros, and the ranks' lookups are summed."""
+
+    def __init__(self, vocab_size: int, hidden_size: int, tp: TPGroup | None) -> None:
+        super().__init__()
+        rows = Slice.of_rank(0, vocab_size, tp.rank, tp.size) if tp is not None else Slice.whole(vocab_size)
+        self._set_shards({"": rows}, None)
+        self.weight = nn.Parameter(torch.empty(rows.size, hidden_size))
+        self.tp = tp
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.tp is None:
+            return F.embedding(input_ids, self.weight)
+        local = input_ids - self.rows[""].start
+        outside = (local < 0) | (local >= self.weight.shape[0])
+        hidden = F.embedding(local.masked_fill(outside, 0), self.weight).masked_fill_(outside[:, None], 0.0)
+        return self.tp.all_reduce(hidden)
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,17 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.runtime.forward_batch import ForwardMode
-from toolkit.runtime.io_struct import FinishReason, GenerateInput, TokenOutput, context_length_error, token_id_error
+from toolkit.runtime.io_struct import (
+    AbortRequest,
+    DrainRequest,
+    FinishReason,
+    FlushCacheRequest,
+    FlushCacheResult,
+    GenerateInput,
+    TokenOutput,
+    context_length_error,
+    token_id_error,
+)
 from toolkit.runtime.memory.prefix_cache import PrefixCache
 from toolkit.runtime.memory.radix_cache import NoPrefixCache, RadixCache
 from toolkit.runtime.memory.request_cache import RequestCache
@@ -78,7 +88,8 @@ class Scheduler:
         self.overlap = not args.disable_overlap_schedule
         self.worker = (OverlapWorker if self.overlap else ModelWorker)(runner, self.sampler)
         self._inflight: _Launched | None = None
-        self.stats_log = StatsLogger(self.max_total_num_tokens, args.decode_log_interval)
+        self.stats_log = StatsLogger(self.max_total_num_tokens, args.decode_log_interval,
+                                     writes_batch_lines=runner.tp is None or runner.tp.is_leader)
         self._outputs: list[TokenOutput] = []
         self._checked_since_idle = True
         self._aborts_pending = False
@@ -94,6 +105,18 @@ class Scheduler:
         return RadixCache(self.runner.allocator.free, self.args.page_size, self.runner.device)
 
     # ---- requests in ----
+    def handle(self, message: object) -> FlushCacheResult | None:
+        """Apply one message from the front end (under TP: rank 0's, on every rank in the same order)."""
+        if isinstance(message, GenerateInput):
+            self.add_request(message)
+        elif isinstance(message, AbortRequest):
+            self.abort_request(message.rid)
+        elif isinstance(message, FlushCacheRequest):
+            return FlushCacheResult(self.flush_cache())
+        elif isinstance(message, DrainRequest):
+            self._drain()
+        return None
+
     def add_request(self, inp: GenerateInput) -> None:
         req = Req(
             rid=inp.rid, origin_input_ids=list(inp.input_ids), sampling_params=inp.sampling_params,

@@ -36,9 +36,13 @@ class SchedulerStats:
 
 
 class StatsLogger:
-    def __init__(self, max_total_num_tokens: int, decode_log_interval: int) -> None:
+    """`writes_batch_lines` False: count, but leave the prefill, decode and retraction lines to another rank (under
+    TP only rank 0 writes them, as SGLang does)."""
+
+    def __init__(self, max_total_num_tokens: int, decode_log_interval: int, writes_batch_lines: bool = True) -> None:
         self.max_total_num_tokens = max_total_num_tokens
         self.decode_log_interval = decode_log_interval
+        self.writes_batch_lines = writes_batch_lines
         self.stats = SchedulerStats()
         self._decode_tic = time.perf_counter()
         self._prefill_tic = time.perf_counter()
@@ -63,10 +67,11 @@ class StatsLogger:
         stats.total_prefill_batches += 1
         seen = stats.total_prefill_tokens + stats.total_cached_tokens
         stats.cache_hit_rate = stats.total_cached_tokens / seen if seen else 0.0
-        logger.info(
-            f"Prefill batch. #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: {cached_token}, "
-            f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue}"
-        )
+        if self.writes_batch_lines:
+            logger.info(
+                f"Prefill batch. #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: {cached_token}, "
+                f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue}"
+            )
 
     def on_decode_step(self, generated: int) -> bool:
         """Count a decode step's tokens (those kept: an overlapped step's token for a request that had already
@@ -83,18 +88,20 @@ class StatsLogger:
         self._decode_tic, self._generated_since_log = now, 0
         stats.num_running_reqs, stats.num_queue_reqs = running, queue
         stats.num_used_tokens, stats.token_usage = used, round(usage, 2)
-        logger.info(
-            f"Decode batch. #running-req: {running}, #token: {used}, token usage: {usage:.2f}, "
-            f"cuda graph: {cuda_graph}, gen throughput (token/s): {stats.gen_throughput:.2f}, #queue-req: {queue}"
-        )
+        if self.writes_batch_lines:
+            logger.info(
+                f"Decode batch. #running-req: {running}, #token: {used}, token usage: {usage:.2f}, "
+                f"cuda graph: {cuda_graph}, gen throughput (token/s): {stats.gen_throughput:.2f}, #queue-req: {queue}"
+            )
 
     def log_retraction(self, retracted: int, old_ratio: float, new_ratio: float) -> None:
         self.stats.num_retracted_reqs = retracted
         self.stats.total_retracted_reqs += retracted
-        logger.info(
-            f"KV cache pool is full. Retract requests. #retracted_reqs: {retracted}, "
-            f"#new_token_ratio: {old_ratio:.4f} -> {new_ratio:.4f}"
-        )
+        if self.writes_batch_lines:
+            logger.info(
+                f"KV cache pool is full. Retract requests. #retracted_reqs: {retracted}, "
+                f"#new_token_ratio: {old_ratio:.4f} -> {new_ratio:.4f}"
+            )
 
     def log_memory_leak(self, available: int, evictable: int, protected: int) -> None:
         self.stats.memory_leak_detected = True

@@ -30,58 +30,104 @@ SCHEDULER_GAUGES: dict[str, tuple[str, str]] = {
 }
 
 
+TOTAL = "all"  # the dp_rank label of the totals over every replica
+
+
 class RequestMetrics:
-    def __init__(self, model_name: str, max_total_num_tokens: int) -> None:
+    """With `--dp-size` N every series carries a `dp_rank` label: "0".."N-1" per replica, and "all" for the totals
+    (sums; token usage and cache hit rate over the summed tokens). With one replica there is no such label."""
+
+    def __init__(self, model_name: str, max_total_num_tokens: int | list[int]) -> None:
         self.registry = CollectorRegistry()
-        labels = {"model_name": model_name}
-        self._labels = labels
-        self.gauges = {
-            key: Gauge(name, doc, list(labels), registry=self.registry, multiprocess_mode="mostrecent").labels(**labels)
-            for key, (name, doc) in SCHEDULER_GAUGES.items()
-        }
-        Gauge("sglang:max_total_num_tokens", "The KV pool size in tokens.", list(labels),
-              registry=self.registry).labels(**labels).set(max_total_num_tokens)
-        self.prompt_tokens = self._counter("sglang:prompt_tokens", "Prompt tokens of finished requests.")
-        self.generation_tokens = self._counter("sglang:generation_tokens", "Generated tokens of finished requests.")
-        self.cached_tokens = self._counter("sglang:cached_tokens", "Prompt tokens served from the prefix cache.")
-        self.num_requests = self._counter("sglang:num_requests", "Finished requests.")
-        self.num_aborted = self._counter("sglang:num_aborted_requests", "Aborted requests.")
-        self.retracted_total = self._counter("sglang:num_retracted_requests", "Retracted requests, cumulative.")
-        self.ttft = self._histogram("sglang:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
-        self.itl = self._histogram("sglang:inter_token_latency_seconds", "Time between tokens.", ITL_BUCKETS)
-        self.e2e = self._histogram("sglang:e2e_request_latency_seconds", "End-to-end request latency.", E2E_BUCKETS)
-        self._retracted_seen = 0
+        pools = max_total_num_tokens if isinstance(max_total_num_tokens, list) else [max_total_num_tokens]
+        self.replicas = len(pools)
+        names = ["model_name"] + (["dp_rank"] if self.replicas > 1 else [])
+        self._series = [{"model_name": model_name, "dp_rank": str(d)} for d in range(self.replicas)]
+        self._series.append({"model_name": model_name, "dp_rank": TOTAL})
+        if self.replicas == 1:
+            self._series = [{"model_name": model_name}]
+        self._names = names
+        self.gauges = {key: self._family(Gauge, name, doc, multiprocess_mode="mostrecent")
+                       for key, (name, doc) in SCHEDULER_GAUGES.items()}
+        pool_gauge = self._family(Gauge, "sglang:max_total_num_tokens", "The KV pool size in tokens.")
+        for child, value in zip(pool_gauge, [*pools, sum(pools)]):
+            child.set(value)
+        self.prompt_tokens = self._family(Counter, "sglang:prompt_tokens", "Prompt tokens of finished requests.")
+        self.generation_tokens = self._family(Counter, "sglang:generation_tokens", "Generated tokens of finished "
+                                              "requests.")
+        self.cached_tokens = self._family(Counter, "sglang:cached_tokens", "Prompt tokens served from the prefix cache.")
+        self.num_requests = self._family(Counter, "sglang:num_requests", "Finished requests.")
+        self.num_aborted = self._family(Counter, "sglang:num_aborted_requests", "Aborted requests.")
+        self.retracted_total = self._family(Counter, "sglang:num_retracted_requests", "Retracted requests, cumulative.")
+        self.ttft = self._family(Histogram, "sglang:time_to_first_token_seconds", "Time to first token.",
+                                 buckets=TTFT_BUCKETS)
+        self.itl = self._family(Histogram, "sglang:inter_token_latency_seconds", "Time between tokens.",
+                                buckets=ITL_BUCKETS)
+        self.e2e = self._family(Histogram, "sglang:e2e_request_latency_seconds", "End-to-end request latency.",
+                                buckets=E2E_BUCKETS)
+        self._retracted_seen = [0] * self.replicas
+        self._stats: list[dict[str, Any]] = [{} for _ in range(self.replicas)]
+        self._pools = pools
 
-    def _counter(self, name: str, doc: str):
-        return Counter(name, doc, list(self._labels), registry=self.registry).labels(**self._labels)
+    def _family(self, kind, name: str, doc: str, **options) -> list:
+        """The metric's series: one per replica, then the total (one series when there is one replica)."""
+        metric = kind(name, doc, self._names, registry=self.registry, **options)
+        return [metric.labels(**labels) for labels in self._series]
 
-    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]):
-        return Histogram(name, doc, list(self._labels), buckets=buckets, registry=self.registry).labels(**self._labels)
+    def _observed(self, family: list, dp_rank: int) -> list:
+        """The replica's series and the total's (the same one series with one replica)."""
+        return family if self.replicas == 1 else [family[dp_rank], family[-1]]
 
-    def on_scheduler_stats(self, stats: dict[str, Any]) -> None:
-        for key, gauge in self.gauges.items():
+    def on_scheduler_stats(self, stats: dict[str, Any], dp_rank: int = 0) -> None:
+        self._stats[dp_rank] = stats
+        for key, family in self.gauges.items():
             if key in stats:
-                gauge.set(stats[key])
-        total = stats.get("total_retracted_reqs", self._retracted_seen)
-        if total > self._retracted_seen:
-            self.retracted_total.inc(total - self._retracted_seen)
-            self._retracted_seen = total
+                family[dp_rank].set(stats[key])
+        total = stats.get("total_retracted_reqs", self._retracted_seen[dp_rank])
+        if total > self._retracted_seen[dp_rank]:
+            for child in self._observed(self.retracted_total, dp_rank):
+                child.inc(total - self._retracted_seen[dp_rank])
+            self._retracted_seen[dp_rank] = total
+        if self.replicas > 1:
+            for key, value in summed_stats(self._stats, self._pools).items():
+                if key in self.gauges:
+                    self.gauges[key][-1].set(value)
 
-    def on_first_token(self, seconds: float) -> None:
-        self.ttft.observe(seconds)
+    def on_first_token(self, seconds: float, dp_rank: int = 0) -> None:
+        for child in self._observed(self.ttft, dp_rank):
+            child.observe(seconds)
 
-    def on_token_gap(self, seconds: float) -> None:
-        self.itl.observe(seconds)
+    def on_token_gap(self, seconds: float, dp_rank: int = 0) -> None:
+        for child in self._observed(self.itl, dp_rank):
+            child.observe(seconds)
 
-    def on_finish(self, e2e_seconds: float, last: TokenOutput) -> None:
-        self.e2e.observe(e2e_seconds)
-        self.num_requests.inc()
-        self.prompt_tokens.inc(last.prompt_tokens)
-        self.generation_tokens.inc(last.completion_tokens)
-        self.cached_tokens.inc(last.cached_tokens)
+    def on_finish(self, e2e_seconds: float, last: TokenOutput, dp_rank: int = 0) -> None:
+        for d in (dp_rank,) if self.replicas == 1 else (dp_rank, -1):
+            self.e2e[d].observe(e2e_seconds)
+            self.num_requests[d].inc()
+            self.prompt_tokens[d].inc(last.prompt_tokens)
+            self.generation_tokens[d].inc(last.completion_tokens)
+            self.cached_tokens[d].inc(last.cached_tokens)
 
-    def on_abort(self) -> None:
-        self.num_aborted.inc()
+    def on_abort(self, dp_rank: int = 0) -> None:
+        for child in self._observed(self.num_aborted, dp_rank):
+            child.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def summed_stats(replicas: list[dict[str, Any]], pools: list[int]) -> dict[str, float]:
+    """The replicas' scheduler counters as one: sums, with usage and hit rate over the summed tokens (`pools`: each
+    replica's max_total_num_tokens)."""
+    def total(key: str) -> float:
+        return sum(stats.get(key, 0) for stats in replicas)
+
+    out = {key: total(key) for key in ("num_running_reqs", "num_used_tokens", "num_queue_reqs", "gen_throughput",
+                                       "num_retracted_reqs", "total_retracted_reqs")}
+    out["token_usage"] = round(out["num_used_tokens"] / sum(pools), 4)
+    seen = total("total_prefill_tokens") + total("total_cached_tokens")
+    out["cache_hit_rate"] = total("total_cached_tokens") / seen if seen else 0.0
+    ratios = [s["new_token_ratio"] for s in replicas if "new_token_ratio" in s]
+    out["new_token_ratio"] = sum(ratios) / len(ratios) if ratios else 0.0
+    return out

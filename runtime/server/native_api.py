@@ -59,6 +59,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 async def health(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE]
+    if dead := state.dead_replicas():
+        return web.Response(status=503, text=f"the scheduler of DP replica {', '.join(map(str, dead))} is not running")
     if not state.healthy or state.manager.failure is not None:
         return web.Response(status=503, text="the scheduler process is not running")
     return web.Response(text="")
@@ -97,9 +99,22 @@ async def get_server_info(request: web.Request) -> web.Response:
         "max_running_requests": state.ready.max_running_requests,
         "context_len": state.ready.context_len,
         "attention_backend": state.ready.attention_backend,
-        "internal_states": [state.manager.stats],
+        "internal_states": [replica.stats for replica in state.manager.replicas],
         "num_pending_http_requests": len(state.manager.states),
+        "dp_replicas": _replicas(state),
     })
+
+
+def _replicas(state: ServerState) -> list[dict[str, Any]]:
+    """Each DP replica (one without --dp-size): its pool, whether its processes run, the load sent to it."""
+    alive = state.replicas_alive()
+    return [{
+        "dp_rank": replica.dp_rank, "alive": alive[replica.dp_rank],
+        "max_total_num_tokens": replica.ready.max_total_num_tokens if replica.ready else None,
+        "max_running_requests": replica.ready.max_running_requests if replica.ready else None,
+        "open_requests": replica.load.open_requests, "open_tokens": replica.load.open_tokens,
+        "num_running_reqs": replica.stats.get("num_running_reqs"), "num_queue_reqs": replica.stats.get("num_queue_reqs"),
+    } for replica in state.manager.replicas]
 
 
 async def flush_cache(request: web.Request) -> web.Response:

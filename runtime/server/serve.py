@@ -1,5 +1,8 @@
-"""`toolkit serve`: start the scheduler process, wait for the model, serve HTTP, and shut everything down on
-SIGINT/SIGTERM or when the scheduler dies (then with a non-zero exit code).
+"""`toolkit serve`: start the scheduler processes, wait for the model, serve HTTP, and shut everything down on
+SIGINT/SIGTERM or when a scheduler dies (then with a non-zero exit code, naming it).
+
+One scheduler process per TP rank of every DP replica on this node (`distributed.topology`). With `--nnodes` > 1
+only node 0 serves HTTP; another node runs its ranks and lives as long as they do (`run_node`).
 
 Graceful shutdown (the first SIGTERM/SIGINT): new requests get 503, every open request ends at once (a stream
 with an error event and [DONE], a plain request with 503), the scheduler aborts them all, frees their KV and
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
 import signal
 import sys
@@ -21,6 +23,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from toolkit.runtime.distributed.processes import RankProcesses
+from toolkit.runtime.distributed.topology import RankInfo, local_ranks
 from toolkit.runtime.logging_setup import configure_logging
 from toolkit.runtime.model_loader.fast_tokenizer import FastTokenizer
 from toolkit.runtime.model_loader.tokenizer import load_fast_tokenizer
@@ -37,11 +41,14 @@ STARTUP_TIMEOUT = 1800.0
 SHUTDOWN_GRACE = 3.0  # for the open handlers to finish, then again for the scheduler to exit
 UNHEALTHY_GRACE = 1.0  # a dead scheduler keeps /health answering 503 this long before the server exits
 SHUTTING_DOWN = "the server is shutting down; the request was aborted"
+NODE_POLL_S = 0.2
 
 
 def main(argv: list[str]) -> int:
     args = parse_server_args(argv)
     configure_logging(args.log_level, args.log_file, secrets=args.secrets)
+    if args.node_rank > 0:
+        return run_node(args)
     try:
         return asyncio.run(Server(args).run())
     except SchedulerGone as exc:
@@ -49,11 +56,51 @@ def main(argv: list[str]) -> int:
         return 1
 
 
-def _scheduler_main(args: ServerArgs, endpoints: IpcEndpoints, parent_pid: int) -> None:
-    """Entry point of the spawned scheduler process: the only place the front end names the model's side."""
+def _scheduler_main(args: ServerArgs, endpoints: IpcEndpoints | None, parent_pid: int, rank: RankInfo) -> None:
+    """Entry point of a spawned scheduler process: the only place the front end names the model's side."""
     from toolkit.runtime.server.scheduler_process import run_scheduler_process
 
-    run_scheduler_process(args, endpoints, parent_pid)
+    run_scheduler_process(args, endpoints, parent_pid, rank)
+
+
+def start_ranks(args: ServerArgs, endpoints: list[IpcEndpoints] | None) -> RankProcesses:
+    """This node's scheduler processes; each replica's TP rank 0 gets its replica's endpoints."""
+    parent = os.getpid()
+
+    def arguments(rank: RankInfo) -> tuple:
+        link = endpoints[rank.dp_rank] if endpoints is not None and rank.is_leader else None
+        return args, link, parent, rank
+
+    return RankProcesses(local_ranks(args), _scheduler_main, arguments).start()
+
+
+def run_node(args: ServerArgs) -> int:
+    """A node other than 0 (SGLang: no HTTP server there): run this node's TP ranks until they exit; exit non-zero,
+    naming the rank, when one fails, and stop them all on SIGINT/SIGTERM."""
+    ranks = start_ranks(args, None)
+    stop: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda number, _frame: stop.append(number))
+    first, last = ranks.ranks[0].tp_rank, ranks.ranks[-1].tp_rank
+    logger.info(f"Node {args.node_rank} of {args.nnodes}: TP ranks {first}-{last} join the TP group at "
+                f"{args.dist_init_addr}; node 0 serves HTTP")
+    while ranks.any_alive() and not stop:
+        failed = ranks.failed()
+        if failed is not None:
+            logger.error(f"{failed}; stopping this node's other ranks")
+            ranks.kill()
+            return 1
+        time.sleep(NODE_POLL_S)
+    if stop:
+        logger.info(f"Received {signal.Signals(stop[0]).name}; stopping this node's ranks")
+        ranks.kill()
+        return 0
+    failed = ranks.failed()
+    if failed is not None:
+        logger.error(failed)
+        return 1
+    logger.info("The TP group shut down; this node exits")
+    return 0
 
 
 def load_chat_template(tokenizer: FastTokenizer, template: str | None) -> None:
@@ -66,10 +113,10 @@ def load_chat_template(tokenizer: FastTokenizer, template: str | None) -> None:
 class Server:
     def __init__(self, args: ServerArgs) -> None:
         self.args = args
-        self.endpoints = IpcEndpoints.fresh()
+        self.endpoints = [IpcEndpoints.fresh() for _ in range(args.dp_size)]
         self.stop: asyncio.Event | None = None  # created inside the running loop
         self.exit_code = 0
-        self.process: multiprocessing.Process | None = None
+        self.ranks: RankProcesses | None = None
 
     async def run(self) -> int:
         self.stop = asyncio.Event()
@@ -78,16 +125,18 @@ class Server:
         manager, runner, metrics = None, None, None
         try:
             self._install_signal_handlers()
-            manager = TokenizerManager(self.endpoints, None, None, self.args.stream_interval)
+            manager = TokenizerManager(self.endpoints, None, None, self.args.stream_interval,
+                                       self.args.load_balance_method)
             ready = await self._wait_ready(manager)
             tokenizer = load_fast_tokenizer(ready.tokenizer_folder)
             load_chat_template(tokenizer, self.args.chat_template)
             manager.tokenizer = tokenizer
             if self.args.enable_metrics:
-                metrics = RequestMetrics(served_name, ready.max_total_num_tokens)
+                metrics = RequestMetrics(served_name, [r.ready.max_total_num_tokens for r in manager.replicas])
                 manager.metrics = metrics
             state = ServerState(self.args, manager, ready, _validation(tokenizer, ready, self.args, served_name),
-                                tokenizer, served_name, ready.tokenizer_path, metrics)
+                                tokenizer, served_name, ready.tokenizer_path, metrics,
+                                replicas_alive=self.ranks.replicas_alive)
             runner = await self._start_http(state)
             receiver = asyncio.ensure_future(manager.receive_forever())
             supervisor = asyncio.ensure_future(self._supervise(state, receiver))
@@ -102,10 +151,7 @@ class Server:
         return self.exit_code
 
     def _start_scheduler(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.process = context.Process(target=_scheduler_main, name="toolkit-scheduler",
-                                       args=(self.args, self.endpoints, os.getpid()), daemon=True)
-        self.process.start()
+        self.ranks = start_ranks(self.args, self.endpoints)
 
     async def _wait_ready(self, manager: TokenizerManager):
         waiter = asyncio.ensure_future(manager.wait_ready(STARTUP_TIMEOUT))
@@ -115,9 +161,11 @@ class Server:
             if self.stop.is_set():
                 waiter.cancel()
                 raise SchedulerGone("interrupted while the model was loading")
-            if not waiter.done() and not self.process.is_alive():
+            exited = self.ranks.first_exit() if not waiter.done() else None
+            if exited is not None:
                 waiter.cancel()
-                raise SchedulerGone(f"the scheduler process exited with code {self.process.exitcode} while loading")
+                self.ranks.kill()
+                raise SchedulerGone(f"the scheduler process of {exited} while loading")
         return waiter.result()
 
     async def _start_http(self, state: ServerState) -> web.AppRunner:
@@ -129,13 +177,13 @@ class Server:
         return runner
 
     async def _supervise(self, state: ServerState, receiver: asyncio.Future) -> None:
-        while self.process.is_alive() and not receiver.done():
+        while (exited := self.ranks.first_exit()) is None and not receiver.done():
             await asyncio.sleep(0.2)
         if receiver.done():
             logger.error(f"reading the scheduler's output failed: {receiver.exception()!r}")
         else:
             logger.error("Received sigquit from a child process. It usually means the child failed. "
-                         f"(scheduler exit code {self.process.exitcode})")
+                         f"(the scheduler process of {exited})")
         state.healthy = False
         state.manager.fail_all("the scheduler process died")
         self.exit_code = 1
@@ -156,9 +204,9 @@ class Server:
         self.stop.set()
 
     def _exit_now(self, code: int) -> None:
-        if self.process is not None and self.process.is_alive():
-            self.process.kill()
-        self.endpoints.cleanup()
+        if self.ranks is not None:
+            self.ranks.kill(grace=0.5)
+        self._cleanup_endpoints()
         logging.shutdown()
         os._exit(code)
 
@@ -169,7 +217,7 @@ class Server:
         logger.info(f"Shutting down: new requests get 503, aborted {aborted} requests")
         await runner.cleanup()
         deadline = time.monotonic() + SHUTDOWN_GRACE
-        while self.process.is_alive() and time.monotonic() < deadline:
+        while self.ranks.any_alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
     async def _shutdown(self, manager: TokenizerManager | None, runner: web.AppRunner | None) -> None:
@@ -177,13 +225,16 @@ class Server:
             await runner.cleanup()
         if manager is not None:
             manager.close()
-        if self.process is not None:
-            self.process.join(0.1)  # NOTE: _drain has already given it SHUTDOWN_GRACE to exit
-            if self.process.is_alive():
-                logger.warning("the scheduler did not exit in time; killing it")
-                self.process.kill()
-                self.process.join(SHUTDOWN_GRACE)
-        self.endpoints.cleanup()
+        if self.ranks is not None:
+            # NOTE: _drain has already given them SHUTDOWN_GRACE to exit
+            if not self.ranks.join(0.1):
+                logger.warning("a scheduler process did not exit in time; killing it")
+                self.ranks.kill(SHUTDOWN_GRACE)
+        self._cleanup_endpoints()
+
+    def _cleanup_endpoints(self) -> None:
+        for endpoints in self.endpoints:
+            endpoints.cleanup()
 
 
 def _validation(tokenizer: FastTokenizer, ready, args: ServerArgs, served_name: str) -> ValidationContext:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,10 @@ class ServerState:
     started: float = field(default_factory=time.time)
     healthy: bool = True
     draining: bool = False  # set on SIGTERM/SIGINT: every new request gets 503
+    replicas_alive: Callable[[], list[bool]] = lambda: [True]  # per DP replica: its scheduler processes run
+
+    def dead_replicas(self) -> list[int]:
+        return [d for d, alive in enumerate(self.replicas_alive()) if not alive]
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])

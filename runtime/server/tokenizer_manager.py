@@ -1,5 +1,8 @@
 """The front end's side of generation: submits tokenized requests to the scheduler process, routes its
-per-step outputs back to each waiting HTTP handler, detokenizes incrementally, aborts on disconnect."""
+per-step outputs back to each waiting HTTP handler, detokenizes incrementally, aborts on disconnect.
+
+With `--dp-size N` it holds one ZMQ pair per replica (each replica's TP rank 0): a new request goes to the replica
+`--load-balance-method` picks, and its abort to the replica that holds it."""
 from __future__ import annotations
 
 import asyncio
@@ -28,6 +31,7 @@ from toolkit.runtime.io_struct import (
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 from toolkit.runtime.server.detokenizer import IncrementalDetokenizer
 from toolkit.runtime.server.ipc import IpcEndpoints
+from toolkit.runtime.server.load_balance import LoadBalancer, ReplicaLoad
 from toolkit.runtime.server.metrics import RequestMetrics
 
 logger = logging.getLogger("runtime")
@@ -57,6 +61,36 @@ class _RequestState:
     last_token_at: float | None = None
     pending: list[TokenOutput] = field(default_factory=list)
     finished: bool = False
+    replica: int = 0
+    tokens: int = 0  # what it counts for in its replica's load (prompt + max_new_tokens)
+
+
+class Replica:
+    """One DP replica as the front end sees it: its ZMQ pair, what it reported, the load sent to it."""
+
+    def __init__(self, dp_rank: int, endpoints: IpcEndpoints, context: zmq.asyncio.Context) -> None:
+        self.dp_rank = dp_rank
+        # NOTE: a plain (blocking-API) socket over the same context: with NOBLOCK a send either queues at once or
+        # raises zmq.Again here (no peer: the scheduler is gone), never a Future whose error nobody retrieves.
+        self.to_scheduler = zmq.Context.shadow(context.underlying).socket(zmq.PUSH)
+        self.to_scheduler.setsockopt(zmq.SNDHWM, 0)
+        self.to_scheduler.bind(endpoints.to_scheduler)
+        self.from_scheduler = context.socket(zmq.PULL)
+        self.from_scheduler.bind(endpoints.from_scheduler)
+        self.ready: SchedulerReady | None = None
+        self.stats: dict[str, Any] = {}
+        self.load = ReplicaLoad()
+
+    def send(self, message: object) -> bool:
+        """Queue a message for the replica; False when it cannot take one (it is gone)."""
+        try:
+            self.to_scheduler.send_pyobj(message, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.to_scheduler.close(linger=100)
 
 
 class SchedulerGone(RuntimeError):
@@ -68,46 +102,56 @@ SCHEDULER_FAILED = "the scheduler process failed; the error is in the server log
 
 
 class TokenizerManager:
-    def __init__(self, endpoints: IpcEndpoints, tokenizer, metrics: RequestMetrics | None,
-                 stream_interval: int) -> None:
+    def __init__(self, endpoints: IpcEndpoints | list[IpcEndpoints], tokenizer, metrics: RequestMetrics | None,
+                 stream_interval: int, load_balance_method: str = "round_robin") -> None:
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.stream_interval = stream_interval
         self.context = zmq.asyncio.Context(1)
-        # NOTE: a plain (blocking-API) socket over the same context: with NOBLOCK a send either queues at once or
-        # raises zmq.Again here (no peer: the scheduler is gone), never a Future whose error nobody retrieves.
-        self.to_scheduler = zmq.Context.shadow(self.context.underlying).socket(zmq.PUSH)
-        self.to_scheduler.setsockopt(zmq.SNDHWM, 0)
-        self.to_scheduler.bind(endpoints.to_scheduler)
-        self.from_scheduler = self.context.socket(zmq.PULL)
-        self.from_scheduler.bind(endpoints.from_scheduler)
+        endpoints = [endpoints] if isinstance(endpoints, IpcEndpoints) else list(endpoints)
+        self.replicas = [Replica(d, e, self.context) for d, e in enumerate(endpoints)]
+        self.balancer = LoadBalancer(load_balance_method, len(self.replicas))
         self.states: dict[str, _RequestState] = {}
-        self.stats: dict[str, Any] = {}
-        self.ready: SchedulerReady | None = None
         self.failure: str | None = None  # why requests are refused, in words for clients
         self.failure_detail: str | None = None  # the scheduler's own report (a traceback), for the log
-        self._flush_waiters: list[asyncio.Future] = []
+        self._flush_waiters: list[tuple[asyncio.Future, dict[int, bool]]] = []
+
+    @property
+    def ready(self) -> SchedulerReady | None:
+        """Replica 0's report once every replica is ready (they serve the same model)."""
+        return self.replicas[0].ready if all(r.ready is not None for r in self.replicas) else None
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.replicas[0].stats
 
     # ---- lifecycle ----
     async def wait_ready(self, timeout: float) -> SchedulerReady:
         deadline = time.monotonic() + timeout
+        poller = zmq.asyncio.Poller()
+        for replica in self.replicas:
+            poller.register(replica.from_scheduler, zmq.POLLIN)
         while self.ready is None:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await self.from_scheduler.poll(int(min(remaining, 1.0) * 1000)):
-                if remaining <= 0:
-                    raise SchedulerGone(f"the scheduler was not ready within {timeout:.0f} s")
-                continue
-            self._dispatch(await self.from_scheduler.recv_pyobj())
+            if remaining <= 0:
+                raise SchedulerGone(f"the scheduler was not ready within {timeout:.0f} s")
+            for socket, _ in await poller.poll(int(min(remaining, 1.0) * 1000)):
+                replica = next(r for r in self.replicas if r.from_scheduler is socket)
+                self._dispatch(await socket.recv_pyobj(), replica.dp_rank)
             if self.failure:
                 raise SchedulerGone(f"the scheduler failed to start:\n{self.failure_detail or self.failure}")
         return self.ready
 
     async def receive_forever(self) -> None:
+        await asyncio.gather(*(self._receive(replica) for replica in self.replicas))
+
+    async def _receive(self, replica: Replica) -> None:
         while True:
-            self._dispatch(await self.from_scheduler.recv_pyobj())
+            self._dispatch(await replica.from_scheduler.recv_pyobj(), replica.dp_rank)
 
     def close(self) -> None:
-        self.to_scheduler.close(linger=100)
+        for replica in self.replicas:
+            replica.close()
         self.context.destroy(linger=100)
 
     def fail_all(self, message: str) -> int:
@@ -115,28 +159,19 @@ class TokenizerManager:
         self.failure = message
         states = list(self.states.values())
         for state in states:
-            state.finished = True
+            self._close(state)
             state.queue.put_nowait(SchedulerGone(message))
-        self.states.clear()
-        if self.metrics:
-            for _ in states:
-                self.metrics.on_abort()
+            if self.metrics:
+                self.metrics.on_abort(state.replica)
         return len(states)
 
     def shutdown(self, message: str) -> int:
         """Graceful stop: end every open request now, then ask the scheduler to abort them all, free their KV
         and exit. Returns how many requests were open."""
         aborted = self.fail_all(message)
-        self._send(ShutdownRequest())
+        for replica in self.replicas:
+            replica.send(ShutdownRequest())
         return aborted
-
-    def _send(self, message: object) -> bool:
-        """Queue a message for the scheduler; False when it cannot take one (it is gone)."""
-        try:
-            self.to_scheduler.send_pyobj(message, zmq.NOBLOCK)
-        except zmq.ZMQError:
-            return False
-        return True
 
     # ---- requests ----
     def generate(self, input_ids: list[int], params: SamplingParams, return_logprob: bool = False,
@@ -145,14 +180,26 @@ class TokenizerManager:
         if self.failure is not None:
             raise SchedulerGone(self.failure)
         rid = rid or uuid.uuid4().hex
-        if not self._send(GenerateInput(rid, input_ids, params, return_logprob, top_logprobs_num)):
+        replica = self.replicas[self.balancer.choose([r.load for r in self.replicas])]
+        if not replica.send(GenerateInput(rid, input_ids, params, return_logprob, top_logprobs_num)):
             raise SchedulerGone("the scheduler process is not accepting requests")
         state = _RequestState(
             rid, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, params.stop), asyncio.Queue(),
-            self.stream_interval if stream else 1 << 30,
+            self.stream_interval if stream else 1 << 30, replica=replica.dp_rank,
+            tokens=len(input_ids) + params.max_new_tokens,
         )
         self.states[rid] = state
+        replica.load.open_requests += 1
+        replica.load.open_tokens += state.tokens
         return self._chunks(state)
+
+    def _close(self, state: _RequestState) -> None:
+        """The request is over for the front end: it leaves its replica's load."""
+        state.finished = True
+        self.states.pop(state.rid, None)
+        load = self.replicas[state.replica].load
+        load.open_requests -= 1
+        load.open_tokens -= state.tokens
 
     async def _chunks(self, state: _RequestState) -> AsyncIterator[Chunk]:
         try:
@@ -168,27 +215,29 @@ class TokenizerManager:
                 self.abort(state.rid)
 
     def abort(self, rid: str) -> None:
-        state = self.states.pop(rid, None)
+        state = self.states.get(rid)
         if state is None:
             return
-        state.finished = True
+        self._close(state)
         if self.metrics:
-            self.metrics.on_abort()
-        self._send(AbortRequest(rid))
+            self.metrics.on_abort(state.replica)
+        self.replicas[state.replica].send(AbortRequest(rid))
 
     async def flush_cache(self, timeout: float = 10.0) -> bool:
-        if self.failure is not None or not self._send(FlushCacheRequest()):
+        """Every replica flushes (each only when idle); True when all did."""
+        if self.failure is not None or not all(r.send(FlushCacheRequest()) for r in self.replicas):
             raise SchedulerGone(self.failure or "the scheduler process is not accepting requests")
         future = asyncio.get_running_loop().create_future()
-        self._flush_waiters.append(future)
+        self._flush_waiters.append((future, {}))
         return await asyncio.wait_for(future, timeout)
 
     # ---- outputs ----
-    def _dispatch(self, message: object) -> None:
+    def _dispatch(self, message: object, dp_rank: int = 0) -> None:
+        replica = self.replicas[dp_rank]
         if isinstance(message, BatchOutput):
-            self.stats = message.stats
+            replica.stats = message.stats
             if self.metrics:
-                self.metrics.on_scheduler_stats(message.stats)
+                self.metrics.on_scheduler_stats(message.stats, dp_rank)
             for output in message.outputs:
                 try:
                     self._route(output)
@@ -196,22 +245,29 @@ class TokenizerManager:
                     logger.exception(f"failed to deliver the output of request {output.rid}")
                     self._fail(output.rid)
         elif isinstance(message, SchedulerReady):
-            self.ready = message
+            replica.ready = message
         elif isinstance(message, FlushCacheResult):
-            for waiter in self._flush_waiters:
-                if not waiter.done():
-                    waiter.set_result(message.ok)
-            self._flush_waiters.clear()
+            self._flush_answered(dp_rank, message.ok)
         elif isinstance(message, SchedulerFailed):
             self.failure_detail = message.message
             self.fail_all(SCHEDULER_FAILED)
 
+    def _flush_answered(self, dp_rank: int, ok: bool) -> None:
+        """A replica's answer goes to the oldest flush it has not answered yet."""
+        for future, answers in self._flush_waiters:
+            if dp_rank not in answers:
+                answers[dp_rank] = ok
+                if len(answers) == len(self.replicas) and not future.done():
+                    future.set_result(all(answers.values()))
+                break
+        self._flush_waiters = [(f, a) for f, a in self._flush_waiters if len(a) < len(self.replicas)]
+
     def _fail(self, rid: str) -> None:
-        state = self.states.pop(rid, None)
+        state = self.states.get(rid)
         if state is not None:
-            state.finished = True
+            self._close(state)
             state.queue.put_nowait(RuntimeError(f"delivering the output of request {rid} failed"))
-            self._send(AbortRequest(rid))
+            self.replicas[state.replica].send(AbortRequest(rid))
 
     def _route(self, output: TokenOutput) -> None:
         state = self.states.get(output.rid)
@@ -227,9 +283,9 @@ class TokenizerManager:
     def _time_token(self, state: _RequestState, now: float) -> None:
         if self.metrics:
             if state.first_token_at is None:
-                self.metrics.on_first_token(now - state.created)
+                self.metrics.on_first_token(now - state.created, state.replica)
             else:
-                self.metrics.on_token_gap(now - state.last_token_at)
+                self.metrics.on_token_gap(now - state.last_token_at, state.replica)
         if state.first_token_at is None:
             state.first_token_at = now
         state.last_token_at = now
@@ -242,10 +298,9 @@ class TokenizerManager:
             text = state.detokenizer.push(ids)
         else:
             text = state.detokenizer.finish(last.finished_reason, ids)
-            state.finished = True
-            self.states.pop(state.rid, None)
+            self._close(state)
             if self.metrics:
-                self.metrics.on_finish(now - state.created, last)
+                self.metrics.on_finish(now - state.created, last, state.replica)
         logprobs = [(o.token_id, o.logprob, o.top_logprobs) for o in outputs if o.logprob is not None]
         state.queue.put_nowait(Chunk(text, ids, logprobs, last.finished_reason, last.prompt_tokens,
                                      last.completion_tokens, last.cached_tokens))

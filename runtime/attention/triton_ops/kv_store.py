@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 from toolkit.runtime.attention.triton_ops.utils import block_size
+from toolkit.runtime.memory.kv_pool import quantize_kv
 
 
 @triton.jit
@@ -30,15 +31,16 @@ def _store_kv_kernel(
 
 
 def store_kv(
-    k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    k_scale: float = 1.0, v_scale: float = 1.0,
 ) -> None:
-    """k_buffer[loc[t]] = k[t] (and V alike) in the pool's dtype. k/v: [tokens, kv_heads, head_dim] with a
-    contiguous last dim; the buffers: [slots, kv_heads, head_dim]."""
+    """k_buffer[loc[t]] = k[t] (and V alike) in the pool's dtype (an fp8 pool: k / k_scale, clamped). k/v:
+    [tokens, kv_heads, head_dim] with a contiguous last dim; the buffers: [slots, kv_heads, head_dim]."""
     tokens, num_kv_heads, head_dim = k.shape
     if tokens == 0:
         return
     # NOTE: torch casts (round to nearest, as torch_native's pool does); the kernel itself only copies.
-    k, v = k.to(k_buffer.dtype), v.to(v_buffer.dtype)
+    k, v = quantize_kv(k, k_buffer.dtype, k_scale), quantize_kv(v, v_buffer.dtype, v_scale)
     assert k.stride(-1) == 1 and v.stride(-1) == 1, "K/V rows must be contiguous in head_dim"
     _store_kv_kernel[(tokens,)](
         k, v, k_buffer, v_buffer, loc,
