@@ -2,8 +2,12 @@
 logprobs, usage — and greedy text equal to the in-process Engine's."""
 from __future__ import annotations
 
+from collections import defaultdict
+
 import openai
 import pytest
+import requests
+import torch
 
 from toolkit.runtime import Engine
 
@@ -73,6 +77,63 @@ def test_n_samples_distinct_choices(client):
     again = client.completions.create(model="SmolLM2-135M-Instruct", prompt="A random word:", max_tokens=8,
                                       temperature=1.0, n=2, seed=3)
     assert [c.text for c in again.choices] == [c.text for c in result.choices]
+
+
+def _by_index(chunks, text_of) -> tuple[dict[int, str], dict[int, list[str]]]:
+    texts, finishes = defaultdict(str), defaultdict(list)
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += text_of(choice)
+            if choice.finish_reason:
+                finishes[choice.index].append(choice.finish_reason)
+    return dict(texts), dict(finishes)
+
+
+def test_n_samples_stream_as_the_non_streamed_ones(client):
+    """n > 1 with stream: every index's deltas assemble its non-streamed choice (seeded), each index finishes once,
+    and the usage chunk counts all of them."""
+    params = dict(model="SmolLM2-135M-Instruct", prompt="A random word:", max_tokens=10, temperature=1.0, n=3,
+                  seed=5)
+    plain = client.completions.create(**params)
+    chunks = list(client.completions.create(**params, stream=True, stream_options={"include_usage": True}))
+    texts, finishes = _by_index(chunks, lambda c: c.text)
+    assert [texts[i] for i in sorted(texts)] == [c.text for c in plain.choices] and sorted(texts) == [0, 1, 2]
+    assert len(set(texts.values())) > 1, "the three samples were identical"
+    assert finishes == {c.index: [c.finish_reason] for c in plain.choices}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == plain.usage.completion_tokens == 30
+
+
+def test_chat_n_samples_stream_as_the_non_streamed_ones(client):
+    params = dict(model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Say a color."}],
+                  max_tokens=12, temperature=1.0, n=2, seed=9)
+    plain = client.chat.completions.create(**params)
+    chunks = list(client.chat.completions.create(**params, stream=True))
+    texts, finishes = _by_index(chunks, lambda c: c.delta.content or "")
+    assert [texts[i] for i in sorted(texts)] == [c.message.content for c in plain.choices]
+    assert finishes == {c.index: [c.finish_reason] for c in plain.choices}
+
+
+def test_logprobs_equal_transformers_float32(server, client, embedded_reference, embedded_tokenizer):
+    """The values, not just their shape: /generate's logprobs and top-3 equal transformers' float32 log-softmax of
+    the same model within 1e-3, and /v1/completions reports the same numbers."""
+    ids = list(embedded_tokenizer.encode(PROMPT))
+    native = requests.post(f"{server.url}/generate", timeout=60, json={
+        "input_ids": ids, "sampling_params": {"max_new_tokens": 6, "temperature": 0}, "return_logprob": True,
+        "top_logprobs_num": 3}).json()
+    out, meta = native["output_ids"], native["meta_info"]
+    with torch.no_grad():
+        logits = embedded_reference(torch.tensor([ids + out[:-1]])).logits[0, len(ids) - 1 :].float()
+    reference = torch.log_softmax(logits, dim=-1)
+    assert out == reference.argmax(-1).tolist()
+    chosen = torch.tensor([lp for lp, _, _ in meta["output_token_logprobs"]])
+    torch.testing.assert_close(chosen, reference.gather(1, torch.tensor(out)[:, None])[:, 0], rtol=0, atol=1e-3)
+    for top, row in zip(meta["output_top_logprobs"], reference):
+        values, indices = row.topk(3)
+        assert [t for _, t, _ in top] == indices.tolist()
+        torch.testing.assert_close(torch.tensor([v for v, _, _ in top]), values, rtol=0, atol=1e-3)
+    openai_lp = client.completions.create(model="SmolLM2-135M-Instruct", prompt=ids, max_tokens=6, temperature=0,
+                                          logprobs=3).choices[0].logprobs
+    assert openai_lp.token_logprobs == pytest.approx(chosen.tolist(), abs=1e-6)
 
 
 def test_stop_string_ends_and_is_excluded(client):
