@@ -25,11 +25,15 @@ FP8_MAX = torch.finfo(FP8).max
 MIN_SCALE = 1e-12
 
 
-def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(float8 weight, float32 per-row scales) with weight ≈ fp8 * scale[:, None]."""
-    w = weight.float()
-    scale = (w.abs().amax(dim=-1) / FP8_MAX).clamp_(min=MIN_SCALE)
-    return (w / scale[:, None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
+def row_scales(weight: torch.Tensor) -> torch.Tensor:
+    """One float32 scale per row: its absolute maximum maps to the largest finite e4m3 value."""
+    return (weight.float().abs().amax(dim=-1) / FP8_MAX).clamp_(min=MIN_SCALE)
+
+
+def quantize_rows(weight: torch.Tensor, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float8 weight, float32 per-row scales) with weight ≈ fp8 * scale[:, None]; `scale` defaults to the rows'."""
+    scale = row_scales(weight) if scale is None else scale
+    return (weight.float() / scale[:, None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,16 +55,19 @@ class Fp8Linear(nn.Module, ShardedRows):
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     @torch.no_grad()
-    def load_rows(self, offset: int, weight: torch.Tensor) -> bool:
+    def load_rows(self, offset: int, weight: torch.Tensor, whole_rows: torch.Tensor | None = None) -> bool:
         """Write checkpoint rows at `offset`: quantized here when 16/32-bit (True: their scales are set too),
-        copied when already float8 (False: the checkpoint's `weight_scale` follows)."""
+        copied when already float8 (False: the checkpoint's `weight_scale` follows). `whole_rows`: the same rows
+        with every column, for a row-parallel shard: its scales are the whole rows', so every TP size quantizes
+        the model alike."""
         rows = slice(offset, offset + weight.shape[0])
         if weight.dtype == FP8:
             self.weight[rows] = weight
             return False
-        if weight.dtype.is_floating_point and weight.element_size() == 1:
+        if weight.element_size() == 1:
             raise ValueError(f"fp8 weights must be float8_e4m3fn, not {weight.dtype}")
-        quantized, scale = quantize_rows(weight.to(self.weight_scale.device))
+        scale = row_scales(weight if whole_rows is None else whole_rows).to(self.weight_scale.device)
+        quantized, _ = quantize_rows(weight.to(self.weight_scale.device), scale)
         self.weight[rows], self.weight_scale[rows] = quantized, scale
         return True
 

@@ -86,12 +86,13 @@ def _load(module: nn.Module, kind: str, param: torch.Tensor, weight: torch.Tenso
         _copy(param, weight, name)
         return (kind,)
     if kind == "weight_scale":
-        weight = _scale_rows(weight, rows, name)
-    else:
-        weight = rows.take(module.columns.take(weight) if kind == "weight" and module.columns else weight)
+        _copy(param[offset : offset + rows.size], _scale_rows(weight, rows, name), name)
+        return (kind,)
+    whole_rows = rows.take(weight)
+    weight = module.columns.take(whole_rows) if kind == "weight" and module.columns else whole_rows
     if kind == "weight" and isinstance(module, Fp8Linear):
         _check_shape(param[offset : offset + rows.size], weight, name)
-        return ("weight", "weight_scale") if module.load_rows(offset, weight) else ("weight",)
+        return ("weight", "weight_scale") if module.load_rows(offset, weight, whole_rows) else ("weight",)
     _copy(param[offset : offset + rows.size], weight, name)
     return (kind,)
 
