@@ -57,7 +57,8 @@ class TPGroup:
                                 device_id=device if device.type == "cuda" else None)
         self.control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         self.watch = PeerWatch(host, port, info, exit_on_silence)
-        logger.info(f"Joined the TP group at {self.address}: rank {self.rank} of {self.size}, backend {backend}")
+        logger.info(f"Joined the TP group at {self.address}: rank {self.rank} of {self.size} (pid {os.getpid()}), "
+                    f"backend {backend}")
 
     # ---- on the forward thread: the model's collectives, every rank in the same order ----
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
