@@ -68,6 +68,10 @@ def place_rank(args: ServerArgs, rank: RankInfo) -> torch.device:
     """This rank's device (`--base-gpu-id` + its index on the node; current before anything touches CUDA) and, on a
     CPU, its share of the cores."""
     if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()):
+        if rank.gpu_id >= torch.cuda.device_count():
+            raise ValueError(f"{rank.name} needs CUDA device {rank.gpu_id} (--base-gpu-id {args.base_gpu_id} + its "
+                             f"index on this node) but {torch.cuda.device_count()} are visible; lower --tp-size or "
+                             "--dp-size, or --base-gpu-id")
         torch.cuda.set_device(rank.gpu_id)
     elif rank.cpu_threads is not None:
         torch.set_num_threads(rank.cpu_threads)

@@ -147,7 +147,9 @@ class SchedulerLoop:
             if self.shutting_down and not self.scheduler.has_work:
                 self._report_shutdown()
                 return
-            if self.is_leader and not self.shutting_down and not _alive(self.parent_pid):
+            if not self.shutting_down and os.getppid() != self.parent_pid:
+                if not self.is_leader:  # NOTE: its node's launcher is gone: the node is, and the group fails
+                    raise DistributedError(f"the process that started this rank (pid {self.parent_pid}) is gone")
                 # NOTE: a shutdown every rank applies, so a TP group stops together.
                 logger.info("the front end is gone; the scheduler exits")
                 pending.append(ShutdownRequest())
@@ -188,13 +190,3 @@ class SchedulerLoop:
         scheduler = self.scheduler
         return (f"running={[r.rid for r in scheduler.running.reqs][:16]}, waiting={len(scheduler.waiting)}, "
                 f"chunked={scheduler.chunked_req.rid if scheduler.chunked_req else None}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -204,6 +204,26 @@ def test_a_lost_node_stops_node_zero_naming_the_rank_and_address(tiny, tmp_path)
     assert not _gone(children)
 
 
+def test_a_killed_node_launcher_takes_its_ranks_and_the_group_down(tiny, tmp_path):
+    address = f"127.0.0.1:{free_port()}"
+    node1 = Node(_node_command(tiny, 1, address), tmp_path / "node1.out")
+    node0 = _node_zero(tiny, address, tmp_path / "node0.log")
+    try:
+        node0.wait_healthy(180)
+        orphans = family(node1.proc.pid)
+        assert orphans
+        os.kill(node1.proc.pid, signal.SIGKILL)  # the launcher only: its rank must not outlive it
+        code, seconds = _wait_exit(node0.proc)
+        left = _gone(orphans)
+        output = node0.output_tail(200)
+    finally:
+        node0.stop()
+        node1.stop()
+    assert code != 0 and seconds < EXIT_BOUND_S
+    assert f"TP rank 0: lost TP rank 1 of the TP group at {address}" in output, output[-3000:]
+    assert not left, "node 1's rank outlived its launcher"
+
+
 def test_a_node_that_never_joins_is_named_within_the_timeout(tiny, tmp_path):
     address = f"127.0.0.1:{free_port()}"
     node0 = _node_zero(tiny, address, tmp_path / "node0.log", "--dist-timeout", "5")
