@@ -54,3 +54,59 @@ def test_metrics_carry_each_replica_and_their_totals():
 def test_one_replica_keeps_sglangs_labels():
     text = RequestMetrics("m", 1000).render().decode()
     assert 'sglang:max_total_num_tokens{model_name="m"} 1000.0' in text and "dp_rank" not in text
+
+
+def test_requests_aborts_and_flushes_reach_the_right_replicas():
+    """Two replicas' ZMQ pairs: round robin alternates them, an abort goes to the replica that holds the request, a
+    flush waits for both answers."""
+    import asyncio
+    import time
+
+    import zmq
+
+    from toolkit.runtime.io_struct import AbortRequest, FlushCacheRequest, FlushCacheResult, GenerateInput
+    from toolkit.runtime.sampling.sampling_params import SamplingParams
+    from toolkit.runtime.server.ipc import IpcEndpoints
+    from toolkit.runtime.server.tokenizer_manager import TokenizerManager
+
+    async def run() -> None:
+        endpoints = [IpcEndpoints.fresh(), IpcEndpoints.fresh()]
+        manager = TokenizerManager(endpoints, tokenizer=None, metrics=None, stream_interval=1)
+        context = zmq.Context()
+        inboxes = [context.socket(zmq.PULL) for _ in endpoints]
+        for inbox, endpoint in zip(inboxes, endpoints):
+            inbox.connect(endpoint.to_scheduler)
+        try:
+            deadline = time.monotonic() + 10
+            for replica, inbox in zip(manager.replicas, inboxes):  # until both connections are up
+                while not replica.send(FlushCacheRequest()):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.01)
+                assert inbox.poll(2000) and inbox.recv_pyobj() == FlushCacheRequest()
+            for i in range(4):
+                manager.generate([1, 2, 3], SamplingParams(max_new_tokens=2), rid=f"r{i}")
+            got = [[], []]
+            for d, inbox in enumerate(inboxes):
+                while len(got[d]) < 2 and inbox.poll(2000):
+                    got[d].append(inbox.recv_pyobj())
+            assert [[m.rid for m in messages] for messages in got] == [["r0", "r2"], ["r1", "r3"]]
+            assert all(isinstance(m, GenerateInput) for m in got[0] + got[1])
+            assert [r.load.open_requests for r in manager.replicas] == [2, 2]
+            manager.abort("r3")
+            assert inboxes[1].poll(2000) and inboxes[1].recv_pyobj() == AbortRequest("r3")
+            assert not inboxes[0].poll(200)
+            assert [r.load.open_requests for r in manager.replicas] == [2, 1]
+            flush = asyncio.ensure_future(manager.flush_cache(timeout=10))
+            await asyncio.sleep(0)
+            assert all(inbox.poll(2000) and inbox.recv_pyobj() == FlushCacheRequest() for inbox in inboxes)
+            manager._dispatch(FlushCacheResult(True), 0)
+            assert not flush.done()
+            manager._dispatch(FlushCacheResult(False), 1)
+            assert await flush is False
+        finally:
+            manager.close()
+            context.destroy(linger=0)
+            for endpoint in endpoints:
+                endpoint.cleanup()
+
+    asyncio.run(run())
