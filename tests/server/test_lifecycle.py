@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import aiohttp
 import openai
@@ -188,15 +189,36 @@ def test_watchdog_kills_a_stuck_forward_pass(tmp_path):
     assert code != 0
 
 
-@pytest.mark.parametrize("method, path", [("get", "/v1/models"), ("post", "/v1/completions"),
-                                          ("post", "/generate"), ("get", "/get_server_info"), ("get", "/metrics"),
-                                          ("post", "/flush_cache")])
-def test_api_key_is_required_everywhere_but_health(keyed_server, method, path):
-    response = getattr(requests, method)(keyed_server.url + path, json={}, timeout=10)
+def _route_table() -> list[tuple[str, str]]:
+    """(method, path) of every route the server registers (HEAD mirrors GET; the catch-all as an unknown path)."""
+    from toolkit.runtime.server.http_server import build_app
+
+    app = build_app(SimpleNamespace(args=SimpleNamespace(api_key="k")))
+    routes = set()
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource is not None else ""
+        if route.method == "HEAD":
+            continue
+        routes.add(("get", "/no/such/route") if "{" in path else (route.method.lower(), path))
+    return sorted(routes)
+
+
+ROUTES = _route_table()
+
+
+def test_the_route_table_is_the_one_these_tests_walk():
+    assert len(ROUTES) >= 12 and ("get", "/health") in ROUTES and ("get", "/no/such/route") in ROUTES
+
+
+@pytest.mark.parametrize("method, path", [r for r in ROUTES if r[1] != "/health"])
+def test_api_key_is_required_on_every_route_but_health(keyed_server, method, path):
+    call = getattr(requests, method)
+    response = call(keyed_server.url + path, json={}, timeout=10)
     assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
-    wrong = getattr(requests, method)(keyed_server.url + path, json={}, timeout=10,
-                                      headers={"Authorization": "Bearer sk-test-12"})
+    wrong = call(keyed_server.url + path, json={}, timeout=10, headers={"Authorization": "Bearer sk-test-12"})
     assert wrong.status_code == 401
+    right = call(keyed_server.url + path, json={}, timeout=60, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert right.status_code not in (401, 403) and right.status_code < 500, (right.status_code, right.text[:300])
 
 
 def test_health_is_open_and_the_key_works(keyed_server):
