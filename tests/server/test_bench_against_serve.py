@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from tests.server.conftest import API_KEY
@@ -12,11 +14,11 @@ from toolkit.cli import app
 INPUT_LEN, OUTPUT_LEN, PROMPTS = 24, 6, 6
 
 
-def _bench(url: str, out, *extra: str) -> dict:
+def _bench(url: str, out, *extra: str, warmup: int = 1) -> dict:
     result = CliRunner().invoke(app, [
         "bench", "--base-url", url, "--dataset", "random", "--num-prompts", str(PROMPTS), "--rate", "inf",
         "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--random-range-ratio", "1",
-        "--warmup-requests", "1",
+        "--warmup-requests", str(warmup),
         "--output-file", str(out), "--no-progress", "--request-timeout", "120", *extra,
     ])
     assert result.exit_code == 0, result.output
@@ -33,6 +35,30 @@ def test_bench_measures_our_server(server, tmp_path, backend):
     assert record["mean_ttft_ms"] > 0 and record["mean_tpot_ms"] > 0 and record["output_throughput"] > 0
     assert record["scraped_metrics"], "no /metrics samples were taken"
     assert "sglang:num_running_reqs" in record["scraped_metrics"][-1]["metrics"]
+
+
+def _counters(server) -> dict[str, float]:
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+@pytest.mark.parametrize("backend", ["sglang", "openai", "openai-chat"])
+def test_bench_totals_equal_the_servers_own_counters(server, tmp_path, backend):
+    """What the client counted is what the server counted for the run: requests, prompt and generated tokens
+    (/metrics before and after; no warm-up request, nothing else runs meanwhile)."""
+    before = _counters(server)
+    record = _bench(server.url, tmp_path / "run.jsonl", "--backend", backend, warmup=0)
+    after = _counters(server)
+
+    def delta(name: str) -> float:
+        return after[name] - before[name]
+
+    assert record["completed"] == delta("sglang:num_requests_total") == PROMPTS
+    assert record["total_output_tokens"] == delta("sglang:generation_tokens_total")
+    assert record["total_input_tokens"] == delta("sglang:prompt_tokens_total")
+    assert delta("sglang:time_to_first_token_seconds_count") == record["completed"]
+    # the server's latencies lie inside the client's: its mean TTFT is at most the client's
+    assert delta("sglang:time_to_first_token_seconds_sum") / PROMPTS <= record["mean_ttft_ms"] / 1000
 
 
 def test_bench_with_api_key(keyed_server, tmp_path):
