@@ -62,8 +62,11 @@ def vllm_server(peers: Peers, port: int, out: Path) -> ServerProcess:
 
 
 def toolkit_server(flags: list[str], port: int, out: Path, log_file: Path) -> ServerProcess:
+    """Leading KEY=VALUE words of `flags` are environment variables for the server (e.g. its CPU threads)."""
+    env = dict(word.split("=", 1) for word in flags if "=" in word and not word.startswith("-"))
+    flags = [word for word in flags if not ("=" in word and not word.startswith("-"))]
     command = serve_command(port, "--served-model-name", SERVED_NAME, *flags, log_file=log_file)
-    return ServerProcess(command, port, out)
+    return ServerProcess(command, port, out, env={**os.environ, **env} if env else None)
 
 
 def bench(peers: Peers, port: int, prompts: int, rate: str, seed: int, args, result: Path) -> dict:
@@ -106,7 +109,8 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--toolkit-flags", default="", help="extra `toolkit serve` flags for the main run")
     parser.add_argument("--toolkit-variants", nargs="*", default=[],
-                        help="more `toolkit serve` flag sets to measure, e.g. '--disable-overlap-schedule'")
+                        help="more `toolkit serve` flag sets to measure, e.g. '--disable-overlap-schedule' or "
+                             "'TOOLKIT_CPU_DECODE_THREADS=1' (KEY=VALUE words set the server's environment)")
     parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")))
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json")
     args = parser.parse_args()
