@@ -97,7 +97,7 @@ def launch_scheduler(args: ServerArgs, shares_cores: bool = False, rank: RankInf
         tp = TPGroup(rank, device, op_timeout_s=args.watchdog_timeout, peers_dead=peers_dead,
                      exit_on_silence=exit_on_silence)
     tokenizer = load_tokenizer(source.tokenizer_path)
-    runner = ModelRunner(args, source, shares_cores=shares_cores, tp=tp)
+    runner = ModelRunner(args, source, shares_cores=shares_cores, tp=tp, host_processes=rank.host_processes)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     scheduler = Scheduler(args, runner, eos_token_ids(source, tokenizer), decode)
     return LaunchedScheduler(args, source, tokenizer, runner, scheduler, tp)

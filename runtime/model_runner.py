@@ -120,12 +120,14 @@ def build_model(config: ModelConfig, max_positions: int, device: torch.device, d
 
 class ModelRunner:
     """`tp`: this rank's TP group (None for one device): the model holds this rank's shard and the KV pool its KV
-    heads, sized from the smallest rank's memory."""
+    heads, sized from the smallest rank's memory. `host_processes`: scheduler processes sharing this host's CPU
+    RAM budget."""
 
     def __init__(self, args: ServerArgs, source: ModelSource | None = None, shares_cores: bool = False,
-                 tp: TPGroup | None = None) -> None:
+                 tp: TPGroup | None = None, host_processes: int = 1) -> None:
         self.args = args
         self.tp = tp
+        self.host_processes = host_processes
         self.device = resolve_device(args.device)
         self.cpu_threads = CpuThreadPolicy(shares_cores) if self.device.type == "cpu" else None
         self.source = source or resolve_model_source(
@@ -202,7 +204,7 @@ class ModelRunner:
         else:
             plan = plan_cpu_pool(
                 self.avail_before_weights, self.avail_after_weights, self.kv_bytes_per_token,
-                args.page_size, args.max_total_tokens, args.mem_fraction_static,
+                args.page_size, args.max_total_tokens, args.mem_fraction_static, self.host_processes,
             )
         if plan.warning:
             logger.warning(plan.warning)

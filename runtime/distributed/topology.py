@@ -26,6 +26,7 @@ class RankInfo:
     init_addr: str | None = None  # HOST:PORT of TP rank 0's store; None when tp_size is 1
     gpu_id: int = 0  # the CUDA device of this rank (unused on CPU)
     cpu_threads: int | None = None  # torch threads of this rank on a CPU; None keeps torch's default
+    host_processes: int = 1  # scheduler processes on this host: on a CPU they share its cores and RAM budget
     join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S
 
     @property
@@ -70,6 +71,6 @@ def local_ranks(args: ServerArgs, cpu_cores: int | None = None) -> list[RankInfo
     timeout = args.dist_timeout or DEFAULT_JOIN_TIMEOUT_S
     return [
         RankInfo(first + i, args.tp_size, d, args.dp_size, address, args.base_gpu_id + d * per_node + i, threads,
-                 timeout)
+                 processes, timeout)
         for d, address in enumerate(replica_addresses(args)) for i in range(per_node)
     ]

@@ -5,7 +5,8 @@ Pure arithmetic: inputs are memory figures in GiB (or MiB for the defaults table
 CPU budget: without `--mem-fraction-static`, the CPU KV pool gets min(2 GiB, 25% of available RAM) — enough
 for ~90k tokens of SmolLM2-135M in bfloat16 — instead of SGLang's 90%-of-the-device, because the host also runs
 everything else. `--max-total-tokens` sets the pool size directly; `--mem-fraction-static` applies SGLang's
-formula to RAM.
+formula to RAM. The RAM budget is the host's: the scheduler processes on it (TP ranks, DP replicas) share it
+equally, so a TP rank, holding its share of the KV heads, gets as many tokens as one process would.
 """
 from __future__ import annotations
 
@@ -75,13 +76,17 @@ def plan_cpu_pool(
     page_size: int,
     max_total_tokens: int | None,
     mem_fraction_static: float | None,
+    host_processes: int = 1,
 ) -> PoolPlan:
+    """`host_processes`: the scheduler processes sharing this host's RAM budget (`--max-total-tokens` is per
+    process)."""
     if max_total_tokens is not None:
         tokens = max_total_tokens
     elif mem_fraction_static is not None:
-        tokens = profile_max_num_tokens(avail_ram_gib, avail_after_weights_gib, mem_fraction_static, bytes_per_token)
+        tokens = profile_max_num_tokens(avail_ram_gib, avail_after_weights_gib, mem_fraction_static,
+                                        bytes_per_token * host_processes)
     else:
-        budget_gib = min(CPU_KV_BUDGET_GIB, CPU_KV_BUDGET_FRACTION * avail_after_weights_gib)
+        budget_gib = min(CPU_KV_BUDGET_GIB, CPU_KV_BUDGET_FRACTION * avail_after_weights_gib) / host_processes
         tokens = int(budget_gib * GIB // bytes_per_token)
     tokens = tokens // page_size * page_size
     if tokens <= 0:

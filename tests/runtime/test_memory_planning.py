@@ -56,6 +56,16 @@ def test_cpu_default_budget_is_modest():
         plan_cpu_pool(22.0, 1.0, bytes_per_token, 1, 10_000_000, None)
 
 
+def test_cpu_budget_is_shared_by_the_scheduler_processes_of_the_host():
+    """SmolLM2-135M over 3 TP ranks: each holds 1 of the 3 KV heads and a third of the 2 GiB: the same tokens."""
+    one = plan_cpu_pool(22.0, 21.7, 30 * 3 * 64 * 2 * 2, 1, None, None)
+    rank = plan_cpu_pool(22.0, 21.7, 30 * 1 * 64 * 2 * 2, 1, None, None, host_processes=3)
+    assert abs(rank.max_total_num_tokens - one.max_total_num_tokens) <= 1
+    replica = plan_cpu_pool(22.0, 21.7, 30 * 3 * 64 * 2 * 2, 1, None, None, host_processes=2)
+    assert replica.max_total_num_tokens == int(GIB // (30 * 3 * 64 * 2 * 2))
+    assert plan_cpu_pool(22.0, 21.7, 23040, 1, 5000, None, host_processes=4).max_total_num_tokens == 5000
+
+
 @pytest.mark.parametrize("gpu_gib, chunk, cgmb, fraction", [
     (16, 2048, 8, 0.772),    # T4-class: 3728 MiB reserved
     (24, 2048, 16, 0.848),   # L4 / A10: 3744 MiB

@@ -77,6 +77,24 @@ def test_tp_halves_each_ranks_weights_and_kv_heads(gqa_model):
         single.shutdown()
 
 
+def test_tp_ranks_on_one_cpu_share_its_kv_budget(gqa_model, monkeypatch):
+    """Each of 2 ranks holds half the KV heads in half the host's budget: the same tokens as one process, within
+    what the smaller weights of a rank leave (the budget of rank 0 here, 25% of a pretend 0.02 GiB of free RAM
+    after its weights; the pool is the ranks' minimum)."""
+    from toolkit.runtime import model_runner
+
+    folder, _ = gqa_model
+    monkeypatch.setattr(model_runner, "available_memory_gib", lambda device: 0.02)
+    sizes = []
+    for tp_size in (1, 2):
+        engine = tiny_engine(folder, tp_size=tp_size, max_total_tokens=None)
+        try:
+            sizes.append(engine.runner.max_total_num_tokens)
+        finally:
+            engine.shutdown()
+    assert sizes[0] > 1000 and abs(sizes[1] - sizes[0]) <= 0.02 * sizes[0]
+
+
 def test_seeded_sampling_under_tp_equals_one_rank(gqa_model, prompts):
     folder, _ = gqa_model
     params = [{"max_new_tokens": 8, "temperature": 0.9, "top_p": 0.95, "seed": 100 + i, "ignore_eos": True}
