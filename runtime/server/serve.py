@@ -81,9 +81,9 @@ def run_node(args: ServerArgs) -> int:
     stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda number, _frame: stop.append(number))
-    first, last = ranks.ranks[0].tp_rank, ranks.ranks[-1].tp_rank
-    logger.info(f"Node {args.node_rank} of {args.nnodes}: TP ranks {first}-{last} join the TP group at "
-                f"{args.dist_init_addr}; node 0 serves HTTP")
+    names = ", ".join(str(rank.tp_rank) for rank in ranks.ranks)
+    logger.info(f"Node {args.node_rank} of {args.nnodes}: TP rank{'s' if len(ranks.ranks) > 1 else ''} {names} "
+                f"join the TP group at {args.dist_init_addr}; node 0 serves HTTP")
     while ranks.any_alive() and not stop:
         failed = ranks.failed()
         if failed is not None:
