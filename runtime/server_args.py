@@ -272,7 +272,7 @@ _HELP: dict[str, str] = {
     "node_rank": "This node's rank; node 0 serves HTTP.",
     "dist_init_addr": "HOST:PORT where node 0's TP rank 0 listens for the other ranks (needed with --nnodes > 1).",
     "dist_timeout": "Seconds to wait for every TP rank to join the group (default 300).",
-    "base_gpu_id": "First GPU id to use.",
+    "base_gpu_id": "First GPU of this node (CUDA): rank r of replica d uses base + d * ranks-per-node + r.",
 }
 
 _CHOICES: dict[str, Sequence[str]] = {
@@ -289,7 +289,10 @@ _CHOICES: dict[str, Sequence[str]] = {
 
 
 # SGLang's short spellings of a few flags.
-_ALIASES: dict[str, tuple[str, ...]] = {"tp_size": ("--tp", "--tensor-parallel-size"), "dp_size": ("--data-parallel-size",)}
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "tp_size": ("--tp", "--tensor-parallel-size"),
+    "dp_size": ("--data-parallel-size",),
+}
 
 
 class SuggestingArgumentParser(argparse.ArgumentParser):

@@ -95,7 +95,8 @@ class TorchNativeBackend(AttentionBackend):
         pool, layer_id = batch.kv_pool, layer.layer_id
         pool.set_kv(layer_id, batch.out_cache_loc, k, v)
         k_buffer, v_buffer = pool.k_buffer[layer_id], pool.v_buffer[layer_id]
-        # NOTE: an fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the output.
+        # NOTE: an fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the
+        # output.
         scaling, v_scale = layer.scaling * pool.k_scales[layer_id], pool.v_scales[layer_id]
         if self.in_place_decode:
             out = cpu_kernels.paged_decode_attention(q, k_buffer, v_buffer, batch.req_to_token,

@@ -118,7 +118,8 @@ class TPGroup:
 
     def explain(self, exc: BaseException) -> str:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"{self.info.name}: lost {self.watch.find_lost(EXPLAIN_WAIT_S)} of the TP group at {self.address} ({reason})"
+        lost = self.watch.find_lost(EXPLAIN_WAIT_S)
+        return f"{self.info.name}: lost {lost} of the TP group at {self.address} ({reason})"
 
 
 def _open_store(host: str, port: int, info: RankInfo) -> dist.TCPStore:

@@ -37,7 +37,8 @@ class RankInfo:
     @property
     def tag(self) -> str:
         """SGLang's log tag: ' DP1 TP0' (each part only when that size is above 1)."""
-        parts = ([f"DP{self.dp_rank}"] if self.dp_size > 1 else []) + ([f"TP{self.tp_rank}"] if self.tp_size > 1 else [])
+        parts = [f"DP{self.dp_rank}"] if self.dp_size > 1 else []
+        parts += [f"TP{self.tp_rank}"] if self.tp_size > 1 else []
         return "".join(f" {part}" for part in parts)
 
     @property

@@ -17,7 +17,15 @@ from torch import nn
 from toolkit.runtime.attention.base import AttentionLayer
 from toolkit.runtime.forward_batch import ForwardBatch
 from toolkit.runtime.model_loader.config import ModelConfig
-from toolkit.runtime.models.layers import PACKED_MAX_ROWS, Linear, RMSNorm, Slice, VocabEmbedding, make_linear, silu_and_mul
+from toolkit.runtime.models.layers import (
+    PACKED_MAX_ROWS,
+    Linear,
+    RMSNorm,
+    Slice,
+    VocabEmbedding,
+    make_linear,
+    silu_and_mul,
+)
 from toolkit.runtime.models.rotary import RotaryEmbedding, apply_rotary
 from toolkit.runtime.models.tp_shard import AttentionShard, tp_coordinates
 

@@ -148,10 +148,10 @@ def init_dummy_weights(model: nn.Module, seed: int) -> None:
                 continue
             if param.device not in generators:
                 generators[param.device] = torch.Generator(device=param.device).manual_seed(seed)
+            generator = generators[param.device]
             if name.endswith("weight_scale"):
                 param.fill_(1e-3 / 448)
-            elif param.dtype.is_floating_point and param.element_size() == 1:
-                values = torch.empty(param.shape, device=param.device).uniform_(-448, 448, generator=generators[param.device])
-                param.copy_(values.to(param.dtype))
+            elif param.element_size() == 1:  # fp8: uniform over the format's range, times the scale above
+                param.copy_(torch.empty(param.shape, device=param.device).uniform_(-448, 448, generator=generator))
             else:
-                param.uniform_(-1e-3, 1e-3, generator=generators[param.device])
+                param.uniform_(-1e-3, 1e-3, generator=generator)

@@ -55,7 +55,8 @@ class RequestMetrics:
         self.prompt_tokens = self._family(Counter, "sglang:prompt_tokens", "Prompt tokens of finished requests.")
         self.generation_tokens = self._family(Counter, "sglang:generation_tokens", "Generated tokens of finished "
                                               "requests.")
-        self.cached_tokens = self._family(Counter, "sglang:cached_tokens", "Prompt tokens served from the prefix cache.")
+        self.cached_tokens = self._family(Counter, "sglang:cached_tokens",
+                                          "Prompt tokens served from the prefix cache.")
         self.num_requests = self._family(Counter, "sglang:num_requests", "Finished requests.")
         self.num_aborted = self._family(Counter, "sglang:num_aborted_requests", "Aborted requests.")
         self.retracted_total = self._family(Counter, "sglang:num_retracted_requests", "Retracted requests, cumulative.")

@@ -113,7 +113,8 @@ def _replicas(state: ServerState) -> list[dict[str, Any]]:
         "max_total_num_tokens": replica.ready.max_total_num_tokens if replica.ready else None,
         "max_running_requests": replica.ready.max_running_requests if replica.ready else None,
         "open_requests": replica.load.open_requests, "open_tokens": replica.load.open_tokens,
-        "num_running_reqs": replica.stats.get("num_running_reqs"), "num_queue_reqs": replica.stats.get("num_queue_reqs"),
+        "num_running_reqs": replica.stats.get("num_running_reqs"),
+        "num_queue_reqs": replica.stats.get("num_queue_reqs"),
     } for replica in state.manager.replicas]
 
 
