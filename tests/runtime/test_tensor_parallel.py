@@ -111,6 +111,24 @@ def test_seeded_sampling_under_tp_equals_one_rank(gqa_model, prompts):
         engine.shutdown()
 
 
+def test_unseeded_sampling_under_tp_scores_as_transformers_scores_its_tokens(gqa_model, prompts):
+    """Rank 0 samples and every rank takes its tokens: were a rank to draw its own, its shard would run on other
+    tokens and the logprobs of what rank 0 returns would stop matching the model's."""
+    folder, reference = gqa_model
+    engine = tiny_engine(folder, tp_size=2)
+    try:
+        results = engine.generate(input_ids=prompts[:4], return_logprob=True, sampling_params={
+            "max_new_tokens": 8, "temperature": 1.0, "ignore_eos": True})
+    finally:
+        engine.shutdown()
+    for prompt, result in zip(prompts[:4], results):
+        ids = prompt + result["output_ids"]
+        with torch.no_grad():
+            logprobs = torch.log_softmax(reference(torch.tensor([ids])).logits[0].float(), dim=-1)
+        for i, (logprob, token) in enumerate(result["meta_info"]["output_token_logprobs"]):
+            assert abs(logprob - logprobs[len(prompt) - 1 + i, token].item()) < 1e-3
+
+
 def test_kv_heads_fewer_than_ranks_are_replicated(tmp_path, prompts):
     reference = make_tiny_model("qwen2-bias", tmp_path, seed=3)  # 4 heads, 1 KV head, qkv bias
     engine = tiny_engine(tmp_path, tp_size=2)
