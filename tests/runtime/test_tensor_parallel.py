@@ -60,6 +60,24 @@ def test_tp2_greedy_equals_tp1_and_transformers(gqa_model, prompts, overlap):
     assert not engine.followers.any_alive()
 
 
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_tp2_greedy_survives_chunking_paging_and_forced_retraction(gqa_model, page_size):
+    """Every rank takes the same scheduling decisions: a tiny pool forces retractions, chunks split the prompts."""
+    folder, reference = gqa_model
+    prompts = random_prompts(16, vocab=320, seed=11)
+    expected = [reference_greedy(reference, p, 40) for p in prompts]
+    engine = tiny_engine(folder, tp_size=2, max_total_tokens=480, schedule_conservativeness=0.05, page_size=page_size,
+                         chunked_prefill_size=64, log_level="info")
+    try:
+        with LogCapture() as log:
+            outputs = _generate(engine, prompts, {"max_new_tokens": 40, "temperature": 0.0, "ignore_eos": True})
+        assert outputs == expected
+        assert engine.check_memory()
+    finally:
+        engine.shutdown()
+    assert any(line.startswith("KV cache pool is full. Retract requests.") for line in log.lines)
+
+
 def test_tp_halves_each_ranks_weights_and_kv_heads(gqa_model):
     folder, _ = gqa_model
     single = tiny_engine(folder)
