@@ -8,7 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.reports.page import Page
 from tests.server.server_process import alive, cmdline
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _section_images(page: Path, section: str) -> list[bytes]:
+    html = page.read_text()
+    start = html.index(f'<section id="{section}">')
+    return Page(html[start : html.index("</section>", start)]).images()
 
 
 def _processes_mentioning(text: str) -> list[int]:
@@ -36,8 +46,20 @@ def test_demo_tunes_from_the_mistuned_start_writes_its_pages_and_stops_every_ser
     assert steps[1]["finding"] is not None and steps[1]["change"]["flag"].startswith("--")
     summary = json.loads((out / "summary.json").read_text())
     assert float(match.group(1)) == round(summary["start"]["mean"], 1)
-    html = (out / "tune.html").read_text()
-    assert 'id="chart"' in html and 'id="step-1"' in html and "data:image/png;base64," in html
-    report = (out / "report.html").read_text()
-    assert 'id="diagnosis"' in report and 'id="timeline"' in report
+    # the pages show this run's steps, not just the template's section ids
+    tune_page = Page((out / "tune.html").read_text())
+    (chart,) = _section_images(out / "tune.html", "chart")
+    assert chart.startswith(PNG) and len(chart) > 10_000
+    change, finding = steps[1]["change"]["text"], steps[1]["finding"]
+    assert change in tune_page.sections["steps"] and finding["title"] in tune_page.sections["steps"]
+    assert all(s["status"] in tune_page.sections["steps"] for s in steps)
+    evidence = " ".join(tune_page.sections["evidence"].split())
+    assert f"Step 1: {change}" in evidence and finding["id"] in evidence
+    assert " ".join(summary["best"]["command"].split()) in " ".join(tune_page.sections["command"].split())
+    best = steps[summary["best"]["step"]]
+    report = Page((out / "report.html").read_text())
+    assert f"(step {summary['best']['step']}:" in report.title
+    assert all(f"{r['completed']} / {r['num_requests']}" in report.sections["tables"] for r in best["records"])
+    (timeline,) = _section_images(out / "report.html", "timeline")  # the tuned server's log, plotted
+    assert timeline.startswith(PNG) and len(timeline) > 10_000
     assert "Decode batch." in (out / "step-00" / "server.log").read_text()
