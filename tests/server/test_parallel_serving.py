@@ -102,6 +102,35 @@ def test_tp2_server_equals_one_device_and_only_tp0_logs_batches(tiny, reference,
     assert re.search(r" TP1\] max_total_num_tokens=4096,", text)
 
 
+def test_tp2_aborts_and_shutdown_reach_every_rank(tiny, tmp_path):
+    """A client that disconnects aborts its request on both ranks; SIGTERM with a stream open aborts it everywhere
+    and every rank exits with its pool free."""
+    log = tmp_path / "tp2-abort.log"
+    server = ServerProcess(*_flags(tiny, "--tp-size", "2", "--max-total-tokens", "8192", "--context-length", "4096"),
+                           log_file=log).wait_healthy()
+    children = family(server.pid)
+    body = {"input_ids": [5, 6, 7, 8], "stream": True,
+            "sampling_params": {"max_new_tokens": 3000, "temperature": 0.0, "ignore_eos": True}}
+    with requests.post(f"{server.url}/generate", json=body, stream=True, timeout=60) as gone:
+        next(gone.iter_lines())  # NOTE: the first chunk: the request runs on both ranks
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = requests.get(f"{server.url}/get_server_info", timeout=10).json()["internal_states"][0]
+        if state["num_running_reqs"] == 0:
+            break
+        time.sleep(0.2)
+    assert state["num_running_reqs"] == 0, state
+    kept = requests.post(f"{server.url}/generate", json=body, stream=True, timeout=60)
+    next(kept.iter_lines())
+    assert server.stop() == 0
+    kept.close()
+    text = log.read_text()
+    for tag in ("TP0", "TP1"):
+        assert re.search(rf" {tag}\] Scheduler shut down: aborted 1 requests, KV pool free: True", text), text[-3000:]
+    assert "memory leak" not in text
+    assert not _gone(children)
+
+
 def test_a_tp_size_that_cannot_split_the_heads_exits_with_the_counts():
     server = ServerProcess("--device", "cpu", "--tp-size", "2", "--max-total-tokens", "2048")
     code, _ = _wait_exit(server.proc, 120)
