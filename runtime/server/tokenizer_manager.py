@@ -239,11 +239,7 @@ class TokenizerManager:
             if self.metrics:
                 self.metrics.on_scheduler_stats(message.stats, dp_rank)
             for output in message.outputs:
-                try:
-                    self._route(output)
-                except Exception:  # NOTE: one request's failure must not stall every other request's output
-                    logger.exception(f"failed to deliver the output of request {output.rid}")
-                    self._fail(output.rid)
+                self._route(output)
         elif isinstance(message, SchedulerReady):
             replica.ready = message
         elif isinstance(message, FlushCacheResult):
@@ -262,17 +258,25 @@ class TokenizerManager:
                 break
         self._flush_waiters = [(f, a) for f, a in self._flush_waiters if len(a) < len(self.replicas)]
 
-    def _fail(self, rid: str) -> None:
-        state = self.states.get(rid)
-        if state is not None:
+    def _fail(self, state: _RequestState) -> None:
+        """Delivering this request's output failed: its handler gets the error (even when the failure came after
+        the request was closed), the scheduler an abort."""
+        if not state.finished:
             self._close(state)
-            state.queue.put_nowait(RuntimeError(f"delivering the output of request {rid} failed"))
-            self.replicas[state.replica].send(AbortRequest(rid))
+        state.queue.put_nowait(RuntimeError(f"delivering the output of request {state.rid} failed"))
+        self.replicas[state.replica].send(AbortRequest(state.rid))
 
     def _route(self, output: TokenOutput) -> None:
         state = self.states.get(output.rid)
         if state is None:
             return
+        try:
+            self._deliver(state, output)
+        except Exception:  # NOTE: one request's failure must not stall every other request's output
+            logger.exception(f"failed to deliver the output of request {output.rid}")
+            self._fail(state)
+
+    def _deliver(self, state: _RequestState, output: TokenOutput) -> None:
         now = time.perf_counter()
         if output.token_id is not None:
             self._time_token(state, now)
