@@ -1,11 +1,8 @@
 """`--metrics FILE|URL`: a Prometheus text scrape (SGLang metric names, docs/log-formats.md §13) as evidence."""
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 # Metrics worth quoting, in report order; histograms are quoted by their mean (sum / count).
 KEY_METRICS = (
@@ -37,6 +34,8 @@ class Metrics:
 
 def read_metrics(source: str) -> Metrics:
     """Read a scrape from a file path or an http(s) URL; raises `ValueError` with a one-line reason."""
+    import urllib.request  # only with --metrics: start-up without it stays fast
+
     try:
         if source.startswith(("http://", "https://")):
             with urllib.request.urlopen(source, timeout=TIMEOUT_S) as resp:  # noqa: S310 - user-given URL
@@ -49,6 +48,8 @@ def read_metrics(source: str) -> Metrics:
 
 
 def parse_metrics(text: str, source: str = "-") -> Metrics:
+    from prometheus_client.parser import text_string_to_metric_families
+
     metrics = Metrics(source)
     try:
         families = list(text_string_to_metric_families(text))

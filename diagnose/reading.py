@@ -15,7 +15,6 @@ import numpy as np
 from toolkit.diagnose.events import BATCH_KINDS, Event
 from toolkit.diagnose.fastpath.ahead import (LineTooLong, ReadChunk, runs, samples, scanned_chunks, scanned_ranges,
                                               use_processes)
-from toolkit.diagnose.fastpath.scan import DECODE, PREFILL
 from toolkit.diagnose.lines import LineParser, ParseStats
 from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
@@ -127,15 +126,14 @@ def chunk_size() -> int:
 def _whole(chunk: Chunk) -> ReadChunk:
     """A chunk every line of which takes the per-line path."""
     lines = decode_lines(memoryview(chunk.data)[: chunk.size])
-    return ReadChunk(len(lines), np.ones(len(lines), bool), None, 0, chunk.cut,  # type: ignore[arg-type]
-                     lambda begin, end: lines[begin:end])
+    return ReadChunk(len(lines), np.ones(len(lines), bool), None, [], 0, chunk.cut, lambda begin, end: lines[begin:end])
 
 
 def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -> int:
     """Read one chunk whose first line is number `first`; returns its number of lines."""
     if chunk.lines == 0:
         return 0
-    if chunk.batch is None or chunk.slow.all():
+    if chunk.columns is None or chunk.slow.all():
         sink.take(parser.feed(chunk.texts(0, chunk.lines), first))
         sink.flush()
         return chunk.lines
@@ -150,44 +148,37 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
             routed.append(begin)
         parser.stamped = True
     sink.flush(_hot_columns(chunk, first, parser, sink.builder, routed))
-    for i in samples(chunk.batch):
+    for kind, i in samples(chunk.columns):
         text = chunk.texts(i, i + 1)[0]
-        sink.sample("decode" if chunk.batch.kind[np.searchsorted(chunk.batch.index, i)] == DECODE else "prefill",
-                    text[text.index("] ") + 2:])
+        sink.sample(kind, text[text.index("] ") + 2:])
     return chunk.lines
 
 
-def _hot_columns(scanned: ReadChunk, first: int, parser: LineParser, builder: BatchTableBuilder,
+def _hot_columns(chunk: ReadChunk, first: int, parser: LineParser, builder: BatchTableBuilder,
                  routed: list[int]) -> dict[str, dict[str, np.ndarray]]:
     """The chunk's hot batch lines as table columns by kind, counted in the parser's stats (routed lines are
     the per-line parser's)."""
-    batch = scanned.batch
-    keep = np.ones(len(batch.index), bool)
-    access = scanned.access
-    if routed:
-        mine = np.isin(batch.index, routed)
-        access -= len(routed) - int(mine.sum())
-        keep = ~mine
     stats = parser.stats
-    kinds = batch.kind[keep]
-    decode = int((kinds == DECODE).sum())
-    stats.kinds.update({"decode": decode, "prefill": len(kinds) - decode, "access": access})
-    stats.lines = max(stats.lines, first + scanned.lines - 1)
-    if len(kinds) == 0:
-        return {}
-    codes = builder.rank_codes(batch.ranks) if batch.ranks else np.zeros(1, np.int16)
+    access = chunk.access - len(routed)  # routed lines that are batch lines are added back below
     out = {}
-    for code, kind in ((DECODE, "decode"), (PREFILL, "prefill")):
-        mine = np.flatnonzero(batch.kind == code)
+    codes = builder.rank_codes(chunk.ranks) if chunk.ranks else np.zeros(1, np.int16)
+    for kind, part in (chunk.columns or {}).items():
+        line = part["line"]
+        keep = None
         if routed:
-            mine = mine[keep[mine]]
-        if not len(mine):
+            mine = np.isin(line, routed)
+            access += int(mine.sum())
+            keep = np.flatnonzero(~mine)
+            line = line[keep]
+        stats.kinds[kind] += len(line)
+        if not len(line):
             continue
-        columns = {"source": np.full(len(mine), parser.source, np.int16), "line": batch.index[mine] + first,
-                   "time": batch.time[mine], "rank": codes[batch.rank[mine]]}
-        for name, values in batch.fields.items():
-            picked = values[mine]
-            if not np.isnan(picked).all():
-                columns[name] = picked
+        columns = {"source": np.full(len(line), parser.source, np.int16), "line": line + first}
+        for name, values in part.items():
+            if name != "line":
+                columns[name] = values if keep is None else values[keep]
+        columns["rank"] = codes[columns["rank"]]
         out[kind] = columns
+    stats.kinds["access"] += access
+    stats.lines = max(stats.lines, first + chunk.lines - 1)
     return out

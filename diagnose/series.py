@@ -36,25 +36,25 @@ class BatchTable:
         return cls(kind, {name: np.zeros(0, dtype) for name, dtype in _DTYPES.items()}, ranks if ranks is not None else [])
 
     def rows(self, mask: np.ndarray | None = None) -> Rows:
-        return Rows(self, np.arange(len(self)) if mask is None else np.flatnonzero(mask))
+        return Rows(self, None if mask is None else np.flatnonzero(mask))
 
 
 class Rows:
     """A selection of a `BatchTable`'s lines. `rows[name]` is that column for these lines (NaN where absent;
-    `rank` as names), `where(mask)` a narrower selection; the order is the table's."""
+    `rank` as names), `where(mask)` a narrower selection; the order is the table's. `index` None selects
+    every line (its columns are the table's own, read-only)."""
 
     __slots__ = ("table", "index", "_columns")
 
-    def __init__(self, table: BatchTable, index: np.ndarray) -> None:
+    def __init__(self, table: BatchTable, index: np.ndarray | None) -> None:
         self.table, self.index = table, index
         self._columns: dict[str, np.ndarray] = {}  # columns read so far (rules read a few, several times)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.table) if self.index is None else len(self.index)
 
     def __contains__(self, name: str) -> bool:
-        column = self.table.columns.get(name)
-        return column is not None and len(self.index) > 0 and bool(np.isfinite(column[self.index]).any())
+        return name in self.table.columns and len(self) > 0 and bool(np.isfinite(self[name]).any())
 
     def __getitem__(self, name: str) -> np.ndarray:
         cached = self._columns.get(name)
@@ -62,32 +62,39 @@ class Rows:
             return cached
         if name == "rank":
             names = np.array(self.table.ranks or [""], dtype=object)
-            values = names[self.table.columns["rank"][self.index]]
+            values = names[self._codes()]
         else:
             column = self.table.columns.get(name)
-            values = np.full(len(self.index), np.nan) if column is None else column[self.index]
+            if column is None:
+                values = np.full(len(self), np.nan)
+            else:
+                values = column.view() if self.index is None else column[self.index]
         values.flags.writeable = False
         self._columns[name] = values
         return values
 
+    def _codes(self) -> np.ndarray:
+        codes = self.table.columns["rank"]
+        return codes if self.index is None else codes[self.index]
+
     def where(self, mask: np.ndarray) -> Rows:
-        return Rows(self.table, self.index[mask])
+        return Rows(self.table, np.flatnonzero(mask) if self.index is None else self.index[mask])
 
     def head(self, n: int) -> Rows:
-        return Rows(self.table, self.index[:n])
+        return Rows(self.table, np.arange(min(n, len(self))) if self.index is None else self.index[:n])
 
     def rank_is(self, rank: str) -> np.ndarray:
         """A mask of these lines: those of `rank` (compared by code, without making the names)."""
-        codes = self.table.columns["rank"][self.index]
-        return codes == self.table.ranks.index(rank) if rank in self.table.ranks else np.zeros(len(self), bool)
+        ranks = self.table.ranks
+        return self._codes() == ranks.index(rank) if rank in ranks else np.zeros(len(self), bool)
 
     def of_rank(self, rank: str) -> Rows:
         return self.where(self.rank_is(rank))
 
     @property
     def ranks(self) -> tuple[str, ...]:
-        codes = np.unique(self.table.columns["rank"][self.index])
-        return tuple(sorted(self.table.ranks[c] for c in codes.tolist()))
+        counts = np.bincount(self._codes(), minlength=len(self.table.ranks))
+        return tuple(sorted(self.table.ranks[c] for c in np.flatnonzero(counts).tolist()))
 
     def median(self, name: str) -> float:
         return self.quantile(name, 0.5)
@@ -99,7 +106,7 @@ class Rows:
         if cached is None:
             values = self[name]
             values = values[~np.isnan(values)]
-            cached = np.array(float(np.quantile(values, q)) if len(values) else float("nan"))
+            cached = np.array(float(np.quantile(values, q, overwrite_input=True)) if len(values) else float("nan"))
             self._columns[key] = cached
         return float(cached)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 if TYPE_CHECKING:
     from toolkit.diagnose.lines import ParseStats
 
-CHUNK = 8 << 20
+CHUNK = 2 << 20
 MAX_LINE = 1 << 20
 PAD = 128
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")

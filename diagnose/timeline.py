@@ -158,15 +158,29 @@ def _segments(times: np.ndarray) -> np.ndarray:
     if len(times) < 2 or np.isnan(times).all():
         return np.zeros(len(times), dtype=int)
     gaps = np.diff(times)
-    median = np.nanmedian(gaps) if np.isfinite(gaps).any() else 0.0
-    idle = gaps > max(IDLE_GAP_S, IDLE_GAP_MEDIANS * (median if np.isfinite(median) else 0.0))
+    idle = gaps > max(IDLE_GAP_S, IDLE_GAP_MEDIANS * _median_gap(gaps))
     return np.concatenate([[0], np.cumsum(idle)])
+
+
+def _median_gap(gaps: np.ndarray) -> float:
+    """The median of the gaps' numbers (0 without any), where it can matter: below IDLE_GAP_S / IDLE_GAP_MEDIANS
+    the threshold is IDLE_GAP_S whatever it is, and fewer than half the gaps above that bound it below."""
+    small = IDLE_GAP_S / IDLE_GAP_MEDIANS
+    numbers = np.count_nonzero(~np.isnan(gaps))
+    if numbers == 0 or np.count_nonzero(gaps > small) < (numbers + 1) // 2:
+        return 0.0
+    median = np.nanmedian(gaps)
+    return float(median) if np.isfinite(median) else 0.0
 
 
 def _segment_phases(running: np.ndarray, queue: np.ndarray) -> np.ndarray:
     n = len(running)
     phases = np.full(n, RAMP, np.int8)
     if n < MIN_SEGMENT_LINES:
+        return phases
+    if queue[0] > 0 and queue[-1] > 0:
+        # NOTE: a queue at both ends makes the whole segment steady, whatever the plateau.
+        phases[:] = STEADY
         return phases
     plateau = np.nanquantile(running, PLATEAU_QUANTILE) if np.isfinite(running).any() else 0
     loaded = (np.nan_to_num(running) >= STEADY_FRACTION * plateau) | (np.nan_to_num(queue) > 0)
@@ -265,7 +279,7 @@ def prefill_time_share(timeline: Timeline, rank: str) -> float | None:
     if len(d) < 3:
         return None
     # NOTE: prefills between two decode lines, counted on the line (or time) order of the rank
-    decode_key, prefill_key = _line_key(dc, d), np.sort(_line_key(pc, p))
+    decode_key, prefill_key = _line_key(dc, d), _line_key(pc, p)  # the table is in (source, line) order
     k = np.diff(np.concatenate([[0], np.searchsorted(prefill_key, decode_key)]))
     interval = timeline.decode_log_interval
     with np.errstate(invalid="ignore", divide="ignore"):

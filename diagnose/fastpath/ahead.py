@@ -14,27 +14,32 @@ import multiprocessing
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from toolkit.diagnose.fastpath.scan import BatchLines, ScannedChunk, scan_chunk
+from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
 PROCESS_MIN_BYTES = 32 << 20  # smaller files are not worth starting processes for
 
 
+Columns = dict[str, dict[str, np.ndarray]]  # hot batch lines by kind (`BatchLines.by_kind`)
+
+
 @dataclass(slots=True)
 class ReadChunk:
-    """A chunk as the reader consumes it: its line count, which lines are slow, the hot batch lines and access
-    count, and `texts(begin, end)`, the decoded lines [begin, end) for the per-line parser."""
+    """A chunk as the reader consumes it: its line count, which lines are slow, the hot batch lines as columns
+    by kind (None when the caller's job reads the chunk instead) with the rank names their codes index, the
+    access count, and `texts(begin, end)`, the decoded lines [begin, end) for the per-line parser."""
 
     lines: int
     slow: np.ndarray
-    batch: BatchLines
+    columns: Columns | None
+    ranks: list[str]
     access: int
     cut: bool
     texts: Callable[[int, int], list[str]]
@@ -49,12 +54,13 @@ def runs(slow: np.ndarray) -> Iterable[tuple[int, int, bool]]:
     return zip(bounds[:-1], bounds[1:], flags)
 
 
-def samples(batch: BatchLines) -> list[int]:
-    """The first and last hot line of each batch kind (their messages tell the era)."""
-    picks: list[int] = []
-    for code in (0, 1):
-        rows = np.flatnonzero(batch.kind == code)
-        picks += [int(batch.index[i]) for i in dict.fromkeys(rows[:1].tolist() + rows[-1:].tolist())]
+def samples(columns: Columns | None) -> list[tuple[str, int]]:
+    """(kind, line in the chunk) of the first and last hot line of each batch kind (their messages tell the
+    era)."""
+    picks: list[tuple[str, int]] = []
+    for kind, part in (columns or {}).items():
+        line = part["line"]
+        picks += [(kind, i) for i in dict.fromkeys([int(line[0]), int(line[-1])])]
     return picks
 
 
@@ -76,7 +82,9 @@ def _view(chunk: Chunk, scanned: ScannedChunk, job: Job | None = None) -> ReadCh
 
     result = job(chunk, scanned) if job is not None else JobResult(None)
     slow = scanned.slow if result.slow is None else result.slow
-    return ReadChunk(scanned.lines, slow, scanned.batch, scanned.access, chunk.cut, texts, result.payload)
+    columns = scanned.batch.by_kind() if job is None else None
+    return ReadChunk(scanned.lines, slow, columns, scanned.batch.ranks, scanned.access, chunk.cut, texts,
+                     result.payload)
 
 
 def _scan(chunk: Chunk, job: Job | None) -> ReadChunk:
@@ -135,7 +143,8 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
         for packed in _ordered(submit, range(0, size, chunk), workers):
             if packed.too_long:
                 raise LineTooLong(packed.begin)
-            yield ReadChunk(packed.lines, packed.slow, packed.batch, packed.access, False, packed.text, packed.extra)
+            yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
+                            packed.extra)
 
 
 @dataclass(slots=True)
@@ -145,7 +154,8 @@ class _Packed:
     begin: int
     lines: int = 0
     slow: np.ndarray | None = None
-    batch: BatchLines | None = None
+    columns: Columns | None = None
+    ranks: list[str] | None = None
     access: int = 0
     texts: dict[tuple[int, int], list[str]] | None = None
     too_long: bool = False
@@ -155,56 +165,68 @@ class _Packed:
         return self.texts[(begin, end)]  # type: ignore[index]
 
 
-_EMPTY = bytearray(b"x") + bytes(PAD)
-
-
 def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None) -> _Packed:
     """Read and scan the lines that start in [start, stop)."""
-    begin, data = _read_lines(path, start, stop, size, max_line)
-    if data is None:
+    begin, buf = _read_lines(path, start, stop, size, max_line)
+    if buf is None:
         return _Packed(begin, too_long=True)
     if begin >= stop:
-        empty = scan_chunk(_EMPTY, 1).batch
-        return _Packed(begin, 0, np.zeros(0, bool), empty, 0, {})
-    buf = bytearray(len(data) + PAD)
-    buf[: len(data)] = data
-    scanned = scan_chunk(buf, len(data))
+        return _Packed(begin, 0, np.zeros(0, bool), {}, [], 0, {})
+    length = len(buf) - PAD
+    scanned = scan_chunk(buf, length)
     if int((scanned.ends - scanned.starts).max()) > max_line:
         return _Packed(begin, too_long=True)
-    view = _view(Chunk(buf, len(data), False), scanned, job)
+    view = _view(Chunk(buf, length, False), scanned, job)
     texts: dict[tuple[int, int], list[str]] = {}
     for first, end, slow in runs(view.slow):
         key = (first, end) if slow else (first, first + 1)
         texts[key] = view.texts(*key)
-    for i in samples(scanned.batch):
+    for _, i in samples(view.columns):
         texts.setdefault((i, i + 1), view.texts(i, i + 1))
-    return _Packed(begin, scanned.lines, view.slow, scanned.batch, scanned.access, texts, extra=view.extra)
+    return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, scanned.access, texts,
+                   extra=view.extra)
 
 
-def _read_lines(path: str, start: int, stop: int, size: int, max_line: int) -> tuple[int, bytes | None]:
-    """(offset of the first line starting in [start, stop), those lines' bytes without their last newline):
-    an offset >= stop when no line starts there; bytes None when the last one ends more than max_line bytes
-    away."""
-    with open(path, "rb") as f:
-        begin = 0
-        if start > 0:
-            f.seek(start - 1)
-            head = f.read(stop - start + 1)
-            first = head.find(b"\n")
-            if first < 0:
-                return stop, b""
-            begin = start + first
+_TAIL = 1 << 16  # bytes read past a range for the end of its last line (more where that line is longer)
+
+
+def _read_lines(path: str, start: int, stop: int, size: int, max_line: int) -> tuple[int, bytearray | None]:
+    """(offset of the first line starting in [start, stop), a buffer of those lines without their last newline
+    and `PAD` zero bytes after): an offset >= stop when no line starts there; the buffer None when the last one
+    ends more than max_line bytes away."""
+    skip = 1 if start > 0 else 0
+    buf = bytearray(stop - start + skip + _TAIL + PAD)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start - skip)
+        got = _fill(f, memoryview(buf)[: len(buf) - PAD])
+        first = 0
+        if skip:
+            first = buf.find(b"\n", 0, stop - start + 1) + 1
+            if first == 0:
+                return stop, bytearray(PAD)
+        begin = start - skip + first
         if begin >= stop:
-            return begin, b""
-        f.seek(begin)
-        data = f.read(stop - begin)
-        if data.endswith(b"\n"):
-            return begin, data[:-1]
-        if stop >= size:
-            return begin, data
+            return begin, bytearray(PAD)
         # NOTE: the last line owned here ends at the first newline at or after stop - 1.
-        tail = f.read(max_line + 1)
-        end = tail.find(b"\n")
-        if end < 0 and begin + len(data) + len(tail) < size:
-            return begin, None
-        return begin, data + (tail if end < 0 else tail[:end])
+        end = buf.find(b"\n", stop - start + skip - 1, got)
+        while end < 0 and start - skip + got < size:
+            if got - (stop - start + skip) > max_line:
+                return begin, None
+            buf[got:] = bytes(len(buf) - got + _TAIL)
+            got += _fill(f, memoryview(buf)[got: len(buf) - PAD])
+            end = buf.find(b"\n", stop - start + skip - 1, got)
+    end = got if end < 0 else end
+    buf[end: end + PAD] = bytes(PAD)
+    del buf[end + PAD:]
+    del buf[:first]
+    return begin, buf
+
+
+def _fill(f, view: memoryview) -> int:
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got

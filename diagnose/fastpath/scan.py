@@ -5,8 +5,9 @@ and its message is a decode or prefill line whose pieces the field reader reads 
 line (counted only: the analysis keeps no access events). Every other line (any other prefix, era, kind,
 garbled, non-ASCII or with CR or escape codes) is `slow`: the per-line parser reads it, in order.
 
-Each line's first bytes are read as 64-bit words; a rank tag is parsed once per distinct tag text (a chunk holds
-a handful); labels are compared eight bytes at a time.
+Each line's first `HEAD` bytes and the `LABEL` bytes at its `]` are gathered once, as rows of 64-bit words, and
+read at fixed offsets. What a chunk repeats is worked out once per distinct value: a rank tag per distinct tag
+text, a date's midnight per distinct date (a chunk holds a handful of each).
 """
 from __future__ import annotations
 
@@ -17,29 +18,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.diagnose.fastpath.fields import read_pieces
-from toolkit.diagnose.fastpath.words import (Words, all_digits, digit_at, first_below, first_byte, is_literal,
+from toolkit.diagnose.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather, is_literal,
                                              parse_digits, two_digits, window, word_at)
 
 DECODE, PREFILL, ACCESS = 0, 1, 2
-HEAD = 72      # bytes of each line read for its stamp, rank tag and label
+HEAD = 72      # bytes of each line read for its stamp, rank tag (the `]` is at most at 48) and label
+LABEL = 24     # bytes read at the `]`: `] Decode batch. `, `] Prefill batch. `, `] INFO:     `
 BATCH_KINDS = ("decode", "prefill")
 MAX_TAG = 24   # longest rank tag text read here (" DP1 PP0 TP3 EP3" is 16); longer ones take the per-line path
 MAX_CLIENT = 31
-FEW = 8        # distinct tag texts matched one by one before sorting
+FEW = 8        # distinct values matched one by one before sorting
 _RANK = re.compile(r"(?:\s+[A-Z][A-Z_]*\d+)*\s*")
 _STAMP = b"[0000-00-00 00:00:00"
 _DECODE = (b"] Decode", b" batch")
 _PREFILL = (b"] Prefil", b"l batch")
 _ACCESS = (b"] INFO: ", b"    ")
-_BODY = {DECODE: 16, PREFILL: 17}  # `] Decode batch. ` / `] Prefill batch. `
+_BODY = np.array([16, 17])  # `] Decode batch. ` / `] Prefill batch. `, by kind
 _ACCESS_LEN = 12
 _DASH = b' - "'
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @dataclass(slots=True)
 class BatchLines:
-    """Hot decode and prefill lines: index in the chunk, kind (DECODE/PREFILL), time, rank (index into
-    `ranks`), and their fields by canonical name (float64, NaN where a line does not print one)."""
+    """Hot decode and prefill lines, the decode lines first, each kind in line order: index in the chunk, kind
+    (DECODE/PREFILL), time, rank (index into `ranks`), and their fields by canonical name (float64, NaN where a
+    line does not print one)."""
 
     index: np.ndarray
     kind: np.ndarray
@@ -47,6 +51,22 @@ class BatchLines:
     rank: np.ndarray
     ranks: list[str]
     fields: dict[str, np.ndarray]
+
+    def by_kind(self) -> dict[str, dict[str, np.ndarray]]:
+        """The lines as table columns by kind name: `line` (index in the chunk), `time`, `rank` (index into
+        `ranks`) and every field some line of the kind prints."""
+        out = {}
+        bounds = np.searchsorted(self.kind, [DECODE, PREFILL, PREFILL + 1]).tolist()
+        for code, kind in enumerate(BATCH_KINDS):
+            a, b = bounds[code], bounds[code + 1]
+            if a == b:
+                continue
+            columns = {"line": self.index[a:b], "time": self.time[a:b], "rank": self.rank[a:b]}
+            for name, values in self.fields.items():
+                if not np.isnan(values[a:b]).all():
+                    columns[name] = values[a:b]
+            out[kind] = columns
+        return out
 
 
 @dataclass(slots=True)
@@ -86,45 +106,169 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     starts, ends = line_bounds(words, size)
     slow = np.ones(len(starts), bool)
     candidate = (ends - starts) >= 32
-    if not (bytearray.isascii(data) and b"\r" not in data and b"\x1b" not in data):
+    if words.bytes[:size].max(initial=0) >= 0x80 or b"\r" in data or b"\x1b" in data:
         candidate &= ~_dirty_lines(words, size, starts)
     rows = np.flatnonzero(candidate)
-    head = window(words, starts[rows], HEAD)
-    stamped, tag = _stamp_layout(head)
-    tags = [word_at(head, tag + 8 * k) for k in range(MAX_TAG // 8 + 1)]
-    close = _close_bracket(tags)
-    label = tag + np.maximum(close, 0)
-    kind = _labels(head, label)
-    hot = np.flatnonzero(stamped & (close >= 0) & (kind >= 0))
-    rows, kind, label, close = rows[hot], kind[hot], label[hot], close[hot]
-    rank, ranks, named = _ranks(words, [t[hot] for t in tags[:3]], starts[rows] + tag[hot], close)
-    access = np.flatnonzero((kind == ACCESS) & named)
-    access = access[_access_layout(words, starts[rows[access]] + label[access])]
+    head = np.ascontiguousarray(gather(words, starts[rows], HEAD).T)  # word k of every line is head[k]
+    stamped, _ = _stamp_layout(head)
+    if not stamped.all():
+        stamped = np.flatnonzero(stamped)
+        rows, head = rows[stamped], head[:, stamped]
+    at = starts[rows]
+    layout = _layouts(words, head, at)
+    kind, close, rank = layout.kind, layout.close, layout.rank
+    if not layout.hot.all():
+        hot = np.flatnonzero(layout.hot)
+        rows, at, head, kind, close, rank = rows[hot], at[hot], head[:, hot], kind[hot], close[hot], rank[hot]
+    access = np.flatnonzero(kind == ACCESS)
+    access = access[_access_layout(words, at[access] + close[access])]
     slow[rows[access]] = False
-    access_lines = AccessLines(rows[access], starts[rows[access]] + label[access] + _ACCESS_LEN,
-                               rank[access].astype(np.int16), [h[hot[access]] for h in head[:3]])
-    batch = np.flatnonzero((kind != ACCESS) & named)
-    lines = _batch_lines(words, rows[batch], [h[hot[batch]] for h in head[:3]], kind[batch], rank[batch], ranks,
-                         starts[rows[batch]] + label[batch], ends[rows[batch]])
+    access_lines = AccessLines(rows[access], at[access] + close[access] + _ACCESS_LEN, rank[access].astype(np.int16),
+                               list(head[:3, access]))
+    batch = np.flatnonzero(kind == DECODE)
+    batch = np.concatenate([batch, np.flatnonzero(kind == PREFILL)])
+    lines = _batch_lines(words, rows[batch], head[:3, batch], kind[batch], rank[batch], layout.ranks,
+                         at[batch] + close[batch] + _BODY[kind[batch]], ends[rows[batch]])
     slow[lines.index] = False
     return ScannedChunk(starts, ends, slow, lines, access_lines)
+
+
+# -- layouts: a chunk's lines share a few (stamp form, rank tag, label) ---------------------------------
+
+@dataclass(slots=True)
+class Layout:
+    """Per line: hot (a batch or access line with a rank tag), kind, offset of its `]`, rank (index into
+    `ranks`)."""
+
+    hot: np.ndarray
+    kind: np.ndarray
+    close: np.ndarray
+    rank: np.ndarray
+    ranks: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """A line's bytes up to the end of its label, digits of the stamp left out, as (value, mask) words: every
+    line with the same bytes there and digits in its stamp reads the same (stamp form, tag, `]`, label)."""
+
+    value: tuple[np.uint64, ...]
+    mask: tuple[np.uint64, ...]
+    hot: bool
+    kind: int
+    close: int
+    rank: str
+
+    def matches(self, head: np.ndarray) -> np.ndarray:
+        """Which lines match, from their head words 2 on (the stamp's fixed bytes before byte 20 are checked
+        already)."""
+        ok = None
+        for k in range(2, len(self.value)):
+            same = (head[k] & self.mask[k]) == self.value[k]
+            ok = same if ok is None else ok & same
+        return ok
+
+
+MAX_LAYOUTS = 12
+_DIGITS = (1, 2, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19)  # of `[YYYY-mm-dd HH:MM:SS`; `.fff` adds 21-23
+_TEMPLATES: dict[bytes, _Template] = {}
+
+
+def _layouts(words: Words, head: np.ndarray, at: np.ndarray) -> Layout:
+    """The layout of each stamped line: lines are matched against templates made from the first line no
+    template matches yet (a chunk needs a handful); lines past MAX_LAYOUTS templates are read one by one."""
+    n = head.shape[1]
+    code = np.zeros(n, np.int8)  # 1 + the template a line matches (templates never overlap: their `]` differ)
+    templates: list[_Template] = []
+    first, matched = 0, 0
+    while matched < n and len(templates) < MAX_LAYOUTS:
+        template = _template(words, head[:, first], at[first])
+        match = template.matches(head)
+        templates.append(template)
+        code += match.view(np.int8) * np.int8(len(templates))
+        matched += int(np.count_nonzero(match))
+        first = int(code.argmin())
+    left = np.flatnonzero(code == 0) if matched < n else np.zeros(0, np.int64)
+    ranks = list(dict.fromkeys(t.rank for t in templates))
+    table = np.array([(0, 0, 0, 0)] + [(t.hot, t.kind, t.close, ranks.index(t.rank)) for t in templates], np.int64)
+    layout = Layout(table[:, 0].astype(bool)[code], table[:, 1][code], table[:, 2][code], table[:, 3][code], ranks)
+    if len(left):
+        rest = _classify(words, head[:, left], at[left])
+        for name in rest.ranks:
+            if name not in ranks:
+                ranks.append(name)
+        codes = np.array([ranks.index(name) for name in rest.ranks] or [0], np.int64)
+        layout.hot[left], layout.kind[left], layout.close[left] = rest.hot, rest.kind, rest.close
+        layout.rank[left] = codes[rest.rank]
+    return layout
+
+
+def _template(words: Words, head: np.ndarray, at: np.int64) -> _Template:
+    """The template of one stamped line (its head words), made once per process for each distinct one."""
+    row = head.tobytes()
+    close = row.find(b"]", 20, HEAD - 16)
+    end = min(close + 17, HEAD) if close >= 0 else HEAD - 16
+    digits = _DIGITS + ((21, 22, 23) if row[20:21] == b"." else ())
+    region, mask = bytearray(row[:end]), bytearray(b"\xff" * end)
+    for k in digits:
+        region[k] = mask[k] = 0
+    key = bytes(region)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        one = _classify(words, head[:, None], np.array([at]))
+        template = _Template(_as_words(region), _as_words(mask), bool(one.hot[0]), int(one.kind[0]),
+                             int(one.close[0]), one.ranks[one.rank[0]] if one.ranks else "")
+        if len(_TEMPLATES) < 4096:
+            _TEMPLATES[key] = template
+    return template
+
+
+def _as_words(data: bytearray) -> tuple[np.uint64, ...]:
+    return tuple(np.frombuffer(bytes(data) + bytes(-len(data) % 8), np.uint64))
+
+
+def _classify(words: Words, head: np.ndarray, at: np.ndarray) -> Layout:
+    """The layout of each stamped line, read line by line from its head and label."""
+    _, tag = _stamp_layout(head)
+    close = _close_bracket(head)
+    kind = _labels(gather(words, at + np.minimum(close, HEAD), LABEL))
+    hot = (close - tag <= MAX_TAG) & (kind >= 0)
+    rank, ranks, named = _ranks(words, head, at, tag, np.where(hot, close, tag))
+    return Layout(hot & named, kind.astype(np.int64), close, rank, ranks)
 
 
 _SCRATCH = threading.local()
 
 
 def line_bounds(words: Words, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end offsets of every line of the chunk (no trailing newline)."""
+    """Start and end offsets of every line of the chunk (no trailing newline): newlines flagged, packed eight
+    to a byte, and the set bits of each 64-bit word read out (a word rarely holds more than one newline)."""
+    padded = (size + 63) // 64 * 64
     scratch = getattr(_SCRATCH, "flags", None)
-    if scratch is None or len(scratch) < size:
-        scratch = _SCRATCH.flags = np.empty(max(size, 1 << 20), bool)  # reused: no page faults per chunk
-    flags = scratch[:size]
-    np.equal(words.bytes[:size], 10, out=flags)
-    newlines = np.flatnonzero(flags)
-    starts = np.empty(len(newlines) + 1, np.int64)
-    starts[0], starts[1:] = 0, newlines + 1
-    ends = np.empty(len(newlines) + 1, np.int64)
-    ends[:-1], ends[-1] = newlines, size
+    if scratch is None or len(scratch) < padded:
+        scratch = _SCRATCH.flags = np.zeros(max(padded, 1 << 20), bool)  # reused: no page faults per chunk
+    flags = scratch[:padded]
+    np.equal(words.bytes[:size], 10, out=flags[:size])
+    flags[size:] = False
+    packed = np.packbits(flags, bitorder="little").view(np.uint64)
+    which = np.flatnonzero(packed != 0)
+    bits, base = packed[which], which * 64
+    newlines = []
+    while len(bits):
+        low = bits & (~bits + ONE)
+        newlines.append(base + np.bitwise_count(low - ONE))
+        bits ^= low
+        more = bits != 0
+        if not more.any():
+            break
+        bits, base = bits[more], base[more]
+    found = np.concatenate(newlines) if len(newlines) > 1 else (newlines[0] if newlines else np.zeros(0, np.int64))
+    if len(newlines) > 1:
+        found.sort(kind="stable")
+    starts = np.empty(len(found) + 1, np.int64)
+    starts[0], starts[1:] = 0, found + 1
+    ends = np.empty(len(found) + 1, np.int64)
+    ends[:-1], ends[-1] = found, size
     return starts, ends
 
 
@@ -155,10 +299,11 @@ _MASKS = [_masks(offset) for offset in (0, 8, 16)]
 _SEP = np.uint64(32)  # byte 20, after `[YYYY-mm-dd HH:MM:SS`, is the low byte of (word 2 >> 32)
 
 
-def _stamp_layout(head: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _stamp_layout(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the line starts with a stamp's layout, offset of its rank tag: 20, or 24 after `.fff`)."""
-    good = np.ones(len(head[0]), bool)
-    for word, (fixed, value, digits) in zip(head[:3], _MASKS):
+    good = np.ones(head.shape[1], bool)
+    for k, (fixed, value, digits) in enumerate(_MASKS):
+        word = head[k]
         good &= ((word & fixed) == value) & all_digits(word, digits)
     sep = (head[2] >> _SEP) & np.uint64(0xFF)
     millis = (sep == np.uint64(ord("."))) & all_digits(head[2], np.uint64(0xFFFFFF << 40))
@@ -166,26 +311,26 @@ def _stamp_layout(head: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return good, np.where(millis, 24, 20)
 
 
-def _close_bracket(tags: list[np.ndarray]) -> np.ndarray:
-    """Offset in the tag words of the first `]` within MAX_TAG bytes, -1 where there is none."""
-    close = np.full(len(tags[0]), -1, np.int64)
-    for k in range(len(tags) - 1, -1, -1):
-        at = first_byte(tags[k], ord("]"))
+def _close_bracket(head: np.ndarray) -> np.ndarray:
+    """Offset of the first `]` at or after byte 20 of each line's head (its stamp holds none before), a large
+    offset where the head has none."""
+    close = np.full(head.shape[1], 1 << 20, np.int64)
+    for k in range(HEAD // 8 - 3, 1, -1):
+        at = first_byte(head[k], ord("]"))
         close = np.where(at < 8, 8 * k + at, close)
-    close[close > MAX_TAG] = -1
     return close
 
 
-def _labels(head: list[np.ndarray], label: np.ndarray) -> np.ndarray:
-    """Kind per line from the text at its `]` (offset `label` in the head): DECODE, PREFILL, ACCESS or -1."""
-    x0, x1 = word_at(head, label), word_at(head, label + 8)
+def _labels(label: np.ndarray) -> np.ndarray:
+    """Kind per line from the `LABEL` bytes at its `]`: DECODE, PREFILL, ACCESS or -1."""
+    x0, x1, x2 = label[:, 0], label[:, 1], label[:, 2]
     kind = np.full(len(label), -1, np.int8)
     b14, b15 = (x1 >> np.uint64(48)) & np.uint64(0xFF), x1 >> np.uint64(56)
     dot_or_comma = (b14 == np.uint64(ord("."))) | (b14 == np.uint64(ord(",")))
     decode = is_literal(x0, _DECODE[0]) & is_literal(x1, _DECODE[1]) & dot_or_comma & (b15 == np.uint64(32))
     prefill = is_literal(x0, _PREFILL[0]) & is_literal(x1, _PREFILL[1])
     prefill &= (b15 == np.uint64(ord("."))) | (b15 == np.uint64(ord(",")))
-    prefill &= (word_at(head, label + 16) & np.uint64(0xFF)) == np.uint64(32)
+    prefill &= (x2 & np.uint64(0xFF)) == np.uint64(32)
     kind[decode] = DECODE
     kind[prefill] = PREFILL
     kind[is_literal(x0, _ACCESS[0]) & is_literal(x1, _ACCESS[1])] = ACCESS
@@ -194,21 +339,40 @@ def _labels(head: list[np.ndarray], label: np.ndarray) -> np.ndarray:
 
 def stamp_times(head: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, the date is a calendar date) of hot lines from their first three words."""
-    return _time(head)
+    return _time(np.stack(head) if len(head[0]) else np.zeros((3, 0), np.uint64))
 
 
-def _time(head: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+_DATE = np.uint64(0xFFFFFF)  # bytes 8-10 of a stamp, `-dd`: with word 0, the date
+
+
+def _time(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(seconds on the log's clock, the date is a calendar date) from each stamp, as `diagnose.prefix`
-    computes it: the time of day (plus milliseconds) added to the date's midnight."""
-    w0, w1, w2 = head
+    computes it: the time of day (plus milliseconds) added to the date's midnight (worked out per distinct
+    date)."""
+    w0, w1, w2 = head[0], head[1], head[2]
+    if len(w0) == 0:
+        return np.zeros(0), np.zeros(0, bool)
+    date = [w0, w1 & _DATE]
+    codes, first = _distinct(date)
+    midnight, good = _midnight(w0[first], w1[first])
+    midnight, good = midnight[codes], good[codes]
+    other = np.flatnonzero((date[0] != date[0][first][codes]) | (date[1] != date[1][first][codes]))
+    if len(other):
+        midnight[other], good[other] = _midnight(w0[other], w1[other])
+    tod = two_digits(w1, 4) * 3600 + (digit_at(w1, 7) * 10 + digit_at(w2, 0)) * 60 + two_digits(w2, 2)
+    millis = ((w2 >> _SEP) & np.uint64(0xFF)) == np.uint64(ord("."))
+    if millis.any():
+        tod = tod + np.where(millis, parse_digits(w2 >> np.uint64(40), 3) / 1000.0, 0.0)
+    return midnight + tod, good
+
+
+def _midnight(w0: np.ndarray, w1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds at the date's midnight, the date is a calendar date) of stamps' first two words."""
     year = parse_digits(w0 >> np.uint64(8), 4)
     month, day = two_digits(w0, 6), two_digits(w1, 1)
     good = (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
-    tod = two_digits(w1, 4) * 3600 + (digit_at(w1, 7) * 10 + digit_at(w2, 0)) * 60 + two_digits(w2, 2)
-    millis = ((w2 >> _SEP) & np.uint64(0xFF)) == np.uint64(ord("."))
-    frac = np.where(millis, parse_digits(w2 >> np.uint64(40), 3) / 1000.0, 0.0)
-    midnight = (_days(np.where(good, year, 1970), np.where(good, month, 1)) + np.where(good, day, 1) - 1) * 86400
-    return midnight.astype(np.float64) + (tod + frac), good
+    days = _days(np.where(good, year, 1970), np.where(good, month, 1)) + np.where(good, day, 1) - 1
+    return (days * 86400).astype(np.float64), good
 
 
 def _days(year: np.ndarray, month: np.ndarray) -> np.ndarray:
@@ -222,24 +386,33 @@ def _days(year: np.ndarray, month: np.ndarray) -> np.ndarray:
 
 # -- rank tag -----------------------------------------------------------------------------------------
 
-_TAG_MASKS = np.array([[(1 << (8 * max(0, min(8, n - 8 * k)))) - 1 for k in range(3)] for n in range(MAX_TAG + 1)],
-                      dtype=np.uint64)
 _RANK_NAMES: dict[bytes, str | None] = {}
 
 
-def _ranks(words: Words, tags: list[np.ndarray], tag: np.ndarray,
-           length: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """(code per line into the names, the names, the tag text is a rank tag), parsed per distinct text;
-    `tags` are the tag's first words, `tag` its offset in the chunk, `length` its length."""
-    masks = _TAG_MASKS[length]
-    keys = [word & masks[:, k] for k, word in enumerate(tags)] + [length.astype(np.uint64)]
+def _below(offset: np.ndarray) -> np.ndarray:
+    """Masks of each word's bytes before `offset` (counted from the word's first byte; any integer)."""
+    keep = np.clip(offset, 0, 8)
+    return (_ALL >> ((8 - keep) * 8).astype(np.uint64)) if len(offset) else np.zeros(0, np.uint64)
+
+
+def _ranks(words: Words, head: np.ndarray, at: np.ndarray, tag: np.ndarray,
+           close: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(code per line into the names, the names, the tag text is a rank tag), parsed per distinct text; the
+    tag text is bytes [tag, close) of each line's head (at most MAX_TAG, within words 2-5)."""
+    if len(at) == 0:
+        return np.zeros(0, np.int64), [], np.zeros(0, bool)
+    low = np.where(tag == 20, np.uint64(0xFFFFFFFF00000000), np.uint64(0))
+    keys = [head[2] & low & _below(close - 16)]
+    keys += [head[k] & _below(close - 8 * k) for k in range(3, 6)]
+    keys.append((tag * 64 + close).astype(np.uint64))
     codes, first = _distinct(keys)
-    same = np.ones(len(tag), bool)
+    same = np.ones(len(at), bool)
     for key in keys:
         same &= key == key[first][codes]
-    texts = [bytes(words.bytes[t: t + n]) for t, n in zip(tag[first].tolist(), length[first].tolist())]
+    begin = (at + tag)[first].tolist()
+    texts = [bytes(words.bytes[b: b + n]) for b, n in zip(begin, (close - tag)[first].tolist())]
     names = [_rank_name(text) for text in texts]
-    named = np.array([name is not None for name in names], bool)[codes] & same if len(first) else same
+    named = np.array([name is not None for name in names], bool)[codes] & same
     return codes, [name or "" for name in names], named
 
 
@@ -288,23 +461,11 @@ def _access_layout(words: Words, label: np.ndarray) -> np.ndarray:
     return ok & is_literal(word_at(client, np.maximum(space, 0)), _DASH)
 
 
-def _batch_lines(words: Words, rows: np.ndarray, head: list[np.ndarray], kind: np.ndarray, rank: np.ndarray,
-                 ranks: list[str], label: np.ndarray, end: np.ndarray) -> BatchLines:
+def _batch_lines(words: Words, rows: np.ndarray, head: np.ndarray, kind: np.ndarray, rank: np.ndarray,
+                 ranks: list[str], body: np.ndarray, end: np.ndarray) -> BatchLines:
     """The batch lines whose pieces read completely and whose date is a calendar date."""
     time, dated = _time(head)
-    read = np.zeros(len(rows), bool)
-    fields: dict[str, np.ndarray] = {}
-    for code in (DECODE, PREFILL):
-        # NOTE: one walk per kind: its lines share their keys' order, so each step matches them as one group.
-        mine = np.flatnonzero(kind == code)
-        if not len(mine):
-            continue
-        got, values = read_pieces(words, label[mine] + _BODY[code], end[mine])
-        read[mine] = got
-        for name, column in values.items():
-            if name not in fields:
-                fields[name] = np.full(len(rows), np.nan)
-            fields[name][mine] = column
-    keep = read & dated
+    read, fields = read_pieces(words, body, end, (int(np.searchsorted(kind, PREFILL)),))
+    keep = np.flatnonzero(read & dated)
     return BatchLines(rows[keep].astype(np.int64), kind[keep].astype(np.int8), time[keep], rank[keep].astype(np.int16),
                       ranks, {name: values[keep] for name, values in fields.items()})

@@ -96,6 +96,33 @@ def parse_digits(word: np.ndarray, count: np.ndarray | int) -> np.ndarray:
     return x.astype(np.int64)
 
 
+_HIGH_TENS = np.uint64(0x7676767676767676)
+
+
+def digit_values(word: np.ndarray) -> np.ndarray:
+    """Each byte less '0': a digit byte becomes its value (0-9), any other ASCII byte 10 or more."""
+    return word ^ _ZEROS
+
+
+def nondigit_flags(values: np.ndarray) -> np.ndarray:
+    """High bit set in each byte of `digit_values` that is not a digit (bytes up to the first non-ASCII one)."""
+    return (values + _HIGH_TENS) & HIGHS
+
+
+def lowest_flag_bits(flags: np.ndarray) -> np.ndarray:
+    """8 x the index (0-7) of the lowest byte flagged in `flags` (uint8; 56 where none is)."""
+    return np.bitwise_count(flags ^ (flags - ONE)) - np.uint8(8)
+
+
+def spell(values: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """The number (uint64) the digit values in the low `bits` / 8 bytes (1-8) of each word spell: moved to the
+    top of the word (zeros below), then combined in pairs, fours and eights."""
+    x = values << (np.uint64(64) - bits)
+    x = (x * np.uint64(10) + (x >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    x = (x * np.uint64(100) + (x >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    return (x * np.uint64(10000) + (x >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+
+
 def digit_at(word: np.ndarray, k: int) -> np.ndarray:
     """The value of the ASCII digit at byte `k` of each word."""
     return ((word >> np.uint64(8 * k)) & np.uint64(0x0F)).astype(np.int64)
@@ -105,6 +132,13 @@ def two_digits(word: np.ndarray, k: int) -> np.ndarray:
     """The two-digit number at bytes `k`, `k + 1` of each word."""
     pair = (word >> np.uint64(8 * k)) & np.uint64(0x0F0F)
     return ((pair & np.uint64(0x0F)) * np.uint64(10) + (pair >> np.uint64(8))).astype(np.int64)
+
+
+def gather(words: Words, pos: np.ndarray, width: int) -> np.ndarray:
+    """The `width` bytes (a multiple of 8) from each offset in `pos`, as rows of `width // 8` words: one gather
+    of whole rows (a gather costs about the same for 8 bytes as for 64)."""
+    view = np.ndarray((len(words.bytes) - width + 1,), np.dtype((np.void, width)), words.bytes, 0, (1,))
+    return view[pos].view(np.uint64).reshape(len(pos), width // 8)
 
 
 def window(words: Words, pos: np.ndarray, width: int) -> list[np.ndarray]:

@@ -2,12 +2,14 @@
 
 `RULES` is the registry in report order; `run_rules` evaluates them all and never lets one rule's error stop
 the others (the error becomes an `info` finding so it is seen, not hidden). A rule that cannot judge says why
-with `ctx.cannot_judge(...)`; the verdict lists those.
+with `ctx.cannot_judge(...)`; the verdict lists those. Each rule has its own context (so rules can run on
+`THREADS` threads); findings, notes and what could not be judged come back in registry order.
 """
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from toolkit.diagnose.findings import Evidence, Finding
 from toolkit.diagnose.rules import (
@@ -52,18 +54,30 @@ RULES: dict[str, Rule] = {
 }
 
 
+THREADS = 1  # more run the rules on threads: their numpy work releases the GIL
+
+
 def run_rules(ctx: Context) -> list[Finding]:
-    findings: list[Finding] = []
-    for name, rule in RULES.items():
-        ctx.rule = name
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                findings.extend(rule(ctx))
-        except Exception as exc:  # noqa: BLE001 - a broken rule is reported, the others still run
-            findings.append(Finding(f"rule-error.{name}", "info", f"rule {name} could not run",
-                                    f"{type(exc).__name__}: {exc}", Evidence()))
-    return findings
+    contexts = [ctx.for_rule(name) for name in RULES]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if THREADS > 1:
+            with ThreadPoolExecutor(THREADS, thread_name_prefix="diagnose-rule") as pool:
+                found = list(pool.map(_run, RULES.values(), contexts))
+        else:
+            found = list(map(_run, RULES.values(), contexts))
+    for own in contexts:
+        ctx.notes += own.notes
+        ctx.unjudged += own.unjudged
+    return [finding for findings in found for finding in findings]
+
+
+def _run(rule: Rule, ctx: Context) -> list[Finding]:
+    try:
+        return rule(ctx)
+    except Exception as exc:  # noqa: BLE001 - a broken rule is reported, the others still run
+        return [Finding(f"rule-error.{ctx.rule}", "info", f"rule {ctx.rule} could not run",
+                        f"{type(exc).__name__}: {exc}", Evidence())]
 
 
 __all__ = ["RULES", "Context", "run_rules"]

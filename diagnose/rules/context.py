@@ -35,6 +35,10 @@ class Context:
     def steady(self) -> Rows:
         return self.timeline.steady()
 
+    def for_rule(self, rule: str) -> Context:
+        """A context for one rule: the same inputs, its own notes and list of what it could not judge."""
+        return Context(self.timeline, self.metrics, self.bench, rule=rule)
+
     def cannot_judge(self, why: str) -> None:
         self.unjudged.append((self.rule, why))
 

@@ -58,18 +58,27 @@ def _onset(x: np.ndarray, running: np.ndarray) -> int | None:
     for k in range(1, MIN_RUN):
         run[:-k] &= low[k:]
         run[n - k:] = False
-    index = np.arange(n)
-    candidates = np.flatnonzero(run & (index >= BEFORE) & (index + POST <= n))
+    run[:BEFORE] = False
+    run[n - POST + 1:] = False
+    candidates = np.flatnonzero(run)
     if not len(candidates):
         return None
+    # NOTE: the conditions narrow the candidates one after another, cheapest first.
     level = np.quantile(_windows(x, BEFORE, after=False)[candidates], 1 - SUSTAINED, axis=1) / COLLAPSE_FACTOR
     first = np.max(_windows(x, MIN_RUN, after=True)[candidates], axis=1)
+    keep = first < level
+    candidates, level = candidates[keep], level[keep]
+    if not len(candidates):
+        return None
     post = np.quantile(_windows(x, POST, after=True)[candidates], SUSTAINED, axis=1)
+    keep = post < level
+    candidates = candidates[keep]
+    if not len(candidates):
+        return None
     run_pre = np.median(_windows(running, BEFORE, after=False)[candidates], axis=1)
     run_post = np.median(_windows(running, POST, after=True)[candidates], axis=1)
     similar = np.abs(run_post - run_pre) <= SIMILAR_RUNNING * np.maximum(run_pre, 1.0)
-    ok = (first < level) & (post < level) & similar & (run_pre > 0)
-    hits = candidates[ok]
+    hits = candidates[similar & (run_pre > 0)]
     return int(hits[0]) if len(hits) else None
 
 
