@@ -1,4 +1,4 @@
-"""The serving runtime. `from runtime import Engine` gives the offline API (imported lazily: torch is heavy)."""
+"""The serving runtime. `from toolkit.runtime import Engine` gives the offline API (imported lazily: torch is heavy)."""
 from __future__ import annotations
 
 import os

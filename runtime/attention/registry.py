@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import shutil
 from collections.abc import Callable
 
 import torch
@@ -42,7 +43,11 @@ def register_backend(name: str, factory: BackendFactory) -> None:
 
 
 def flashinfer_available() -> bool:
-    return importlib.util.find_spec("flashinfer") is not None
+    """FlashInfer can run here: it is importable, and its kernels are prebuilt (flashinfer-jit-cache) or nvcc is on
+    the PATH to build them at first use (without either, `auto` would pick a backend that fails mid-request)."""
+    if importlib.util.find_spec("flashinfer") is None:
+        return False
+    return importlib.util.find_spec("flashinfer_jit_cache") is not None or shutil.which("nvcc") is not None
 
 
 def resolve_backend_name(name: str, device: torch.device) -> str:

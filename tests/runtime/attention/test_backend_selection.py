@@ -47,7 +47,7 @@ def test_triton_runs_on_cpu_in_the_interpreter():
 
 def test_triton_on_cpu_without_the_interpreter_says_how_to_fix_it():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = ("import torch; from runtime.attention.registry import create_backend; "
+    script = ("import torch; from toolkit.runtime.attention.registry import create_backend; "
               "create_backend('triton', torch.device('cpu'))")
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=120)
