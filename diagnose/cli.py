@@ -96,6 +96,9 @@ def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_
     from rich.console import Console
 
     from toolkit.diagnose.analysis import analyze
+    from toolkit.diagnose.fastpath.ahead import keep_freed_memory
+
+    keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
 
     try:
         result = analyze(logs, metrics=metrics, bench=bench)

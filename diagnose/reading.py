@@ -7,6 +7,7 @@ tested against).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -96,8 +97,15 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
     no, offset = 1, 0
     if fast and use_processes(path):
         try:
+            before = {kind: sink.builder.rows(kind) for kind in BATCH_KINDS}
             for chunk in scanned_ranges(path, chunk_size()):
                 no += _read_chunk(chunk, no, parser, sink)
+                if before is not None:
+                    # NOTE: the first range tells how many batch lines the file holds, about.
+                    ranges = os.path.getsize(path) / chunk_size()
+                    for kind, rows in before.items():
+                        sink.builder.reserve(kind, rows + int((sink.builder.rows(kind) - rows) * ranges * 1.1))
+                    before = None
             offset = -1
         except LineTooLong as too_long:
             offset = too_long.offset

@@ -114,12 +114,66 @@ class Rows:
         return float(mask.sum()) / len(self) if len(self) else 0.0
 
 
-class BatchTableBuilder:
-    """Collects batch lines as they are read (column parts from the fast path, events from the per-line
-    parser) and builds one table per kind once."""
+class _Growing:
+    """One kind's columns as its parts arrive: rows [0, n) filled, room for more behind them (untouched, so
+    not yet memory). Parts are copied in as they come, while later chunks are still being read."""
 
     def __init__(self) -> None:
-        self._parts: dict[str, list[dict[str, np.ndarray]]] = {kind: [] for kind in BATCH_KINDS}
+        self.n = 0
+        self.capacity = 0
+        self.columns: dict[str, np.ndarray] = {}
+        self.last_key = -1
+        self.ordered = True
+
+    def reserve(self, rows: int) -> None:
+        if rows > self.capacity:
+            self.capacity = rows
+            for name, column in self.columns.items():
+                grown = np.empty(rows, column.dtype)
+                grown[: self.n] = column[: self.n]
+                self.columns[name] = grown
+
+    def add(self, part: dict[str, np.ndarray]) -> None:
+        k = len(part["line"])
+        if self.n + k > self.capacity:
+            self.reserve(max(self.n + k, self.capacity * 3 // 2, 1024))
+        n = self.n
+        for name, values in part.items():
+            column = self.columns.get(name)
+            if column is None:
+                column = self.columns[name] = np.empty(self.capacity, _DTYPES.get(name, np.float64))
+                if n:
+                    column[:n] = np.nan
+            column[n: n + k] = values
+        for name, column in self.columns.items():
+            if name not in part:
+                column[n: n + k] = np.nan
+        key = part["source"].astype(np.int64) * (1 << 40) + part["line"]
+        if self.ordered and (key[0] < self.last_key or (k > 1 and not bool((key[1:] >= key[:-1]).all()))):
+            self.ordered = False
+        self.last_key = max(self.last_key, int(key[-1]))
+        self.n += k
+
+    def table(self, kind: str, ranks: list[str], window: tuple[float, float] | None) -> BatchTable:
+        if not self.n:
+            return BatchTable.empty(kind, ranks)
+        columns = {name: column[: self.n] for name, column in self.columns.items()}
+        if not self.ordered:
+            order = np.argsort(columns["source"].astype(np.int64) * (1 << 40) + columns["line"], kind="stable")
+            columns = {name: values[order] for name, values in columns.items()}
+        if window is not None:
+            time = columns["time"]
+            inside = (time >= window[0]) & (time <= window[1])
+            columns = {name: values[inside] for name, values in columns.items()}
+        return BatchTable(kind, columns, ranks)
+
+
+class BatchTableBuilder:
+    """Collects batch lines as they are read (column parts from the fast path, events from the per-line
+    parser), copying each part into its kind's columns at once, and builds one table per kind."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, _Growing] = {kind: _Growing() for kind in BATCH_KINDS}
         self._ranks: dict[str, int] = {}
         self.ranks: list[str] = []
 
@@ -133,9 +187,16 @@ class BatchTableBuilder:
             codes.append(code)
         return np.array(codes, np.int16)
 
+    def reserve(self, kind: str, rows: int) -> None:
+        """Room for about `rows` lines of `kind` in all (a guess from the first chunk; wrong only costs time)."""
+        self._kinds[kind].reserve(rows)
+
+    def rows(self, kind: str) -> int:
+        return self._kinds[kind].n
+
     def add_columns(self, kind: str, columns: dict[str, np.ndarray]) -> None:
         if len(columns["line"]):
-            self._parts[kind].append(columns)
+            self._kinds[kind].add(columns)
 
     def events_parts(self, events: list[Event]) -> dict[str, dict[str, np.ndarray]]:
         """The columns of batch-kind events read by the per-line parser (numbers only), by kind."""
@@ -163,30 +224,9 @@ class BatchTableBuilder:
         return part
 
     def build(self, window: tuple[float, float] | None = None) -> dict[str, BatchTable]:
-        tables = {kind: self._build(kind, parts, window) for kind, parts in self._parts.items()}
-        self._parts = {kind: [] for kind in BATCH_KINDS}
+        tables = {kind: growing.table(kind, self.ranks, window) for kind, growing in self._kinds.items()}
+        self._kinds = {kind: _Growing() for kind in BATCH_KINDS}
         return tables
-
-    def _build(self, kind: str, parts: list[dict[str, np.ndarray]], window: tuple[float, float] | None) -> BatchTable:
-        if not parts:
-            return BatchTable.empty(kind, self.ranks)
-        names = list(dict.fromkeys(name for part in parts for name in part))
-        sizes = [len(part["line"]) for part in parts]
-        columns: dict[str, np.ndarray] = {}
-        for name in reversed(names):
-            dtype = _DTYPES.get(name, np.float64)
-            # each part's column is dropped once joined, so building costs one column more than the table
-            columns[name] = np.concatenate([part.pop(name) if name in part else np.full(size, np.nan)
-                                            for part, size in zip(parts, sizes)]).astype(dtype, copy=False)
-        columns = {name: columns[name] for name in names}
-        order = _order(columns["source"], columns["line"])
-        if order is not None:
-            columns = {name: values[order] for name, values in columns.items()}
-        if window is not None:
-            time = columns["time"]
-            inside = (time >= window[0]) & (time <= window[1])
-            columns = {name: values[inside] for name, values in columns.items()}
-        return BatchTable(kind, columns, self.ranks)
 
 
 def merge_parts(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -197,14 +237,6 @@ def merge_parts(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> 
               .astype(_DTYPES.get(name, np.float64), copy=False) for name in names}
     order = np.argsort(joined["line"], kind="stable")
     return {name: values[order] for name, values in joined.items()}
-
-
-def _order(source: np.ndarray, line: np.ndarray) -> np.ndarray | None:
-    """The (source, line) order of the rows, None when they are in it already."""
-    key = source.astype(np.int64) * (1 << 40) + line
-    if len(key) < 2 or bool((np.diff(key) >= 0).all()):
-        return None
-    return np.argsort(key, kind="stable")
 
 
 def _number(value: object) -> float | None:

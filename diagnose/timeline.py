@@ -124,33 +124,44 @@ def build_timeline(batches: Mapping[str, BatchTable], events: Mapping[str, list[
     total = config.max_total_num_tokens
     for table in batches.values():
         columns, n = table.columns, len(table)
-        token = columns.get("token", np.full(n, np.nan))
-        usage = token / total if total else np.full(n, np.nan)
-        columns["usage"] = np.where(np.isnan(usage), columns.get("token_usage", np.full(n, np.nan)), usage)
+        printed = _column(columns, "token_usage", n)
+        if total and "token" in columns:
+            usage = columns["token"] / total
+            columns["usage"] = np.where(np.isnan(usage), printed, usage)
+        else:
+            columns["usage"] = printed.copy()
         columns["phase"] = np.full(n, -1, np.int8)
         columns["after_idle"] = np.zeros(n, bool)
     prefill = batches["prefill"].columns
-    cached = prefill.get("cached_token", np.full(len(batches["prefill"]), np.nan))
+    cached = _column(prefill, "cached_token", len(batches["prefill"]))
     with np.errstate(invalid="ignore", divide="ignore"):
-        prefill["hit_rate"] = cached / (cached + prefill.get("new_token", np.full(len(cached), np.nan)))
+        prefill["hit_rate"] = cached / (cached + _column(prefill, "new_token", len(cached)))
     load = batches[load_kind]
     spans: list[PhaseSpan] = []
-    codes = np.unique(load.columns["rank"]).tolist()
+    codes = np.flatnonzero(np.bincount(load.columns["rank"], minlength=len(load.ranks))).tolist()
     for code in sorted(codes, key=lambda c: load.ranks[c]):
         rows = np.flatnonzero(load.columns["rank"] == code)
-        _phases(load.columns, rows, load.ranks[code], spans)
+        times = load.columns["time"][rows]
+        _phases(load.columns, rows, times, load.ranks[code], spans)
         if load_kind == "decode":
-            _fill_prefill_phase(load.columns, rows, prefill, np.flatnonzero(prefill["rank"] == code))
+            _fill_prefill_phase(load.columns, rows, times, prefill, np.flatnonzero(prefill["rank"] == code))
     interval = config.arg("decode_log_interval", 40)
     return Timeline(config, batches, events, spans, int(interval) if isinstance(interval, int) else 40, load_kind)
 
 
-def _time_order(columns: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """`rows` (in table order) in time order, ties in table order; unchanged without times."""
-    times = columns["time"][rows]
-    if np.isnan(times).any() or len(rows) < 2 or bool((np.diff(times) >= 0).all()):
-        return rows
-    return rows[np.argsort(times, kind="stable")]
+def _column(columns: dict[str, np.ndarray], name: str, n: int) -> np.ndarray:
+    """A column, or NaN for every line where no line prints it."""
+    column = columns.get(name)
+    return column if column is not None else np.full(n, np.nan)
+
+
+def _time_order(rows: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(`rows` (in table order, at `times`) in time order, ties in table order, unchanged without times; their
+    times)."""
+    if len(rows) < 2 or bool((times[1:] >= times[:-1]).all()) or np.isnan(times).any():
+        return rows, times
+    order = np.argsort(times, kind="stable")
+    return rows[order], times[order]
 
 
 def _segments(times: np.ndarray) -> np.ndarray:
@@ -192,12 +203,12 @@ def _segment_phases(running: np.ndarray, queue: np.ndarray) -> np.ndarray:
     return phases
 
 
-def _phases(columns: dict[str, np.ndarray], rows: np.ndarray, rank: str, spans: list[PhaseSpan]) -> None:
-    rows = _time_order(columns, rows)
+def _phases(columns: dict[str, np.ndarray], rows: np.ndarray, times: np.ndarray, rank: str,
+            spans: list[PhaseSpan]) -> None:
+    rows, times = _time_order(rows, times)
     phase, after_idle = columns["phase"], columns["after_idle"]
-    times = columns["time"][rows]
-    running = columns.get("running_req", np.full(len(columns["line"]), np.nan))[rows]
-    queue = columns.get("queue_req", np.full(len(columns["line"]), np.nan))[rows]
+    running = _column(columns, "running_req", len(columns["line"]))[rows]
+    queue = _column(columns, "queue_req", len(columns["line"]))[rows]
     seg = _segments(times)
     starts = np.flatnonzero(np.concatenate([[True], np.diff(seg) > 0]))
     bounds = np.concatenate([starts, [len(rows)]])
@@ -209,18 +220,17 @@ def _phases(columns: dict[str, np.ndarray], rows: np.ndarray, rank: str, spans: 
     _spans(times, columns["line"][rows], seg, ordered, rank, spans)
 
 
-def _fill_prefill_phase(load: dict[str, np.ndarray], load_rows: np.ndarray, prefill: dict[str, np.ndarray],
-                       rows: np.ndarray) -> None:
+def _fill_prefill_phase(load: dict[str, np.ndarray], load_rows: np.ndarray, load_times: np.ndarray,
+                       prefill: dict[str, np.ndarray], rows: np.ndarray) -> None:
     """Prefill lines take the phase of the load line before them on their rank (ramp before the first): the
     last one before in line order, or in time order when the rank's lines are not in time order."""
     if not len(rows):
         return
-    key = _line_key(prefill, rows)
-    before = np.searchsorted(_line_key(load, load_rows), key, side="left") - 1
-    times = np.concatenate([load["time"][load_rows], prefill["time"][rows]])
-    if not np.isnan(times).any() and not _time_sorted(load, load_rows, prefill, rows, before):
-        order = np.argsort(load["time"][load_rows], kind="stable")
-        before = np.searchsorted(load["time"][load_rows][order], prefill["time"][rows], side="right") - 1
+    before = np.searchsorted(_line_key(load, load_rows), _line_key(prefill, rows), side="left") - 1
+    times = prefill["time"][rows]
+    if not (np.isnan(load_times).any() or np.isnan(times).any()) and not _time_sorted(load_times, times, before):
+        order = np.argsort(load_times, kind="stable")
+        before = np.searchsorted(load_times[order], times, side="right") - 1
         before = np.where(before >= 0, order[np.maximum(before, 0)], -1)
     phase = load["phase"][load_rows]
     prefill["phase"][rows] = np.where(before >= 0, phase[np.maximum(before, 0)], RAMP)
@@ -230,12 +240,11 @@ def _line_key(columns: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
     return columns["source"][rows].astype(np.int64) * (1 << 40) + columns["line"][rows]
 
 
-def _time_sorted(load, load_rows, prefill, rows, before) -> bool:
+def _time_sorted(load_time: np.ndarray, times: np.ndarray, before: np.ndarray) -> bool:
     """Whether line order is time order for these lines (then "before in line order" is "before in time")."""
-    load_time, times = load["time"][load_rows], prefill["time"][rows]
-    if len(load_time) > 1 and not bool((np.diff(load_time) >= 0).all()):
+    if len(load_time) > 1 and not bool((load_time[1:] >= load_time[:-1]).all()):
         return False
-    if len(times) > 1 and not bool((np.diff(times) >= 0).all()):
+    if len(times) > 1 and not bool((times[1:] >= times[:-1]).all()):
         return False
     prev = before >= 0
     nxt = before + 1 < len(load_time)
@@ -274,7 +283,8 @@ def prefill_time_share(timeline: Timeline, rank: str) -> float | None:
         return None
     code = decode.ranks.index(rank)
     dc, pc = decode.columns, prefill.columns
-    d = _time_order(dc, np.flatnonzero((dc["rank"] == code) & (dc["phase"] == STEADY)))
+    d = np.flatnonzero((dc["rank"] == code) & (dc["phase"] == STEADY))
+    d, _ = _time_order(d, dc["time"][d])
     p = np.flatnonzero((pc["rank"] == code) & (pc["phase"] == STEADY))
     if len(d) < 3:
         return None
@@ -283,8 +293,7 @@ def prefill_time_share(timeline: Timeline, rank: str) -> float | None:
     k = np.diff(np.concatenate([[0], np.searchsorted(prefill_key, decode_key)]))
     interval = timeline.decode_log_interval
     with np.errstate(invalid="ignore", divide="ignore"):
-        window = interval * dc.get("running_req", np.full(len(decode), np.nan))[d] \
-            / dc.get("gen_throughput", np.full(len(decode), np.nan))[d]
+        window = interval * _column(dc, "running_req", len(decode))[d] / _column(dc, "gen_throughput", len(decode))[d]
     ok = np.isfinite(window) & (window > 0) & ~dc["after_idle"][d]
     if ok.sum() < 3 or not ((k == 0) & ok).any():
         return None

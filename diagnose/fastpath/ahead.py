@@ -10,6 +10,9 @@
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import multiprocessing
 import os
 from collections import deque
@@ -25,6 +28,19 @@ from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
 PROCESS_MIN_BYTES = 32 << 20  # smaller files are not worth starting processes for
+KEEP_BYTES = 1 << 30
+
+
+@functools.lru_cache(maxsize=1)
+def keep_freed_memory() -> bool:
+    """Keep freed blocks below KEEP_BYTES in the process heap (glibc's mallopt; False elsewhere): every chunk
+    allocates arrays of the same sizes, and with glibc's defaults each one above 128 KB is a fresh mapping whose
+    pages fault in again. The heap then keeps its peak size, which is what the process peaks at anyway."""
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(-3, KEEP_BYTES)) and bool(mallopt(-1, KEEP_BYTES))  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
 
 
 Columns = dict[str, dict[str, np.ndarray]]  # hot batch lines by kind (`BatchLines.by_kind`)
@@ -137,7 +153,7 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
     order. Raises `LineTooLong` at the first range that holds a line longer than MAX_LINE."""
     size = os.path.getsize(path)
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool:
         submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size,  # noqa: E731
                                            MAX_LINE, job)
         for packed in _ordered(submit, range(0, size, chunk), workers):
