@@ -148,10 +148,10 @@ class _Growing:
         for name, column in self.columns.items():
             if name not in part:
                 column[n: n + k] = np.nan
-        key = part["source"].astype(np.int64) * (1 << 40) + part["line"]
-        if self.ordered and (key[0] < self.last_key or (k > 1 and not bool((key[1:] >= key[:-1]).all()))):
-            self.ordered = False
-        self.last_key = max(self.last_key, int(key[-1]))
+        # NOTE: a part is in line order (the fast path's and the per-line parser's are); parts may not follow.
+        first, last = (int(part["source"][i]) * (1 << 40) + int(part["line"][i]) for i in (0, -1))
+        self.ordered &= first >= self.last_key
+        self.last_key = max(self.last_key, last)
         self.n += k
 
     def table(self, kind: str, ranks: list[str], window: tuple[float, float] | None) -> BatchTable:

@@ -226,7 +226,7 @@ def _fill_prefill_phase(load: dict[str, np.ndarray], load_rows: np.ndarray, load
     last one before in line order, or in time order when the rank's lines are not in time order."""
     if not len(rows):
         return
-    before = np.searchsorted(_line_key(load, load_rows), _line_key(prefill, rows), side="left") - 1
+    before = np.searchsorted(*_line_keys(load, load_rows, prefill, rows), side="left") - 1
     times = prefill["time"][rows]
     if not (np.isnan(load_times).any() or np.isnan(times).any()) and not _time_sorted(load_times, times, before):
         order = np.argsort(load_times, kind="stable")
@@ -236,8 +236,15 @@ def _fill_prefill_phase(load: dict[str, np.ndarray], load_rows: np.ndarray, load
     prefill["phase"][rows] = np.where(before >= 0, phase[np.maximum(before, 0)], RAMP)
 
 
-def _line_key(columns: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
-    return columns["source"][rows].astype(np.int64) * (1 << 40) + columns["line"][rows]
+def _line_keys(a: dict[str, np.ndarray], a_rows: np.ndarray, b: dict[str, np.ndarray],
+               b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(source, line) of some rows of two tables as one number each; the line alone where both tables hold
+    lines of one and the same source (a table is in (source, line) order: its first and last say)."""
+    ends = {int(t["source"][i]) for t in (a, b) if len(t["source"]) for i in (0, -1)}
+    if len(ends) <= 1:
+        return a["line"][a_rows], b["line"][b_rows]
+    return tuple(t["source"][rows].astype(np.int64) * (1 << 40) + t["line"][rows]  # type: ignore[return-value]
+                 for t, rows in ((a, a_rows), (b, b_rows)))
 
 
 def _time_sorted(load_time: np.ndarray, times: np.ndarray, before: np.ndarray) -> bool:
@@ -289,8 +296,9 @@ def prefill_time_share(timeline: Timeline, rank: str) -> float | None:
     if len(d) < 3:
         return None
     # NOTE: prefills between two decode lines, counted on the line (or time) order of the rank
-    decode_key, prefill_key = _line_key(dc, d), _line_key(pc, p)  # the table is in (source, line) order
-    k = np.diff(np.concatenate([[0], np.searchsorted(prefill_key, decode_key)]))
+    # the tables are in (source, line) order: each prefill falls before the first decode line after it
+    between = np.searchsorted(*_line_keys(dc, d, pc, p))
+    k = np.bincount(between, minlength=len(d) + 1)[: len(d)]
     interval = timeline.decode_log_interval
     with np.errstate(invalid="ignore", divide="ignore"):
         window = interval * _column(dc, "running_req", len(decode))[d] / _column(dc, "gen_throughput", len(decode))[d]
@@ -298,7 +306,7 @@ def prefill_time_share(timeline: Timeline, rank: str) -> float | None:
     if ok.sum() < 3 or not ((k == 0) & ok).any():
         return None
     step = np.median(window[(k == 0) & ok]) / interval
-    prefill_s = np.clip(window[ok] - interval * step, 0, None)
+    prefill_s = np.maximum(window[ok] - interval * step, 0)
     return float(prefill_s.sum() / window[ok].sum())
 
 

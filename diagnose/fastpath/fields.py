@@ -73,7 +73,7 @@ def _perfect_hash(prints: np.ndarray) -> tuple[np.uint64, np.ndarray]:
     for multiplier in range(0x9E3779B97F4A7C15, 0x9E3779B97F4A7C15 + 4096 * 2, 2):
         m = np.uint64(multiplier)
         buckets = (prints * m) >> np.uint64(56)
-        if len(np.unique(buckets)) == len(prints):
+        if len(set(buckets.tolist())) == len(prints):
             table = np.full(256, len(prints), np.int64)
             table[buckets] = np.arange(len(prints))
             return m, table
