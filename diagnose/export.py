@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from toolkit.diagnose.analysis import Diagnosis
 
 FORMATS = (".csv", ".parquet")
-EXPORT_RANGES = 4  # ranges per analysis chunk
 BASE = ("kind", "time", "timestamp", "rank", "line", "source", "text")
 _DERIVED = frozenset({"usage", "hit_rate", "phase", "after_idle"})
 _ACCESS = {"client": "text", "method": "text", "path": "text", "status": "number"}
@@ -120,8 +119,7 @@ def _tables(path: str | Path, source: int, schema: pa.Schema):
     no, offset = 1, 0
     if use_processes(path):
         try:
-            # NOTE: a range's table crosses a process boundary: small ranges keep fewer bytes in flight.
-            for read in scanned_ranges(path, max(1, chunk_size() // EXPORT_RANGES), job=job):
+            for read in scanned_ranges(path, chunk_size(), job=job):
                 yield _chunk_table(read, no, parser, schema)
                 no += read.lines
             offset = -1
@@ -274,7 +272,7 @@ def _hot_table(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> pa.Tab
         "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
         "rank": ranks, "line": pa.array(index.astype(np.int64)),
         "source": pa.array(np.zeros(n, np.int64)),
-        "text": _messages(chunk, scanned.starts[index], scanned.ends[index]),
+        "text": strings(chunk.data, batch.label + 2, scanned.ends[index]),
     }
     for name in schema.names[len(BASE):]:
         values = batch.fields.get(name)
@@ -298,9 +296,3 @@ def _names(codes: np.ndarray, names: list[str]):
     import pyarrow as pa
 
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(names, pa.string())).cast(pa.string())
-
-
-def _messages(chunk: Chunk, starts: np.ndarray, ends: np.ndarray):
-    """The message text of hot lines (from their label, after the stamp tag) as an Arrow string array."""
-    begins = np.array([chunk.data.find(b"] ", b, e) + 2 for b, e in zip(starts.tolist(), ends.tolist())], np.int64)
-    return strings(chunk.data, begins, ends)

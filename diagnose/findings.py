@@ -60,8 +60,8 @@ class Finding:
 def evidence(rows: Rows, total: int | None = None, **facts: float | int | str | None) -> Evidence:
     """Evidence from the matching batch lines."""
     times = rows["time"]
-    times = times[~np.isnan(times)]
-    span = (float(times.min()), float(times.max())) if len(times) else None
+    first, last = (float(np.fmin.reduce(times)), float(np.fmax.reduce(times))) if len(times) else (np.nan, np.nan)
+    span = (first, last) if first == first else None  # fmin and fmax skip NaN: NaN only when all are
     lines = tuple(int(x) for x in rows.head(MAX_LINES)["line"].tolist())
     return Evidence(len(rows), total, span, lines, dict(facts))
 

@@ -153,9 +153,9 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
     order. Raises `LineTooLong` at the first range that holds a line longer than MAX_LINE."""
     size = os.path.getsize(path)
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(job,)) as pool:
         submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size,  # noqa: E731
-                                           MAX_LINE, job)
+                                           MAX_LINE)
         for packed in _ordered(submit, range(0, size, chunk), workers):
             if packed.too_long:
                 raise LineTooLong(packed.begin)
@@ -181,8 +181,17 @@ class _Packed:
         return self.texts[(begin, end)]  # type: ignore[index]
 
 
-def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None) -> _Packed:
+_JOB: list[Job | None] = [None]  # the job of this worker process (sent once, when it starts)
+
+
+def _start_worker(job: Job | None) -> None:
+    keep_freed_memory()
+    _JOB[0] = job
+
+
+def _scan_range(path: str, start: int, stop: int, size: int, max_line: int) -> _Packed:
     """Read and scan the lines that start in [start, stop)."""
+    job = _JOB[0]
     begin, buf = _read_lines(path, start, stop, size, max_line)
     if buf is None:
         return _Packed(begin, too_long=True)

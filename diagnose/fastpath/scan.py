@@ -51,6 +51,7 @@ class BatchLines:
     rank: np.ndarray
     ranks: list[str]
     fields: dict[str, np.ndarray]
+    label: np.ndarray  # offset of each line's `]` in the chunk (its message starts 2 bytes on)
 
     def by_kind(self) -> dict[str, dict[str, np.ndarray]]:
         """The lines as table columns by kind name: `line` (index in the chunk), `time`, `rank` (index into
@@ -128,7 +129,7 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     batch = np.flatnonzero(kind == DECODE)
     batch = np.concatenate([batch, np.flatnonzero(kind == PREFILL)])
     lines = _batch_lines(words, rows[batch], head[:3, batch], kind[batch], rank[batch], layout.ranks,
-                         at[batch] + close[batch] + _BODY[kind[batch]], ends[rows[batch]])
+                         at[batch] + close[batch], ends[rows[batch]])
     slow[lines.index] = False
     return ScannedChunk(starts, ends, slow, lines, access_lines)
 
@@ -462,10 +463,10 @@ def _access_layout(words: Words, label: np.ndarray) -> np.ndarray:
 
 
 def _batch_lines(words: Words, rows: np.ndarray, head: np.ndarray, kind: np.ndarray, rank: np.ndarray,
-                 ranks: list[str], body: np.ndarray, end: np.ndarray) -> BatchLines:
+                 ranks: list[str], label: np.ndarray, end: np.ndarray) -> BatchLines:
     """The batch lines whose pieces read completely and whose date is a calendar date."""
     time, dated = _time(head)
-    read, fields = read_pieces(words, body, end, (int(np.searchsorted(kind, PREFILL)),))
+    read, fields = read_pieces(words, label + _BODY[kind], end, (int(np.searchsorted(kind, PREFILL)),))
     keep = np.flatnonzero(read & dated)
     return BatchLines(rows[keep].astype(np.int64), kind[keep].astype(np.int8), time[keep], rank[keep].astype(np.int16),
-                      ranks, {name: values[keep] for name, values in fields.items()})
+                      ranks, {name: values[keep] for name, values in fields.items()}, label[keep])
