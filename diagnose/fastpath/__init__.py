@@ -6,12 +6,14 @@ Results equal the per-line parser: for every line it reads, the kind, line numbe
 exactly what `LineParser` and `parse_fields` give, and the counts of other and unread lines are the same
 (docs/log-formats.md §14). Tests that check it: `tests/diagnose/test_fastpath.py` (every era, every stamp and
 body, cut and garbled lines, random pieces and access lines, the calendar, byte ranges read by worker
-processes, the export, timelines and findings of whole logs) and `tests/diagnose/test_chunks.py` (chunks
-scanned ahead on threads equal chunks scanned one by one).
+processes, the export, timelines and findings of whole logs), `tests/diagnose/test_scan.py` (line bounds,
+more layouts than templates, more key sequences than groups, each value form at the short-number steps' limits,
+ranges whose last line runs past their end) and `tests/diagnose/test_chunks.py` (chunks scanned ahead on threads
+equal chunks scanned one by one).
 
 - `words`: bytes read eight at a time (SWAR) from any offset of a chunk;
-- `scan`: which lines are hot, their kind, time and rank;
-- `fields`: the `key: value` pieces of hot decode and prefill lines;
+- `scan`: which lines are hot (matched against a chunk's few layouts), their kind, time and rank;
+- `fields`: the `key: value` pieces of hot decode and prefill lines, walked in groups of one key sequence;
 - `access`: the fields of hot access lines (for `--export`);
 - `ahead`: chunks scanned on worker threads, or byte ranges of a large file in worker processes, while the
   caller consumes earlier ones.
