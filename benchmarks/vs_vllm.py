@@ -10,7 +10,7 @@ and exits 2: no ratio is ever printed against a remembered figure.
 
 Each server gets a warm-up run (8 prompts) and then one run per rate, random prompts of exactly --input-len tokens
 (a different seed per rate, the same seeds for both servers), --output-len tokens each (ignore_eos), greedy.
-`--toolkit-variants` adds runs of our server with other flags (e.g. overlap off) in the same session.
+`--toolkit-variant` (repeatable) adds runs of our server with other flags (e.g. overlap off) in the same session.
 """
 from __future__ import annotations
 
@@ -61,11 +61,19 @@ def vllm_server(peers: Peers, port: int, out: Path) -> ServerProcess:
     return ServerProcess(command, port, out, env=env)
 
 
+def toolkit_launch(flags: list[str], port: int, log_file: Path) -> tuple[list[str], dict[str, str]]:
+    """The `toolkit serve` command and the environment words of a variant: KEY=VALUE words (e.g. its CPU threads)
+    set variables, the rest are flags."""
+    def is_env(word: str) -> bool:
+        return "=" in word and not word.startswith("-")
+    env = dict(word.split("=", 1) for word in flags if is_env(word))
+    command = serve_command(port, "--served-model-name", SERVED_NAME, *(w for w in flags if not is_env(w)),
+                            log_file=log_file)
+    return command, env
+
+
 def toolkit_server(flags: list[str], port: int, out: Path, log_file: Path) -> ServerProcess:
-    """Leading KEY=VALUE words of `flags` are environment variables for the server (e.g. its CPU threads)."""
-    env = dict(word.split("=", 1) for word in flags if "=" in word and not word.startswith("-"))
-    flags = [word for word in flags if not ("=" in word and not word.startswith("-"))]
-    command = serve_command(port, "--served-model-name", SERVED_NAME, *flags, log_file=log_file)
+    command, env = toolkit_launch(flags, port, log_file)
     return ServerProcess(command, port, out, env={**os.environ, **env} if env else None)
 
 
@@ -100,7 +108,7 @@ def measure(name: str, server: ServerProcess, timeout: float, peers: Peers, args
     return {"command": shlex.join(server.command), "runs": runs}
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", nargs="+", default=["inf", "4"])
@@ -108,12 +116,18 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--toolkit-flags", default="", help="extra `toolkit serve` flags for the main run")
-    parser.add_argument("--toolkit-variants", nargs="*", default=[],
-                        help="more `toolkit serve` flag sets to measure, e.g. '--disable-overlap-schedule' or "
-                             "'TOOLKIT_CPU_DECODE_THREADS=1' (KEY=VALUE words set the server's environment)")
+    parser.add_argument("--toolkit-variant", dest="toolkit_variants", action="append", default=[], metavar="FLAGS",
+                        help="another `toolkit serve` flag set to measure, repeatable; KEY=VALUE words set the "
+                             "server's environment. Flags start with '--', so join them with '=': "
+                             "--toolkit-variant='--disable-overlap-schedule' "
+                             "--toolkit-variant='TOOLKIT_CPU_DECODE_THREADS=2'")
     parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")))
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
     peers = Peers(args.peers_root)
     if missing := peers.missing():
         print("vLLM-CPU is not set up here: missing " + "; ".join(missing) + ".\nStand it up with "
