@@ -1,14 +1,7 @@
 """The serving runtime. `from toolkit.runtime import Engine` gives the offline API (imported lazily: torch is heavy)."""
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
-
-if "torch" not in sys.modules:
-    # NOTE: read once when torch loads its OpenMP runtime. Spinning waiters starve the process that holds the
-    # other core (the HTTP front end, a bench client) and stall every parallel op; see runtime/cpu_threads.py.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = ["Engine"]
 

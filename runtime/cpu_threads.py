@@ -1,10 +1,11 @@
 """How many CPU threads each kind of step uses.
 
-Prefill is compute-bound and keeps every core. Decode is memory-bound: a second thread gains ~15-20% on an
-idle 2-core machine, but each op's OpenMP barrier then stalls for a whole scheduler time slice whenever another
-process holds a core (on 2 cores that made decode steps 3x slower). The offline Engine owns the machine and
-decodes on every core; the server's scheduler shares it with the HTTP front end (and usually the client), so it
-decodes on all but one. TOOLKIT_CPU_DECODE_THREADS overrides both.
+Every step runs on every core by default, the server's included. The front end and a bench client need little
+CPU (measured: ~1.5% and ~1% of a core while 64 streams decode), and OpenMP's default wait policy (spin a while,
+then sleep) hands a core back to them quickly. What did stall each op's barrier was a thread of our own beside
+the forward (overlap scheduling: off by default on a CPU, see launch.py) and the passive wait policy (a futex
+wake-up per op). Side by side on 2 cores (benchmarks/results/vs_vllm_cpu.json), decoding on 2 threads instead
+of 1 served 64 x 256/128 requests ~1.4x faster. TOOLKIT_CPU_DECODE_THREADS sets the decode thread count.
 """
 from __future__ import annotations
 
@@ -15,21 +16,19 @@ import torch
 from toolkit.runtime.host_memory import keep_freed_memory
 
 
-def decode_threads(cores: int, shares_cores: bool) -> int:
+def decode_threads(cores: int) -> int:
     configured = os.environ.get("TOOLKIT_CPU_DECODE_THREADS")
-    if configured:
-        return max(1, int(configured))
-    return max(1, cores - 1) if shares_cores else cores
+    return max(1, int(configured)) if configured else cores
 
 
 class CpuThreadPolicy:
     """Applied by a CPU model runner: its threads per kind of step, and a heap that keeps freed blocks
     (`host_memory`), so the same tensors every step do not fault their pages in again."""
 
-    def __init__(self, shares_cores: bool = False) -> None:
+    def __init__(self) -> None:
         keep_freed_memory()
         self.prefill = torch.get_num_threads()
-        self.decode = min(self.prefill, decode_threads(self.prefill, shares_cores))
+        self.decode = min(self.prefill, decode_threads(self.prefill))
 
     def apply(self, is_decode: bool) -> None:
         wanted = self.decode if is_decode else self.prefill

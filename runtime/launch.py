@@ -27,10 +27,13 @@ def with_device_defaults(args: ServerArgs) -> ServerArgs:
     if device.type != "cuda":
         if args.base_gpu_id:
             raise ValueError(f"--base-gpu-id {args.base_gpu_id}: the device is {device.type}; GPU ids need CUDA")
+        # NOTE: overlap off on a CPU: the host's work in a second thread takes a core from the forward's OpenMP
+        # team, whose every op then waits at its barrier (measured: benchmarks/results/vs_vllm_cpu.json).
         return args.replace(
             device="cpu",
             chunked_prefill_size=args.chunked_prefill_size or CPU_CHUNKED_PREFILL_SIZE,
             disable_cuda_graph=True,
+            disable_overlap_schedule=args.disable_overlap_schedule is not False,
         )
     defaults = cuda_defaults(total_memory_mib(device), args.tp_size)
     return args.replace(
@@ -38,6 +41,7 @@ def with_device_defaults(args: ServerArgs) -> ServerArgs:
         chunked_prefill_size=args.chunked_prefill_size or defaults.chunked_prefill_size,
         cuda_graph_max_bs=args.cuda_graph_max_bs or defaults.cuda_graph_max_bs,
         mem_fraction_static=args.mem_fraction_static or defaults.mem_fraction_static,
+        disable_overlap_schedule=bool(args.disable_overlap_schedule),
     )
 
 
@@ -78,11 +82,10 @@ def place_rank(args: ServerArgs, rank: RankInfo) -> torch.device:
     return resolve_device(args.device)
 
 
-def launch_scheduler(args: ServerArgs, shares_cores: bool = False, rank: RankInfo | None = None,
+def launch_scheduler(args: ServerArgs, rank: RankInfo | None = None,
                      peers_dead: Callable[[], str | None] | None = None,
                      exit_on_silence: bool = False) -> LaunchedScheduler:
-    """`shares_cores`: other processes of ours (the HTTP front end) run beside the model on this host. `rank`: this
-    process's place in its TP group (one device when None); `peers_dead` and `exit_on_silence` go to its TPGroup."""
+    """`rank`: this process's place in its TP group (one device when None); `peers_dead` and `exit_on_silence` go to its TPGroup."""
     rank = rank or RankInfo(gpu_id=args.base_gpu_id)
     device = place_rank(args, rank)
     args = with_device_defaults(args)
@@ -97,7 +100,7 @@ def launch_scheduler(args: ServerArgs, shares_cores: bool = False, rank: RankInf
         tp = TPGroup(rank, device, op_timeout_s=args.watchdog_timeout, peers_dead=peers_dead,
                      exit_on_silence=exit_on_silence)
     tokenizer = load_tokenizer(source.tokenizer_path)
-    runner = ModelRunner(args, source, shares_cores=shares_cores, tp=tp, host_processes=rank.host_processes)
+    runner = ModelRunner(args, source, tp=tp, host_processes=rank.host_processes)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     scheduler = Scheduler(args, runner, eos_token_ids(source, tokenizer), decode)
     return LaunchedScheduler(args, source, tokenizer, runner, scheduler, tp)

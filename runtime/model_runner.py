@@ -123,13 +123,13 @@ class ModelRunner:
     heads, sized from the smallest rank's memory. `host_processes`: scheduler processes sharing this host's CPU
     RAM budget."""
 
-    def __init__(self, args: ServerArgs, source: ModelSource | None = None, shares_cores: bool = False,
+    def __init__(self, args: ServerArgs, source: ModelSource | None = None,
                  tp: TPGroup | None = None, host_processes: int = 1) -> None:
         self.args = args
         self.tp = tp
         self.host_processes = host_processes
         self.device = resolve_device(args.device)
-        self.cpu_threads = CpuThreadPolicy(shares_cores) if self.device.type == "cpu" else None
+        self.cpu_threads = CpuThreadPolicy() if self.device.type == "cpu" else None
         self.source = source or resolve_model_source(
             args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
         )

@@ -65,7 +65,7 @@ class ServerArgs:
     page_size: int = 1
     disable_radix_cache: bool = False
     enable_mixed_chunk: bool = False
-    disable_overlap_schedule: bool = False
+    disable_overlap_schedule: bool | None = None  # None: the device's default (on with CUDA, off on a CPU)
     decode_log_interval: int = 40
     watchdog_timeout: float = 300.0
     allow_auto_truncate: bool = False
@@ -251,8 +251,10 @@ _HELP: dict[str, str] = {
     "page_size": "Tokens per KV page.",
     "disable_radix_cache": "Disable the radix prefix cache.",
     "enable_mixed_chunk": "Let decode requests ride along in prefill batches.",
-    "disable_overlap_schedule": "Run each step to the end before scheduling the next (default: overlap the host's "
-                                "work with the forward of the step in flight).",
+    "disable_overlap_schedule": "Run each step to the end before scheduling the next. The default with CUDA "
+                                "overlaps the host's work with the forward of the step in flight; on a CPU, where "
+                                "the forward already uses every core, overlap is off unless "
+                                "--enable-overlap-schedule.",
     "decode_log_interval": "Log a `Decode batch.` line every N decode steps.",
     "watchdog_timeout": "Seconds a forward pass may take before the watchdog kills the server.",
     "allow_auto_truncate": "Truncate prompts longer than the context instead of rejecting them.",
@@ -332,6 +334,12 @@ def _add_argument(group: argparse._ArgumentGroup, f: dataclasses.Field) -> None:
     default = f.default if f.default is not dataclasses.MISSING else None
     if kind == "bool":
         group.add_argument(*flags, action="store_true", help=help_text)
+        return
+    if kind == "bool|None":  # a flag pair: --disable-X sets True, its --enable-X twin False, neither the default
+        enable = "--enable-" + f.name.removeprefix("disable_").replace("_", "-")
+        group.add_argument(*flags, dest=f.name, action="store_const", const=True, default=None, help=help_text)
+        group.add_argument(enable, dest=f.name, action="store_const", const=False,
+                           help=f"The opposite of {flags[0]}, on any device.")
         return
     if kind.startswith("list[int]"):
         group.add_argument(*flags, type=int, nargs="+", default=default, help=help_text)

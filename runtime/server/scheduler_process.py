@@ -56,7 +56,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: IpcEndpoints | None, pare
         outbox = context.socket(zmq.PUSH)
         outbox.connect(endpoints.from_scheduler)
     try:
-        launched = launch_scheduler(args, shares_cores=True, rank=rank, exit_on_silence=True)
+        launched = launch_scheduler(args, rank=rank, exit_on_silence=True)
         if outbox is not None:
             outbox.send_pyobj(_ready_message(launched))
         SchedulerLoop(launched.scheduler, inbox, outbox, parent_pid, launched.tp).run()

@@ -1,17 +1,48 @@
-"""CPU thread counts per step kind: the server leaves a core to its front end, the offline engine does not."""
+"""CPU thread counts per step kind, and the overlap default per device."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
+
 from toolkit.runtime.cpu_threads import decode_threads
+from toolkit.runtime.launch import with_device_defaults
+from toolkit.runtime.server_args import ServerArgs, parse_server_args
 
 
-def test_engine_decodes_on_every_core_and_the_server_leaves_one(monkeypatch):
+def test_decode_runs_on_every_core_by_default(monkeypatch):
     monkeypatch.delenv("TOOLKIT_CPU_DECODE_THREADS", raising=False)
-    assert decode_threads(2, shares_cores=False) == 2
-    assert decode_threads(2, shares_cores=True) == 1
-    assert decode_threads(16, shares_cores=True) == 15
-    assert decode_threads(1, shares_cores=True) == 1
+    assert decode_threads(2) == 2
+    assert decode_threads(16) == 16
 
 
 def test_environment_overrides_the_decode_thread_count(monkeypatch):
     monkeypatch.setenv("TOOLKIT_CPU_DECODE_THREADS", "3")
-    assert decode_threads(8, shares_cores=True) == 3
+    assert decode_threads(8) == 3
+    monkeypatch.setenv("TOOLKIT_CPU_DECODE_THREADS", "0")
+    assert decode_threads(8) == 1
+
+
+@pytest.mark.parametrize(("flags", "disabled"), [
+    ([], True),                                # a CPU's default: off
+    (["--disable-overlap-schedule"], True),
+    (["--enable-overlap-schedule"], False),    # asked for: on, even on a CPU
+])
+def test_overlap_is_off_on_a_cpu_unless_asked_for(flags, disabled):
+    args = with_device_defaults(parse_server_args(["--device", "cpu", *flags]))
+    assert args.disable_overlap_schedule is disabled
+
+
+def test_the_flag_pair_leaves_the_default_to_the_device():
+    assert parse_server_args([]).disable_overlap_schedule is None
+    assert ServerArgs().disable_overlap_schedule is None
+
+
+def test_the_runtime_leaves_openmp_wait_policy_alone():
+    """A passive policy (a futex wake-up per op) made decode ~1.5x slower in process: nothing of ours sets it."""
+    code = "import os, toolkit.runtime, toolkit.runtime.engine; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == "None", out.stderr
