@@ -7,7 +7,7 @@ The server runs a one-layer dummy Llama (SmolLM2's vocabulary) so decode steps a
 the model, is what is measured: at 256 streams and ~10-20 ms steps it relays 10-25k token events per second.
 `--decode-log-interval 1` makes every step log its time: a `Decode batch.` line's gen throughput is the step's
 batch size over its wall time, so step time = #running-req / gen throughput. Steps whose batch is not full (ramp
-up, drain) are left out. The client is `toolkit bench` (per-token accounting, native streaming endpoint).
+up, drain), and the first full step after a prefill, are left out. The client is `toolkit bench` (per-token accounting, native streaming endpoint).
 """
 from __future__ import annotations
 
@@ -30,12 +30,20 @@ STARTUP_TIMEOUT = 300.0
 
 
 def step_times_ms(log: Path, batch: int) -> list[float]:
-    """Decode step times from the log, for steps that ran the whole batch."""
-    times = []
+    """Decode step times from the log, for steps that ran the whole batch right after another such step (a line's
+    gen throughput covers the time since the previous decode line, so a prefill between the two would count)."""
+    times, previous_full = [], False
     for line in log.read_text().splitlines():
+        if "] Prefill batch." in line:
+            previous_full = False
+            continue
         match = DECODE_RE.search(line)
-        if match and int(match.group(1)) == batch and float(match.group(2)) > 0:
+        if match is None:
+            continue
+        full = int(match.group(1)) == batch and float(match.group(2)) > 0
+        if full and previous_full:
             times.append(int(match.group(1)) / float(match.group(2)) * 1e3)
+        previous_full = full
     return times
 
 
