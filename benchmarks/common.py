@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.bench.offline import random_requests
-from toolkit.tune.launcher import free_port
+from toolkit.tune.launcher import free_port, toolkit_command
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -87,3 +87,13 @@ def write_result(name: str, record: dict, out_dir: Path = RESULTS) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
+
+
+def bench_random_at_full_rate(url: str, prompts: int, input_len: int, output_len: int, out: Path) -> dict:
+    """`toolkit bench` at rate inf on exact-length random prompts (native API, 2 warm-up requests); its record."""
+    subprocess.run(toolkit_command(
+        "bench", "--base-url", url, "--backend", "sglang", "--dataset", "random", "--rate", "inf",
+        "--num-prompts", str(prompts), "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+        "--random-range-ratio", "1", "--warmup-requests", "2", "--no-progress", "--output-file", str(out)),
+        check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text().splitlines()[-1])

@@ -8,16 +8,14 @@ Both sides run alternately `--rounds` times and each keeps its best: this machin
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import device_name, provenance, random_requests, write_result
-from toolkit.tune.launcher import ServerProcess, toolkit_command
+from benchmarks.common import bench_random_at_full_rate, device_name, provenance, random_requests, write_result
+from toolkit.tune.launcher import ServerProcess
 
 ONE_TOKEN_TRIALS = 20
 STARTUP_TIMEOUT = 300.0
@@ -29,12 +27,7 @@ def http_run(args, workdir: Path) -> dict:
     with ServerProcess.toolkit_serve("--log-level", "warning", output_path=workdir / "serve.out") as server:
         server.wait_healthy(STARTUP_TIMEOUT)
         out = workdir / "http.jsonl"
-        subprocess.run(toolkit_command(
-            "bench", "--base-url", server.url, "--backend", "sglang", "--dataset", "random", "--rate", "inf",
-            "--num-prompts", str(args.num_prompts), "--random-input-len", str(args.input_len),
-            "--random-output-len", str(args.output_len), "--random-range-ratio", "1", "--warmup-requests", "2",
-            "--no-progress", "--output-file", str(out)), check=True, stdout=subprocess.DEVNULL)
-        record = json.loads(out.read_text().splitlines()[-1])
+        record = bench_random_at_full_rate(server.url, args.num_prompts, args.input_len, args.output_len, out)
         info = requests.get(f"{server.url}/get_server_info", timeout=10).json()
         latencies = []
         for _ in range(ONE_TOKEN_TRIALS):

@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import device_name, provenance, write_result
+from benchmarks.common import bench_random_at_full_rate, device_name, provenance, write_result
 from toolkit.runtime.model_loader.embedded import embedded_model_path
-from toolkit.tune.launcher import ServerProcess, toolkit_command
+from toolkit.tune.launcher import ServerProcess
 
 STARTUP_TIMEOUT = 300.0
 CONFIG = {
@@ -40,12 +39,7 @@ def serve_and_bench(model: Path, layout: tuple[str, ...], args, workdir: Path, n
     with ServerProcess.toolkit_serve(*flags, output_path=workdir / f"{name}.out") as server:
         server.wait_healthy(STARTUP_TIMEOUT)
         out = workdir / f"{name}.jsonl"
-        subprocess.run(toolkit_command(
-            "bench", "--base-url", server.url, "--backend", "sglang", "--dataset", "random", "--rate", "inf",
-            "--num-prompts", str(args.num_prompts), "--random-input-len", str(args.input_len),
-            "--random-output-len", str(args.output_len), "--random-range-ratio", "1", "--warmup-requests", "2",
-            "--no-progress", "--output-file", str(out)), check=True, stdout=subprocess.DEVNULL)
-        record = json.loads(out.read_text().splitlines()[-1])
+        record = bench_random_at_full_rate(server.url, args.num_prompts, args.input_len, args.output_len, out)
     return {"output_throughput": record["output_throughput"], "duration": record["duration"],
             "completed": record["completed"], "median_ttft_ms": record.get("median_ttft_ms"),
             "median_tpot_ms": record.get("median_tpot_ms")}
