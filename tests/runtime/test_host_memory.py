@@ -24,7 +24,7 @@ scheduler = engine.scheduler
 params = SamplingParams(max_new_tokens=100, temperature=0.0, ignore_eos=True)
 for i in range(256):
     scheduler.add_request(GenerateInput(f"r{i}", [5 + i] * 16, params))
-for _ in range(10):
+for _ in range(25):  # NOTE: the heap reaches its peak once, within the first ~15 steps (one step faults it in)
     scheduler.step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
