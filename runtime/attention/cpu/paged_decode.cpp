@@ -209,6 +209,90 @@ void attend_avx512(const float* query, const KV* keys, const KV* values, const I
   weigh_values_avx512<Group, Blocks>(scores, values, slots, length, s, acc);
 }
 
+#if defined(__AVX512BF16__)
+// Sixteen 16-lane vectors to the 16 sums of their lanes, out[j] = sum(rows[j]): a transposing add tree (pairs of
+// rows, then of 64-bit halves, then of 128-bit lanes), ~3 instructions per row where one horizontal sum takes ~8.
+inline __m512 sum_rows16(const float* rows) {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; ++i) {
+    const __m512 a = _mm512_load_ps(rows + 32 * i), b = _mm512_load_ps(rows + 32 * i + 16);
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // u[i]'s 128-bit lane L holds lane L's share of rows 4i..4i+3, in order: add the four lanes
+  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
+}
+
+// scores[g * length + j] = scale * <query_g, K[slot_j]> for a bf16 query and pool: bf16 pairs multiplied exactly and
+// summed in float32 (AVX512-BF16), sixteen keys at a time whose lane sums one add tree finishes. The query is
+// the model's own bf16 values (unscaled, so nothing is rounded); the scale is applied to the sums.
+template <int64_t Group, int64_t Pairs, typename Index>
+void score_keys_bf16(const c10::BFloat16* const* query, const c10::BFloat16* keys, const Index* slots,
+                     int64_t length, const Shapes& s, float scale, float* scores) {
+  __m512bh q[Group][Pairs];
+  for (int64_t g = 0; g < Group; ++g)
+    for (int64_t b = 0; b < Pairs; ++b)
+      q[g][b] = (__m512bh)_mm512_loadu_si512(reinterpret_cast<const void*>(query[g] + 32 * b));
+  alignas(64) float part[Group][16 * 16];
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < length; j0 += 16) {
+    const int64_t n = std::min<int64_t>(16, length - j0);
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const int64_t j = j0 + jj;
+      if (j + 8 < length) {
+        _mm_prefetch(reinterpret_cast<const char*>(keys + static_cast<int64_t>(slots[j + 8]) * s.kv_stride_s),
+                     _MM_HINT_T0);
+      }
+      const c10::BFloat16* key = keys + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
+      __m512bh k[Pairs];
+      for (int64_t b = 0; b < Pairs; ++b) k[b] = (__m512bh)_mm512_loadu_si512(reinterpret_cast<const void*>(key + 32 * b));
+      for (int64_t g = 0; g < Group; ++g) {
+        __m512 sum = _mm512_dpbf16_ps(_mm512_setzero_ps(), q[g][0], k[0]);
+        for (int64_t b = 1; b < Pairs; ++b) sum = _mm512_dpbf16_ps(sum, q[g][b], k[b]);
+        _mm512_store_ps(part[g] + 16 * jj, sum);
+      }
+    }
+    for (int64_t g = 0; g < Group; ++g) {
+      for (int64_t jj = n; jj < 16; ++jj) _mm512_store_ps(part[g] + 16 * jj, _mm512_setzero_ps());
+      const __m512 sums = _mm512_mul_ps(sum_rows16(part[g]), scale_v);
+      _mm512_mask_storeu_ps(scores + g * length + j0, static_cast<__mmask16>((1u << n) - 1), sums);
+    }
+  }
+}
+
+// The bf16 x bf16 path for head_dim 64 or 128 and up to 8 query heads per K/V head; false sends others on.
+template <typename Index>
+bool attend_bf16(const c10::BFloat16* const* query, const c10::BFloat16* keys, const c10::BFloat16* values,
+                        const Index* slots, int64_t length, const Shapes& s, float scale, float* scores,
+                        float* acc) {
+  bool done = false;
+  auto for_group = [&](auto pairs) {
+    constexpr int64_t P = decltype(pairs)::value;
+    switch (s.group) {
+#define TOOLKIT_GROUP(G)                                                                          \
+  case G:                                                                                         \
+    score_keys_bf16<G, P>(query, keys, slots, length, s, scale, scores);                          \
+    for (int64_t g = 0; g < G; ++g) softmax(scores + g * length, length);                         \
+    weigh_values_avx512<G, 2 * P>(scores, values, slots, length, s, acc);                         \
+    done = true;                                                                                  \
+    break;
+      TOOLKIT_GROUP(1) TOOLKIT_GROUP(2) TOOLKIT_GROUP(3) TOOLKIT_GROUP(4)
+      TOOLKIT_GROUP(5) TOOLKIT_GROUP(6) TOOLKIT_GROUP(7) TOOLKIT_GROUP(8)
+#undef TOOLKIT_GROUP
+      default: break;
+    }
+  };
+  if (s.dim == 64) for_group(std::integral_constant<int64_t, 2>{});
+  if (s.dim == 128) for_group(std::integral_constant<int64_t, 4>{});
+  return done;
+}
+#endif
+
 // The vector path for head_dim 64 or 128 and up to 8 query heads per K/V head (every Llama/Qwen/Mistral
 // shape); false sends other shapes to the portable path.
 template <typename KV, typename Index>
@@ -272,6 +356,12 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
 
   at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> query(group * dim), acc(group * dim), scores;
+    auto store_heads = [&](int64_t b, int64_t h) {
+      for (int64_t g = 0; g < group; ++g) {
+        Q* dst = out_ptr + b * out.stride(0) + (h * group + g) * out.stride(1);
+        for (int64_t d = 0; d < dim; ++d) dst[d] = static_cast<Q>(acc[g * dim + d]);
+      }
+    };
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / kv_heads, h = task % kv_heads, length = lengths[b];
       const Index* slots = table + rows[b] * req_to_token.stride(0);
@@ -282,14 +372,23 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
       scores.resize(group * length);
       const KV* keys = k_ptr + h * shapes.kv_stride_h;
       const KV* values = v_ptr + h * shapes.kv_stride_h;
+#if defined(TOOLKIT_AVX512) && defined(__AVX512BF16__)
+      if constexpr (std::is_same_v<Q, c10::BFloat16> && std::is_same_v<KV, c10::BFloat16>) {
+        const Q* heads_q[8];
+        for (int64_t g = 0; g < std::min<int64_t>(group, 8); ++g)
+          heads_q[g] = q_ptr + b * q.stride(0) + (h * group + g) * q.stride(1);
+        if (shapes.group <= 8 && attend_bf16(heads_q, keys, values, slots, length, shapes, static_cast<float>(scale),
+                                             scores.data(), acc.data())) {
+          store_heads(b, h);
+          continue;
+        }
+      }
+#endif
 #ifdef TOOLKIT_AVX512
       if (!attend_vectorized(query.data(), keys, values, slots, length, shapes, scores.data(), acc.data()))
 #endif
         attend_scalar(query.data(), keys, values, slots, length, shapes, scores.data(), acc.data());
-      for (int64_t g = 0; g < group; ++g) {
-        Q* dst = out_ptr + b * out.stride(0) + (h * group + g) * out.stride(1);
-        for (int64_t d = 0; d < dim; ++d) dst[d] = static_cast<Q>(acc[g * dim + d]);
-      }
+      store_heads(b, h);
     }
   });
 }

@@ -33,8 +33,12 @@ def test_in_place_decode_matches_gathered_sdpa(heads, kv_heads, head_dim, page_s
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_in_place_decode_reads_half_precision_pools(dtype):
-    case = make_case(REQUESTS, 1, 9, 3, 64, dtype, decode=True, seed=3)
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (32, 8, 128), (16, 2, 64), (10, 1, 64), (8, 8, 64),
+                                                      (6, 6, 48)])
+def test_in_place_decode_reads_half_precision_pools(dtype, heads, kv_heads, head_dim):
+    """bf16 x bf16 takes the AVX512-BF16 dot products where the CPU has them (16 keys per add tree: the request
+    lengths 1, 5, 37, 128 and 300 cover whole blocks and every tail)."""
+    case = make_case(REQUESTS, 1, heads, kv_heads, head_dim, dtype, decode=True, seed=3)
     ours, _ = case.run(TorchNativeBackend("cpu"))
     assert ours.dtype == dtype
     torch.testing.assert_close(ours.float(), _reference(case), atol=TOLERANCE[dtype], rtol=0)
