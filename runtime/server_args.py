@@ -20,6 +20,7 @@ DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "gguf", "dummy")
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8_e5m2", "fp8_e4m3")
 LOAD_BALANCE_METHODS: tuple[str, ...] = ("round_robin", "shortest_queue", "minimum_tokens")
+SAMPLING_BACKENDS: tuple[str, ...] = ("pytorch",)
 SECRET_FIELDS: tuple[str, ...] = ("api_key",)
 REDACTED = "***"
 
@@ -98,6 +99,8 @@ class ServerArgs:
         _check_choice("--attention-backend", self.attention_backend, ATTENTION_BACKENDS)
         _check_choice("--kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         _check_choice("--load-balance-method", self.load_balance_method, LOAD_BALANCE_METHODS)
+        if self.sampling_backend is not None:
+            _check_choice("--sampling-backend", self.sampling_backend, SAMPLING_BACKENDS)
         _check_choice("--device", self.device, ("auto", "cpu", "cuda"))
         if self.quantization not in (None, "fp8"):
             raise ValueError(f"--quantization {self.quantization}: supported values are fp8")
@@ -259,7 +262,8 @@ _HELP: dict[str, str] = {
     "watchdog_timeout": "Seconds a forward pass may take before the watchdog kills the server.",
     "allow_auto_truncate": "Truncate prompts longer than the context instead of rejecting them.",
     "attention_backend": "auto, torch_native, triton or flashinfer.",
-    "sampling_backend": "Accepted for SGLang compatibility (pytorch sampling).",
+    "sampling_backend": "pytorch (the only sampler here: torch ops on the device; SGLang's flashinfer sampling "
+                        "kernels are not implemented, so that value is refused).",
     "disable_cuda_graph": "Run decode eagerly.",
     "cuda_graph_max_bs": "Largest decode batch captured in a CUDA graph.",
     "cuda_graph_bs": "Explicit list of batch sizes to capture.",
@@ -284,6 +288,7 @@ _CHOICES: dict[str, Sequence[str]] = {
     "attention_backend": ATTENTION_BACKENDS,
     "kv_cache_dtype": KV_CACHE_DTYPES,
     "load_balance_method": LOAD_BALANCE_METHODS,
+    "sampling_backend": SAMPLING_BACKENDS,
     "device": ("auto", "cpu", "cuda"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
     "quantization": ("fp8",),

@@ -63,6 +63,7 @@ class _RequestState:
     finished: bool = False
     replica: int = 0
     tokens: int = 0  # what it counts for in its replica's load (prompt + max_new_tokens)
+    logged_text: list[str] | None = None  # the output so far, kept only with --log-requests
 
 
 class Replica:
@@ -103,8 +104,9 @@ SCHEDULER_FAILED = "the scheduler process failed; the error is in the server log
 
 class TokenizerManager:
     def __init__(self, endpoints: IpcEndpoints | list[IpcEndpoints], tokenizer, metrics: RequestMetrics | None,
-                 stream_interval: int, load_balance_method: str = "round_robin") -> None:
+                 stream_interval: int, load_balance_method: str = "round_robin", log_requests: bool = False) -> None:
         self.tokenizer = tokenizer
+        self.log_requests = log_requests
         self.metrics = metrics
         self.stream_interval = stream_interval
         self.context = zmq.asyncio.Context(1)
@@ -188,6 +190,9 @@ class TokenizerManager:
             self.stream_interval if stream else 1 << 30, replica=replica.dp_rank,
             tokens=len(input_ids) + params.max_new_tokens,
         )
+        if self.log_requests:
+            state.logged_text = []
+            logger.info(f"Receive: rid={rid}, input_ids={input_ids}, sampling_params={params}")
         self.states[rid] = state
         replica.load.open_requests += 1
         replica.load.open_tokens += state.tokens
@@ -305,6 +310,12 @@ class TokenizerManager:
             self._close(state)
             if self.metrics:
                 self.metrics.on_finish(now - state.created, last, state.replica)
+        if state.logged_text is not None:
+            state.logged_text.append(text)
+            if last.finished_reason is not None:
+                logger.info(f"Finish: rid={state.rid}, finish_reason={last.finished_reason.to_json()}, "
+                            f"prompt_tokens={last.prompt_tokens}, completion_tokens={last.completion_tokens}, "
+                            f"out={''.join(state.logged_text)!r}")
         logprobs = [(o.token_id, o.logprob, o.top_logprobs) for o in outputs if o.logprob is not None]
         state.queue.put_nowait(Chunk(text, ids, logprobs, last.finished_reason, last.prompt_tokens,
                                      last.completion_tokens, last.cached_tokens))

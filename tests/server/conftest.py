@@ -1,4 +1,5 @@
-"""Shared servers for the API tests: one plain (embedded model, metrics and log file on), one behind an API key."""
+"""Shared servers for the API tests: one plain (embedded model, metrics and log file on), one behind an API key
+(which also logs its requests)."""
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,8 @@ API_KEY = "sk-test-123"
 @pytest.fixture(scope="session")
 def keyed_server(tmp_path_factory):
     log_file = tmp_path_factory.mktemp("keyed") / "server.log"
+    # NOTE: --log-requests too: the logged requests must not leak the key either
     process = ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "4096", "--api-key", API_KEY,
-                            log_file=log_file).wait_healthy()
+                            "--log-requests", log_file=log_file).wait_healthy()
     yield process
     process.stop()
