@@ -209,6 +209,26 @@ void attend_avx512(const float* query, const KV* keys, const KV* values, const I
   weigh_values_avx512<Group, Blocks>(scores, values, slots, length, s, acc);
 }
 
+// Calls f(Group, Blocks) with both as compile-time constants (Blocks = head_dim / 16) for head_dim 64 or 128 and
+// up to 8 query heads per K/V head (every Llama/Qwen/Mistral shape); false for other shapes, which take the
+// portable path.
+template <typename F>
+bool with_static_shape(const Shapes& s, F&& f) {
+  auto for_group = [&](auto blocks) -> bool {
+    switch (s.group) {
+#define TOOLKIT_GROUP(G) \
+  case G: f(std::integral_constant<int64_t, G>{}, blocks); return true;
+      TOOLKIT_GROUP(1) TOOLKIT_GROUP(2) TOOLKIT_GROUP(3) TOOLKIT_GROUP(4)
+      TOOLKIT_GROUP(5) TOOLKIT_GROUP(6) TOOLKIT_GROUP(7) TOOLKIT_GROUP(8)
+#undef TOOLKIT_GROUP
+      default: return false;
+    }
+  };
+  if (s.dim == 64) return for_group(std::integral_constant<int64_t, 4>{});
+  if (s.dim == 128) return for_group(std::integral_constant<int64_t, 8>{});
+  return false;
+}
+
 #if defined(__AVX512BF16__)
 // Sixteen 16-lane vectors to the 16 sums of their lanes, out[j] = sum(rows[j]): a transposing add tree (pairs of
 // rows, then of 64-bit halves, then of 128-bit lanes), ~3 instructions per row where one horizontal sum takes ~8.
@@ -265,54 +285,27 @@ void score_keys_bf16(const c10::BFloat16* const* query, const c10::BFloat16* key
   }
 }
 
-// The bf16 x bf16 path for head_dim 64 or 128 and up to 8 query heads per K/V head; false sends others on.
+// The bf16 x bf16 path: the shapes with_static_shape takes; false sends others on.
 template <typename Index>
 bool attend_bf16(const c10::BFloat16* const* query, const c10::BFloat16* keys, const c10::BFloat16* values,
-                        const Index* slots, int64_t length, const Shapes& s, float scale, float* scores,
-                        float* acc) {
-  bool done = false;
-  auto for_group = [&](auto pairs) {
-    constexpr int64_t P = decltype(pairs)::value;
-    switch (s.group) {
-#define TOOLKIT_GROUP(G)                                                                          \
-  case G:                                                                                         \
-    score_keys_bf16<G, P>(query, keys, slots, length, s, scale, scores);                          \
-    for (int64_t g = 0; g < G; ++g) softmax(scores + g * length, length);                         \
-    weigh_values_avx512<G, 2 * P>(scores, values, slots, length, s, acc);                         \
-    done = true;                                                                                  \
-    break;
-      TOOLKIT_GROUP(1) TOOLKIT_GROUP(2) TOOLKIT_GROUP(3) TOOLKIT_GROUP(4)
-      TOOLKIT_GROUP(5) TOOLKIT_GROUP(6) TOOLKIT_GROUP(7) TOOLKIT_GROUP(8)
-#undef TOOLKIT_GROUP
-      default: break;
-    }
-  };
-  if (s.dim == 64) for_group(std::integral_constant<int64_t, 2>{});
-  if (s.dim == 128) for_group(std::integral_constant<int64_t, 4>{});
-  return done;
+                 const Index* slots, int64_t length, const Shapes& s, float scale, float* scores, float* acc) {
+  return with_static_shape(s, [&](auto group, auto blocks) {
+    constexpr int64_t G = decltype(group)::value, B = decltype(blocks)::value;
+    score_keys_bf16<G, B / 2>(query, keys, slots, length, s, scale, scores);
+    for (int64_t g = 0; g < G; ++g) softmax(scores + g * length, length);
+    weigh_values_avx512<G, B>(scores, values, slots, length, s, acc);
+  });
 }
 #endif
 
-// The vector path for head_dim 64 or 128 and up to 8 query heads per K/V head (every Llama/Qwen/Mistral
-// shape); false sends other shapes to the portable path.
+// The float32-query vector path: the shapes with_static_shape takes; false sends others to the portable path.
 template <typename KV, typename Index>
 bool attend_vectorized(const float* query, const KV* keys, const KV* values, const Index* slots, int64_t length,
                        const Shapes& s, float* scores, float* acc) {
-  bool done = false;
-  auto for_group = [&](auto blocks) {
-    constexpr int64_t B = decltype(blocks)::value;
-    switch (s.group) {
-#define TOOLKIT_GROUP(G) \
-  case G: attend_avx512<G, B>(query, keys, values, slots, length, s, scores, acc); done = true; break;
-      TOOLKIT_GROUP(1) TOOLKIT_GROUP(2) TOOLKIT_GROUP(3) TOOLKIT_GROUP(4)
-      TOOLKIT_GROUP(5) TOOLKIT_GROUP(6) TOOLKIT_GROUP(7) TOOLKIT_GROUP(8)
-#undef TOOLKIT_GROUP
-      default: break;
-    }
-  };
-  if (s.dim == 64) for_group(std::integral_constant<int64_t, 4>{});
-  if (s.dim == 128) for_group(std::integral_constant<int64_t, 8>{});
-  return done;
+  return with_static_shape(s, [&](auto group, auto blocks) {
+    attend_avx512<decltype(group)::value, decltype(blocks)::value>(query, keys, values, slots, length, s, scores,
+                                                                   acc);
+  });
 }
 #endif
 
@@ -365,25 +358,25 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / kv_heads, h = task % kv_heads, length = lengths[b];
       const Index* slots = table + rows[b] * req_to_token.stride(0);
-      for (int64_t g = 0; g < group; ++g) {
-        const Q* src = q_ptr + b * q.stride(0) + (h * group + g) * q.stride(1);
-        for (int64_t d = 0; d < dim; ++d) query[g * dim + d] = widen(src[d]) * static_cast<float>(scale);
-      }
+      auto query_head = [&](int64_t g) { return q_ptr + b * q.stride(0) + (h * group + g) * q.stride(1); };
       scores.resize(group * length);
       const KV* keys = k_ptr + h * shapes.kv_stride_h;
       const KV* values = v_ptr + h * shapes.kv_stride_h;
 #if defined(TOOLKIT_AVX512) && defined(__AVX512BF16__)
       if constexpr (std::is_same_v<Q, c10::BFloat16> && std::is_same_v<KV, c10::BFloat16>) {
         const Q* heads_q[8];
-        for (int64_t g = 0; g < std::min<int64_t>(group, 8); ++g)
-          heads_q[g] = q_ptr + b * q.stride(0) + (h * group + g) * q.stride(1);
-        if (shapes.group <= 8 && attend_bf16(heads_q, keys, values, slots, length, shapes, static_cast<float>(scale),
-                                             scores.data(), acc.data())) {
+        for (int64_t g = 0; g < std::min<int64_t>(group, 8); ++g) heads_q[g] = query_head(g);
+        if (attend_bf16(heads_q, keys, values, slots, length, shapes, static_cast<float>(scale), scores.data(),
+                        acc.data())) {
           store_heads(b, h);
           continue;
         }
       }
 #endif
+      for (int64_t g = 0; g < group; ++g) {
+        const Q* src = query_head(g);
+        for (int64_t d = 0; d < dim; ++d) query[g * dim + d] = widen(src[d]) * static_cast<float>(scale);
+      }
 #ifdef TOOLKIT_AVX512
       if (!attend_vectorized(query.data(), keys, values, slots, length, shapes, scores.data(), acc.data()))
 #endif
