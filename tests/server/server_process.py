@@ -3,7 +3,10 @@ tests look at (its log file, its scheduler child, /proc)."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+import requests
 
 from toolkit.tune import launcher
 
@@ -78,3 +81,15 @@ class ServerProcess(launcher.ServerProcess):
 
     def log_tail(self, lines: int = 40) -> str:
         return self.output_tail(lines)
+
+    def health_until_exit(self, seconds: float = 10.0) -> list[int | str]:
+        """/health's answers (a status, or "refused") polled until the server exits or `seconds` pass."""
+        statuses: list[int | str] = []
+        deadline = time.monotonic() + seconds
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                statuses.append(requests.get(f"{self.url}/health", timeout=1).status_code)
+            except requests.ConnectionError:
+                statuses.append("refused")
+            time.sleep(0.05)
+        return statuses

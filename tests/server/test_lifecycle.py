@@ -155,14 +155,7 @@ def test_a_second_signal_exits_at_once(second):
 def test_killed_scheduler_fails_health_and_the_server_exits_nonzero():
     server = ServerProcess(*TINY).wait_healthy()
     os.kill(server.scheduler_pid(), signal.SIGKILL)
-    statuses = []
-    deadline = time.monotonic() + 10
-    while server.proc.poll() is None and time.monotonic() < deadline:
-        try:
-            statuses.append(requests.get(f"{server.url}/health", timeout=1).status_code)
-        except requests.ConnectionError:
-            statuses.append("refused")
-        time.sleep(0.05)
+    statuses = server.health_until_exit(10)
     code = server.proc.wait(10)
     output = server.output()
     server.stop()

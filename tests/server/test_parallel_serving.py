@@ -305,14 +305,7 @@ def test_a_dead_dp_replica_fails_health_and_the_server_exits_naming_it(tiny, tmp
     children = family(server.pid)
     victim = sorted(_rank_pids(server))[-1]
     os.kill(victim, signal.SIGKILL)
-    statuses = []
-    deadline = time.monotonic() + 10
-    while server.proc.poll() is None and time.monotonic() < deadline:
-        try:
-            statuses.append(requests.get(f"{server.url}/health", timeout=1).status_code)
-        except requests.ConnectionError:
-            statuses.append("refused")
-        time.sleep(0.05)
+    statuses = server.health_until_exit(10)
     code, _ = _wait_exit(server.proc)
     output = server.output()
     server.stop()
