@@ -85,7 +85,8 @@ def place_rank(args: ServerArgs, rank: RankInfo) -> torch.device:
 def launch_scheduler(args: ServerArgs, rank: RankInfo | None = None,
                      peers_dead: Callable[[], str | None] | None = None,
                      exit_on_silence: bool = False) -> LaunchedScheduler:
-    """`rank`: this process's place in its TP group (one device when None); `peers_dead` and `exit_on_silence` go to its TPGroup."""
+    """`rank`: this process's place in its TP group (one device when None); `peers_dead` and `exit_on_silence` go
+    to its TPGroup."""
     rank = rank or RankInfo(gpu_id=args.base_gpu_id)
     device = place_rank(args, rank)
     args = with_device_defaults(args)
