@@ -7,7 +7,8 @@ The server runs a one-layer dummy Llama (SmolLM2's vocabulary) so decode steps a
 the model, is what is measured: at 256 streams and ~10-20 ms steps it relays 10-25k token events per second.
 `--decode-log-interval 1` makes every step log its time: a `Decode batch.` line's gen throughput is the step's
 batch size over its wall time, so step time = #running-req / gen throughput. Steps whose batch is not full (ramp
-up, drain), and the first full step after a prefill, are left out. The client is `toolkit bench` (per-token accounting, native streaming endpoint).
+up, drain), and the first full step after a prefill, are left out. The client is `toolkit bench` (per-token
+accounting, native streaming endpoint).
 """
 from __future__ import annotations
 

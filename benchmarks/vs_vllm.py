@@ -139,7 +139,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="vs-vllm-") as tmp:
         workdir = Path(tmp)
         variants = {"toolkit": shlex.split(args.toolkit_flags)}
-        variants.update({f"toolkit {v}": shlex.split(args.toolkit_flags) + shlex.split(v) for v in args.toolkit_variants})
+        variants.update({f"toolkit {v}": shlex.split(args.toolkit_flags) + shlex.split(v)
+                         for v in args.toolkit_variants})
         try:
             for name, flags in variants.items():
                 slug = name.replace(" ", "_").replace("-", "")

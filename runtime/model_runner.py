@@ -246,7 +246,8 @@ class ModelRunner:
             sizes = capture_batch_sizes(args.cuda_graph_bs, args.torch_compile_max_bs, self.req_to_token_pool.size)
             compile_sizes = sizes
         else:
-            max_bs = args.cuda_graph_max_bs or cuda_defaults(total_memory_mib(self.device), args.tp_size).cuda_graph_max_bs
+            defaults = cuda_defaults(total_memory_mib(self.device), args.tp_size)
+            max_bs = args.cuda_graph_max_bs or defaults.cuda_graph_max_bs
             sizes = capture_batch_sizes(args.cuda_graph_bs, max_bs, self.req_to_token_pool.size)
             compile_sizes = [bs for bs in sizes if bs <= args.torch_compile_max_bs] if args.enable_torch_compile else []
         runner = CudaGraphRunner(

@@ -107,7 +107,8 @@ def test_n_returns_several_samples_per_prompt(engine):
 
 @pytest.mark.parametrize("bad, field", [
     ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_k": 0}, "top_k"),
-    ({"max_new_tokens": -2}, "max_new_tokens"), ({"min_p": 2}, "min_p"), ({"repetition_penalty": 0}, "repetition_penalty"),
+    ({"max_new_tokens": -2}, "max_new_tokens"), ({"min_p": 2}, "min_p"),
+    ({"repetition_penalty": 0}, "repetition_penalty"),
     ({"frequency_penalty": 3}, "frequency_penalty"), ({"bogus": 1}, "bogus"), ({"stop": [""]}, "stop"),
 ])
 def test_bad_sampling_params_name_the_field(engine, bad, field):

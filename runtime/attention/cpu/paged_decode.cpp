@@ -194,7 +194,8 @@ void weigh_values_avx512(const float* weights, const KV* values, const Index* sl
     const KV* value = values + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
     for (int64_t b = 0; b < Blocks; ++b) {
       const __m512 v = load16(value + 16 * b);
-      for (int64_t g = 0; g < Group; ++g) sum[g][b] = _mm512_fmadd_ps(_mm512_set1_ps(weights[g * length + j]), v, sum[g][b]);
+      for (int64_t g = 0; g < Group; ++g)
+        sum[g][b] = _mm512_fmadd_ps(_mm512_set1_ps(weights[g * length + j]), v, sum[g][b]);
     }
   }
   for (int64_t g = 0; g < Group; ++g)
@@ -270,7 +271,8 @@ void score_keys_bf16(const c10::BFloat16* const* query, const c10::BFloat16* key
       }
       const c10::BFloat16* key = keys + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
       __m512bh k[Pairs];
-      for (int64_t b = 0; b < Pairs; ++b) k[b] = (__m512bh)_mm512_loadu_si512(reinterpret_cast<const void*>(key + 32 * b));
+      for (int64_t b = 0; b < Pairs; ++b)
+        k[b] = (__m512bh)_mm512_loadu_si512(reinterpret_cast<const void*>(key + 32 * b));
       for (int64_t g = 0; g < Group; ++g) {
         __m512 sum = _mm512_dpbf16_ps(_mm512_setzero_ps(), q[g][0], k[0]);
         for (int64_t b = 1; b < Pairs; ++b) sum = _mm512_dpbf16_ps(sum, q[g][b], k[b]);
@@ -425,7 +427,8 @@ void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_buffer, con
   const at::Tensor rows = req_pool_indices.contiguous(), lengths = seq_lens.contiguous();
   switch (q.scalar_type()) {
     case at::kFloat: return dispatch_kv<float>(q, k_buffer, v_buffer, req_to_token, rows, lengths, scale, out);
-    case at::kBFloat16: return dispatch_kv<c10::BFloat16>(q, k_buffer, v_buffer, req_to_token, rows, lengths, scale, out);
+    case at::kBFloat16:
+      return dispatch_kv<c10::BFloat16>(q, k_buffer, v_buffer, req_to_token, rows, lengths, scale, out);
     case at::kHalf: return dispatch_kv<c10::Half>(q, k_buffer, v_buffer, req_to_token, rows, lengths, scale, out);
     default: TORCH_CHECK(false, "paged_decode_attention: unsupported query dtype ", q.scalar_type());
   }
