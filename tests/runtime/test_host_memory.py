@@ -1,7 +1,12 @@
 """The CPU runner's heap keeps freed blocks: the tensors a decode step allocates every time (its logits above
-all) do not fault their pages in again on the next step (counted with getrusage, not timed)."""
+all) do not fault their pages in again on the next step (counted with getrusage, not timed).
+
+The heap still grows now and then (a new peak, another thread's arena), and that step faults its new pages in once;
+so the test reads the median step, not the mean."""
 from __future__ import annotations
 
+import json
+import statistics
 import subprocess
 import sys
 
@@ -24,23 +29,25 @@ scheduler = engine.scheduler
 params = SamplingParams(max_new_tokens=100, temperature=0.0, ignore_eos=True)
 for i in range(256):
     scheduler.add_request(GenerateInput(f"r{i}", [5 + i] * 16, params))
-for _ in range(25):  # NOTE: the heap reaches its peak once, within the first ~15 steps (one step faults it in)
+for _ in range(5):
     scheduler.step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
+faults = []
+for _ in range(21):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     scheduler.step()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 10)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps(faults))
 """
 
 
-def _faults_per_step(mode: str) -> int:
+def _median_faults_per_step(mode: str) -> int:
     out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    return int(out.stdout.strip().splitlines()[-1])
+    return int(statistics.median(json.loads(out.stdout.strip().splitlines()[-1])))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_a_decode_step_does_not_fault_its_tensors_in_again():
     logits_pages = 256 * 49152 * 4 // 4096
-    assert _faults_per_step("default") >= logits_pages, "glibc maps and unmaps the logits every step"
-    assert _faults_per_step("keep") < logits_pages // 10
+    assert _median_faults_per_step("default") >= logits_pages, "glibc maps and unmaps the logits every step"
+    assert _median_faults_per_step("keep") < logits_pages // 10
