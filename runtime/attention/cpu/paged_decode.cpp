@@ -5,8 +5,8 @@
 // place), and inductor's fused gather-reduction was slower still. This kernel walks each request's row of the
 // request->token table and reads every K/V row exactly once, in the pool's own layout [slot, kv_head, head_dim].
 //
-// One task per (request, kv_head): the G = heads / kv_heads query heads that share a K/V head are scored
-// together, so each K/V row is loaded once for all of them. Two passes (scores, then the weighted sum of V) with
+// One task per (request, kv_head), handed out dynamically: the G = heads / kv_heads query heads that share a K/V
+// head are scored together, so each K/V row is loaded once for all of them. Two passes (scores, then the weighted sum of V) with
 // a float32 softmax in between; K/V of any dtype the pool stores (float32, bfloat16, float16, float8 e4m3/e5m2)
 // are widened to float32 as they are loaded. AVX-512 where the compiler targets it, portable C++ elsewhere.
 #include <ATen/ATen.h>
@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -153,18 +154,35 @@ inline void softmax(float* row, int64_t length) {
 
 struct Shapes {
   int64_t group, dim, kv_stride_s, kv_stride_h;
+  // Set for the first of a request's K/V heads that a thread attends: the bytes from this head's row back to its
+  // slot's start, and the slot's size, so that its passes pull the whole slot (every head) into L2 for the next.
+  int64_t slot_offset_bytes = 0, slot_prefetch_bytes = 0;
 };
 
 #ifdef TOOLKIT_AVX512
+
+// Rows this many keys ahead are prefetched, far enough ahead to hide DRAM latency: decode attention waits on memory
+// (the same work over a pool that fits in L2 runs 3x faster). Measured at batch 64 x 320 keys, 30 layers:
+// 8 ahead 37.7 ms, 16 ahead 32.8 ms, 32 ahead 30.4 ms, 64 ahead 34.0 ms.
+constexpr int64_t kPrefetchDistance = 32;
+
+// Every cache line of a K/V row into L1, and (when the task asks) the rest of its slot into L2.
+template <typename KV>
+inline void prefetch_row(const KV* row, int64_t row_elements, const Shapes& s) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  const int64_t row_bytes = row_elements * static_cast<int64_t>(sizeof(KV));
+  for (int64_t offset = 0; offset < row_bytes; offset += 64) _mm_prefetch(bytes + offset, _MM_HINT_T0);
+  for (int64_t offset = 0; offset < s.slot_prefetch_bytes; offset += 64)
+    _mm_prefetch(bytes - s.slot_offset_bytes + offset, _MM_HINT_T1);
+}
 
 // scores[g * length + j] = <query_g, K[slot_j]>: each K row is widened once for all G query heads.
 template <int64_t Blocks, typename KV, typename Index>
 void score_keys_avx512(const float* query, const KV* keys, const Index* slots, int64_t length, const Shapes& s,
                        float* scores) {
   for (int64_t j = 0; j < length; ++j) {
-    if (j + 4 < length) {
-      _mm_prefetch(reinterpret_cast<const char*>(keys + static_cast<int64_t>(slots[j + 4]) * s.kv_stride_s),
-                   _MM_HINT_T0);
+    if (j + kPrefetchDistance < length) {
+      prefetch_row(keys + static_cast<int64_t>(slots[j + kPrefetchDistance]) * s.kv_stride_s, s.dim, s);
     }
     const KV* key = keys + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
     __m512 k[Blocks];
@@ -187,9 +205,8 @@ void weigh_values_avx512(const float* weights, const KV* values, const Index* sl
   for (int64_t g = 0; g < Group; ++g)
     for (int64_t b = 0; b < Blocks; ++b) sum[g][b] = _mm512_setzero_ps();
   for (int64_t j = 0; j < length; ++j) {
-    if (j + 4 < length) {
-      _mm_prefetch(reinterpret_cast<const char*>(values + static_cast<int64_t>(slots[j + 4]) * s.kv_stride_s),
-                   _MM_HINT_T0);
+    if (j + kPrefetchDistance < length) {
+      prefetch_row(values + static_cast<int64_t>(slots[j + kPrefetchDistance]) * s.kv_stride_s, s.dim, s);
     }
     const KV* value = values + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
     for (int64_t b = 0; b < Blocks; ++b) {
@@ -265,9 +282,8 @@ void score_keys_bf16(const c10::BFloat16* const* query, const c10::BFloat16* key
     const int64_t n = std::min<int64_t>(16, length - j0);
     for (int64_t jj = 0; jj < n; ++jj) {
       const int64_t j = j0 + jj;
-      if (j + 8 < length) {
-        _mm_prefetch(reinterpret_cast<const char*>(keys + static_cast<int64_t>(slots[j + 8]) * s.kv_stride_s),
-                     _MM_HINT_T0);
+      if (j + kPrefetchDistance < length) {
+        prefetch_row(keys + static_cast<int64_t>(slots[j + kPrefetchDistance]) * s.kv_stride_s, s.dim, s);
       }
       const c10::BFloat16* key = keys + static_cast<int64_t>(slots[j]) * s.kv_stride_s;
       __m512bh k[Pairs];
@@ -339,7 +355,7 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
                    const at::Tensor& req_to_token, const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                    double scale, at::Tensor& out) {
   const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k_buffer.size(1);
-  const Shapes shapes{heads / kv_heads, q.size(2), k_buffer.stride(0), k_buffer.stride(1)};
+  const Shapes base_shapes{heads / kv_heads, q.size(2), k_buffer.stride(0), k_buffer.stride(1)};
   const Q* q_ptr = q.data_ptr<Q>();
   Q* out_ptr = out.data_ptr<Q>();
   const KV* k_ptr = k_buffer.data_ptr<KV>();
@@ -347,9 +363,16 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
   const Index* table = req_to_token.data_ptr<Index>();
   const int64_t* rows = req_pool_indices.data_ptr<int64_t>();
   const int64_t* lengths = seq_lens.data_ptr<int64_t>();
-  const int64_t group = shapes.group, dim = shapes.dim;
+  const int64_t group = base_shapes.group, dim = base_shapes.dim;
 
-  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // One task per (request, K/V head), handed out dynamically: one request's heads at a time when there are enough
+  // requests to keep every thread busy, else one head at a time. A thread the OS preempts (the front end and the
+  // clients share these cores) then delays one task, not a static share that the other threads wait for at the
+  // barrier (measured: a background load of 25% of one core slowed a statically split decode step by 35%).
+  const int64_t tasks = batch * kv_heads, threads = at::get_num_threads();
+  const int64_t chunk = batch >= 4 * threads ? kv_heads : 1;
+  std::atomic<int64_t> next_task{0};
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
     std::vector<float> query(group * dim), acc(group * dim), scores;
     auto store_heads = [&](int64_t b, int64_t h) {
       for (int64_t g = 0; g < group; ++g) {
@@ -357,11 +380,17 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
         for (int64_t d = 0; d < dim; ++d) dst[d] = static_cast<Q>(acc[g * dim + d]);
       }
     };
-    for (int64_t task = begin; task < end; ++task) {
+    // pull_slot: this thread attends the request's other heads next, so the first pulls whole slots into L2
+    auto attend_task = [&](int64_t task, bool pull_slot) {
       const int64_t b = task / kv_heads, h = task % kv_heads, length = lengths[b];
       const Index* slots = table + rows[b] * req_to_token.stride(0);
       auto query_head = [&](int64_t g) { return q_ptr + b * q.stride(0) + (h * group + g) * q.stride(1); };
       scores.resize(group * length);
+      Shapes shapes = base_shapes;
+      if (pull_slot) {
+        shapes.slot_offset_bytes = h * shapes.kv_stride_h * static_cast<int64_t>(sizeof(KV));
+        shapes.slot_prefetch_bytes = shapes.kv_stride_s * static_cast<int64_t>(sizeof(KV));
+      }
       const KV* keys = k_ptr + h * shapes.kv_stride_h;
       const KV* values = v_ptr + h * shapes.kv_stride_h;
 #if defined(TOOLKIT_AVX512) && defined(__AVX512BF16__)
@@ -371,7 +400,7 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
         if (attend_bf16(heads_q, keys, values, slots, length, shapes, static_cast<float>(scale), scores.data(),
                         acc.data())) {
           store_heads(b, h);
-          continue;
+          return;
         }
       }
 #endif
@@ -384,6 +413,10 @@ void decode_kernel(const at::Tensor& q, const at::Tensor& k_buffer, const at::Te
 #endif
         attend_scalar(query.data(), keys, values, slots, length, shapes, scores.data(), acc.data());
       store_heads(b, h);
+    };
+    for (int64_t first; (first = next_task.fetch_add(chunk, std::memory_order_relaxed)) < tasks;) {
+      for (int64_t task = first; task < std::min(first + chunk, tasks); ++task)
+        attend_task(task, chunk > 1 && task == first);
     }
   });
 }

@@ -71,3 +71,19 @@ def test_the_kernel_refuses_mismatched_shapes_with_a_clear_error():
     with pytest.raises(RuntimeError, match="head shapes do not match"):
         cpu_kernels.paged_decode_attention(q, pool, pool, torch.zeros(2, 8, dtype=torch.int32),
                                            torch.tensor([0, 1]), torch.tensor([3, 3]), 0.125)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_large_enough_is_handed_out_a_request_at_a_time(dtype, threads):
+    """From 4 requests per thread the kernel hands out whole requests (all K/V heads, the first pulling the slots
+    into L2) instead of single heads; every request is still attended exactly once, on any number of threads."""
+    lengths = torch.randint(0, 200, (40,), generator=torch.Generator().manual_seed(11)).tolist()
+    case = make_case([Request(n, 1) for n in lengths], 1, 9, 3, 64, dtype, decode=True, seed=13)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ours, _ = case.run(TorchNativeBackend("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(ours.float(), _reference(case), atol=TOLERANCE[dtype], rtol=0)
