@@ -47,7 +47,8 @@ def test_the_wheel_installs_one_top_level_name_and_nothing_generated(wheel):
         assert not [n for n in names if f"/{unwanted}/" in f"/{n}"], unwanted
     for data in ("toolkit/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
                  "toolkit/runtime/model_loader/presets/llama-3.1-8b.json",
-                 "toolkit/runtime/attention/cpu/paged_decode.cpp", "toolkit/reports/templates/report.css"):
+                 "toolkit/runtime/kernels/paged_decode.cpp", "toolkit/runtime/kernels/elementwise.cpp",
+                 "toolkit/reports/templates/report.css"):
         assert data in names, data
 
 

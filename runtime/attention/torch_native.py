@@ -1,6 +1,6 @@
 """Attention with torch ops over K/V in the paged pool (CPU and CUDA).
 
-Decode on CPU reads each request's K/V in place from the pool with a native kernel (`attention.cpu`): no copy of
+Decode on CPU reads each request's K/V in place from the pool with a native kernel (`runtime/kernels`): no copy of
 the cache exists outside the pool, so `#token` and `token usage` describe all the KV memory held. Elsewhere (CUDA,
 or a CPU where the kernel cannot be built) decode gathers each request's slots and calls SDPA. Extend attends per
 request with SDPA: over the new tokens alone when nothing is cached, else over the prefix gathered from the pool.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from toolkit.runtime.attention import cpu as cpu_kernels
+from toolkit.runtime import kernels as cpu_kernels
 from toolkit.runtime.attention.base import AttentionBackend, AttentionLayer
 from toolkit.runtime.forward_batch import ForwardBatch
 

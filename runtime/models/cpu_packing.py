@@ -30,7 +30,8 @@ def resident_weight_bytes(model: CausalLM) -> int:
 def pack_for_cpu(model: CausalLM) -> bool:
     """Give every linear layer (and a tied LM head) a packed weight; returns whether it did."""
     dtype = model.model.embed_tokens.weight.dtype
-    if dtype not in PACKABLE_DTYPES or weight_bytes(model) > MAX_PACKED_BYTES or not torch.backends.mkldnn.is_available():
+    if (dtype not in PACKABLE_DTYPES or weight_bytes(model) > MAX_PACKED_BYTES
+            or not torch.backends.mkldnn.is_available()):
         return False
     with torch.no_grad():
         for module in model.modules():

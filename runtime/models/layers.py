@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from toolkit.runtime import kernels as cpu_kernels
+
 if TYPE_CHECKING:
     from toolkit.runtime.distributed.group import TPGroup
 
@@ -49,6 +51,13 @@ class Slice:
         return part
 
 
+def fused_cpu_kernels(*tensors: torch.Tensor) -> bool:
+    """Whether the native CPU kernels take these [rows, features] tensors: on CPU, outside torch.compile (inductor
+    fuses the torch ops itself), and where the kernels build."""
+    return (all(t.device.type == "cpu" and t.dim() == 2 and t.stride(-1) == 1 for t in tensors)
+            and not torch.compiler.is_compiling() and cpu_kernels.available())
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
@@ -56,6 +65,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused_cpu_kernels(x):
+            return cpu_kernels.rms_norm(x, self.weight, self.eps)
         # NOTE: Hugging Face's order: normalize in float32, cast back, then scale (F.rms_norm fuses the first part).
         normalized = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=self.eps)
         return self.weight * normalized.to(x.dtype)
@@ -63,7 +74,11 @@ class RMSNorm(nn.Module):
     def forward_with_residual(
         self, x: torch.Tensor, residual: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add the residual stream, then normalize: returns (normalized, new residual)."""
+        """Add the residual stream, then normalize: returns (normalized, new residual). On CPU both are written in
+        place (x becomes the normalized rows, residual the sum): callers pass tensors nothing else reads."""
+        if fused_cpu_kernels(x, residual):
+            cpu_kernels.fused_add_rms_norm(x, residual, self.weight, self.eps)
+            return x, residual
         summed = residual + x
         return self.forward(summed), summed
 
@@ -133,5 +148,7 @@ class VocabEmbedding(nn.Module, ShardedRows):
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    if fused_cpu_kernels(gate_up):
+        return cpu_kernels.silu_and_mul(gate_up)
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up

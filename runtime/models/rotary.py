@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from toolkit.runtime import kernels as cpu_kernels
 from toolkit.runtime.model_loader.config import RopeConfig
 
 
@@ -67,6 +68,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q: [tokens, heads, dim], k: [tokens, kv_heads, dim]."""
+    """q: [tokens, heads, dim], k: [tokens, kv_heads, dim]. On CPU they are rotated in place (views of the layer's
+    fresh qkv projection)."""
     cos, sin = cos_sin
+    if _in_place_on_cpu(q, k, cos):
+        cpu_kernels.rotary_neox(q, k, cos.squeeze(1), sin.squeeze(1))
+        return q, k
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _in_place_on_cpu(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
+    return (q.device.type == "cpu" and q.stride(-1) == 1 and k.stride(-1) == 1 and cos.dtype == q.dtype
+            and not torch.compiler.is_compiling() and cpu_kernels.available())

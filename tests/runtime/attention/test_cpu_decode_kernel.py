@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.runtime.attention.cases import Request, make_case
-from toolkit.runtime.attention import cpu as cpu_kernels
+from toolkit.runtime import kernels as cpu_kernels
 from toolkit.runtime.attention.torch_native import TorchNativeBackend
 
 REQUESTS = [Request(37, 1), Request(0, 1), Request(128, 1), Request(5, 1), Request(300, 1),

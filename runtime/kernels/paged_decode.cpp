@@ -6,9 +6,9 @@
 // request->token table and reads every K/V row exactly once, in the pool's own layout [slot, kv_head, head_dim].
 //
 // One task per (request, kv_head), handed out dynamically: the G = heads / kv_heads query heads that share a K/V
-// head are scored together, so each K/V row is loaded once for all of them. Two passes (scores, then the weighted sum of V) with
-// a float32 softmax in between; K/V of any dtype the pool stores (float32, bfloat16, float16, float8 e4m3/e5m2)
-// are widened to float32 as they are loaded. AVX-512 where the compiler targets it, portable C++ elsewhere.
+// head are scored together, so each K/V row is loaded once for all of them. Two passes (scores, then the weighted
+// sum of V) with a float32 softmax in between; K/V of any dtype the pool stores (float32, bfloat16, float16, float8
+// e4m3/e5m2) are widened to float32 as they are loaded. AVX-512 where the compiler targets it, portable C++ elsewhere.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Float8_e4m3fn.h>

@@ -1,0 +1,88 @@
+"""Native CPU kernels, built once on first use with torch's extension builder (the machine's C++ compiler) and
+cached under TORCH_EXTENSIONS_DIR (~/.cache/torch_extensions): decode attention over the paged pool
+(`paged_decode.cpp`) and the decoder layer's fused elementwise steps (`elementwise.cpp`)."""
+from __future__ import annotations
+
+import functools
+import logging
+from importlib.resources import files
+
+import torch
+
+logger = logging.getLogger("runtime")
+EXTENSION_NAME = "toolkit_cpu_kernels"
+SOURCES = ("paged_decode.cpp", "elementwise.cpp")
+
+
+class NativeKernelUnavailable(RuntimeError):
+    """The kernels could not be built here (no compiler, or it failed); the message says why."""
+
+
+@functools.lru_cache(maxsize=1)
+def load_kernels() -> None:
+    """Build (or load the cached build of) the kernels, registering `torch.ops.toolkit_cpu.*`."""
+    from torch.utils import cpp_extension
+
+    sources = [str(files("toolkit.runtime.kernels") / name) for name in SOURCES]
+    # NOTE: -ffp-contract=off keeps a*b+c two roundings, as torch's own elementwise ops compute it.
+    flags = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off"]
+    try:
+        cpp_extension.load(name=EXTENSION_NAME, sources=sources, extra_cflags=flags, is_python_module=False,
+                           verbose=False)
+    except (RuntimeError, OSError, ImportError, SystemExit) as exc:
+        raise NativeKernelUnavailable(f"could not build the CPU kernels: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """Whether the kernels are built (or build now) here; logs why not, once."""
+    try:
+        load_kernels()
+    except NativeKernelUnavailable as exc:
+        logger.warning(f"{exc}; the CPU path falls back to torch ops (slower)")
+        return False
+    return True
+
+
+def paged_decode_attention(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+                           req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                           scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of one new query token per request over its cached K/V, read in place from the pool.
+
+    q: [batch, heads, dim]; k/v_buffer: [slots, kv_heads, dim]; req_to_token: [rows, max_context] slot table;
+    req_pool_indices, seq_lens: [batch] int64 (each request's table row and its number of cached tokens, the new
+    one included). Returns [batch, heads, dim] in q's dtype.
+    """
+    load_kernels()
+    out = torch.empty_like(q) if out is None else out
+    torch.ops.toolkit_cpu.paged_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens,
+                                                 scale, out)
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * rms_norm(x) over the last dim, as `RMSNorm.forward` computes it (x: [rows, features])."""
+    out = torch.empty_like(x)
+    load_kernels()
+    torch.ops.toolkit_cpu.rms_norm(x, weight, eps, out)
+    return out
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """In place: residual += x, then x = weight * rms_norm(residual)."""
+    load_kernels()
+    torch.ops.toolkit_cpu.fused_add_rms_norm(x, residual, weight, eps)
+
+
+def rotary_neox(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """In place, neox style: q, k [tokens, heads, head_dim]; cos, sin [tokens, head_dim / 2] of their dtype."""
+    load_kernels()
+    torch.ops.toolkit_cpu.rotary_neox(q, k, cos, sin)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gate_up = [gate | up] ([rows, 2 n] -> [rows, n])."""
+    out = gate_up.new_empty(gate_up.shape[0], gate_up.shape[1] // 2)
+    load_kernels()
+    torch.ops.toolkit_cpu.silu_and_mul(gate_up, out)
+    return out
