@@ -7,7 +7,6 @@ request with SDPA: over the new tokens alone when nothing is cached, else over t
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +16,6 @@ from toolkit.runtime import kernels as cpu_kernels
 from toolkit.runtime.attention.base import AttentionBackend, AttentionLayer
 from toolkit.runtime.forward_batch import ForwardBatch
 
-logger = logging.getLogger("runtime")
 
 
 @dataclass
@@ -35,14 +33,8 @@ class _ExtendMetadata:
 
 
 def _native_kernel_ready(device: torch.device) -> bool:
-    if device.type != "cpu":
-        return False
-    try:
-        cpu_kernels.load_kernels()
-    except cpu_kernels.NativeKernelUnavailable as exc:
-        logger.warning(f"{exc}; CPU decode attention gathers the cache for SDPA instead (slower)")
-        return False
-    return True
+    """Where it is not (no compiler), CPU decode gathers the cache for SDPA instead (slower)."""
+    return device.type == "cpu" and cpu_kernels.available()
 
 
 class TorchNativeBackend(AttentionBackend):

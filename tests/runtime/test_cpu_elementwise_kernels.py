@@ -101,3 +101,20 @@ def test_the_kernels_refuse_mismatched_shapes_with_a_clear_error():
         kernels.rotary_neox(torch.randn(2, 4, 8), torch.randn(2, 2, 8), torch.randn(2, 8), torch.randn(2, 8))
     with pytest.raises(RuntimeError, match="unsupported dtype"):
         kernels.rms_norm(torch.ones(2, 8, dtype=torch.float64), torch.ones(8, dtype=torch.float64), 1e-6)
+
+
+def test_without_the_kernels_the_layers_compute_the_same_with_torch_ops(monkeypatch):
+    norm = RMSNorm(FEATURES, 1e-6)
+    norm.weight.data = _rows(1, FEATURES, torch.float32, 10)[0]
+    x, residual = _rows(4, FEATURES, torch.float32, 11), _rows(4, FEATURES, torch.float32, 12)
+    gate_up = _rows(4, 2 * FEATURES, torch.float32, 13)
+    q, k = _rows(2, 9 * 64, torch.float32, 14).view(2, 9, 64), _rows(2, 3 * 64, torch.float32, 15).view(2, 3, 64)
+    angles = torch.rand(2, 1, 32) * 10
+    fused = (norm.forward_with_residual(x.clone(), residual.clone()), silu_and_mul(gate_up),
+             apply_rotary(q.clone(), k.clone(), (angles.cos(), angles.sin())))
+    monkeypatch.setattr(kernels, "available", lambda: False)
+    normalized, summed = norm.forward_with_residual(x, residual)
+    assert summed is not residual  # the torch ops ran
+    torch.testing.assert_close((normalized, summed), fused[0], **TOLERANCE[torch.float32])
+    torch.testing.assert_close(silu_and_mul(gate_up), fused[1], **TOLERANCE[torch.float32])
+    torch.testing.assert_close(apply_rotary(q, k, (angles.cos(), angles.sin())), fused[2], **TOLERANCE[torch.float32])
