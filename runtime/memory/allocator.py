@@ -29,7 +29,10 @@ class TokenAllocator:
 
     def _take_pages(self, count: int) -> torch.Tensor | None:
         if count > self._free_pages.numel() and self._released:
-            self._free_pages = torch.cat([self._free_pages, *self._released])
+            # NOTE: sorted, as SGLang merges its free pages: pages come back in the order requests finished (a
+            # decode batch's slots interleave its requests), and a prompt given ascending free pages has its KV in
+            # long runs (the CPU decode kernel reads contiguous slots ~30% faster than scattered ones).
+            self._free_pages = torch.sort(torch.cat([self._free_pages, *self._released])).values
             self._released = []
         if count > self._free_pages.numel():
             return None
