@@ -456,6 +456,8 @@ void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_buffer, con
                   k_buffer.strides() == v_buffer.strides(), "head_dim must be contiguous");
   TORCH_CHECK(req_pool_indices.scalar_type() == at::kLong && seq_lens.scalar_type() == at::kLong,
               "req_pool_indices and seq_lens must be int64");
+  TORCH_CHECK(req_pool_indices.numel() == q.size(0) && seq_lens.numel() == q.size(0),
+              "req_pool_indices and seq_lens need one entry per query row (", q.size(0), ")");
   TORCH_CHECK(req_to_token.dim() == 2 && req_to_token.stride(1) == 1, "req_to_token rows must be contiguous");
   const at::Tensor rows = req_pool_indices.contiguous(), lengths = seq_lens.contiguous();
   switch (q.scalar_type()) {

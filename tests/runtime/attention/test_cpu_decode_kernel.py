@@ -71,6 +71,10 @@ def test_the_kernel_refuses_mismatched_shapes_with_a_clear_error():
     with pytest.raises(RuntimeError, match="head shapes do not match"):
         cpu_kernels.paged_decode_attention(q, pool, pool, torch.zeros(2, 8, dtype=torch.int32),
                                            torch.tensor([0, 1]), torch.tensor([3, 3]), 0.125)
+    fits = torch.randn(10, 3, 64)
+    with pytest.raises(RuntimeError, match="one entry per query row"):
+        cpu_kernels.paged_decode_attention(q, fits, fits, torch.zeros(2, 8, dtype=torch.int32),
+                                           torch.tensor([0]), torch.tensor([3]), 0.125)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
