@@ -4,6 +4,7 @@ cached under TORCH_EXTENSIONS_DIR (~/.cache/torch_extensions): decode attention 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 from importlib.resources import files
 
@@ -12,6 +13,7 @@ import torch
 logger = logging.getLogger("runtime")
 EXTENSION_NAME = "toolkit_cpu_kernels"
 SOURCES = ("paged_decode.cpp", "elementwise.cpp")
+HEADER = "cpu_math.h"  # included by both sources
 
 
 class NativeKernelUnavailable(RuntimeError):
@@ -23,9 +25,12 @@ def load_kernels() -> None:
     """Build (or load the cached build of) the kernels, registering `torch.ops.toolkit_cpu.*`."""
     from torch.utils import cpp_extension
 
-    sources = [str(files("toolkit.runtime.kernels") / name) for name in SOURCES]
-    # NOTE: -ffp-contract=off keeps a*b+c two roundings, as torch's own elementwise ops compute it.
-    flags = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off"]
+    folder = files("toolkit.runtime.kernels")
+    sources = [str(folder / name) for name in SOURCES]
+    # NOTE: -ffp-contract=off keeps a*b+c two roundings, as torch's own elementwise ops compute it. torch rebuilds
+    # when a source or a flag changes, not a header: the header's digest rides along as a flag.
+    header_digest = hashlib.sha256((folder / HEADER).read_bytes()).hexdigest()[:16]
+    flags = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", f"-DTOOLKIT_CPU_MATH_H={header_digest}"]
     try:
         cpp_extension.load(name=EXTENSION_NAME, sources=sources, extra_cflags=flags, is_python_module=False,
                            verbose=False)
@@ -42,6 +47,13 @@ def available() -> bool:
         logger.warning(f"{exc}; the CPU path falls back to torch ops (slower)")
         return False
     return True
+
+
+def applies_to(*tensors: torch.Tensor) -> bool:
+    """Whether the kernels take these tensors: on CPU with a contiguous last dim, outside torch.compile (inductor
+    fuses the torch ops itself), where the kernels build."""
+    return (all(t.device.type == "cpu" and t.stride(-1) == 1 for t in tensors)
+            and not torch.compiler.is_compiling() and available())
 
 
 def paged_decode_attention(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,

@@ -17,25 +17,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "cpu_math.h"
 
 namespace {
 
 constexpr int64_t kMinElementsPerTask = 16384;
 
-inline float to_float(float v) { return v; }
-inline float to_float(c10::BFloat16 v) {
-  uint32_t bits = static_cast<uint32_t>(v.x) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-inline float to_float(c10::Half v) { return static_cast<float>(v); }
+using toolkit::to_float;
 
 // Round to T and back: the value torch holds after an op that outputs T (round to nearest even, as torch does).
 inline float round_to(float v, float*) { return v; }
@@ -47,10 +37,13 @@ inline float rounded(float v) {
   return round_to(v, static_cast<T*>(nullptr));
 }
 
+inline int64_t rows_per_task(int64_t row_elements) {
+  return std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, row_elements));
+}
+
 template <typename F>
 void parallel_rows(int64_t rows, int64_t row_elements, F&& f) {
-  const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, row_elements));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, rows_per_task(row_elements), [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) f(row);
   });
 }
@@ -118,40 +111,13 @@ void rotary_impl(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::
   });
 }
 
-#if defined(__AVX512F__)
-// exp(x) over float32's range: Cody-Waite range reduction and a degree-6 polynomial, about 2 ulp; 0 below -87.3
-// and +inf above 88.7.
-inline __m512 exp_avx512(__m512 x) {
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  // 2^n as two factors, so that n = 128 (x near 88.7) does not overflow the exponent field
-  const __m512i half_n = _mm512_srai_epi32(_mm512_cvtps_epi32(n), 1);
-  const __m512i rest = _mm512_sub_epi32(_mm512_cvtps_epi32(n), half_n);
-  auto pow2 = [](__m512i e) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23));
-  };
-  return _mm512_mul_ps(_mm512_mul_ps(p, pow2(half_n)), pow2(rest));
-}
-
-#endif
-
 // In place over float32: x / (1 + exp(-x)).
 inline void silu_inplace(float* x, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), v));
+    const __m512 e = toolkit::exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), v));
     const __m512 denominator = _mm512_add_ps(_mm512_set1_ps(1.f), e);
     _mm512_storeu_ps(x + i, _mm512_div_ps(v, denominator));
   }
@@ -166,8 +132,7 @@ void silu_and_mul_impl(const at::Tensor& gate_up, at::Tensor& out) {
   const int64_t n = out.size(1);
   const T* in_ptr = gate_up.data_ptr<T>();
   T* out_ptr = out.data_ptr<T>();
-  at::parallel_for(0, out.size(0), std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, n)),
-                   [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, out.size(0), rows_per_task(n), [&](int64_t begin, int64_t end) {
     std::vector<float> activated(n);
     for (int64_t row = begin; row < end; ++row) {
       const T* gate = in_ptr + row * gate_up.stride(0);

@@ -19,10 +19,11 @@
 #include <array>
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
+
+#include "cpu_math.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
@@ -38,10 +39,7 @@ inline float widen(T value) {
 
 template <>
 inline float widen<c10::BFloat16>(c10::BFloat16 value) {
-  uint32_t bits = static_cast<uint32_t>(value.x) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
+  return toolkit::to_float(value);
 }
 
 // Every float8 value widened once: decoding a byte is then a table lookup.
@@ -96,25 +94,6 @@ inline __m512 load16<c10::Float8_e4m3fn>(const c10::Float8_e4m3fn* p) { return l
 template <>
 inline __m512 load16<c10::Float8_e5m2>(const c10::Float8_e5m2* p) { return load16_float8(p); }
 
-// exp(x) for x <= 0 (softmax inputs after subtracting the max): Cody-Waite range reduction and a degree-6
-// polynomial, about 2 ulp; underflows to 0 below -87.
-inline __m512 exp_nonpositive(__m512 x) {
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
-}
-
 // Row softmax in place: subtract the max, exponentiate, normalize.
 inline void softmax(float* row, int64_t length) {
   float top = -std::numeric_limits<float>::infinity();
@@ -123,13 +102,13 @@ inline void softmax(float* row, int64_t length) {
   __m512 total_v = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 16 <= length; j += 16) {
-    __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + j), top_v));
+    __m512 e = toolkit::exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(row + j), top_v));
     _mm512_storeu_ps(row + j, e);
     total_v = _mm512_add_ps(total_v, e);
   }
   if (j < length) {
     const __mmask16 tail = static_cast<__mmask16>((1u << (length - j)) - 1);
-    __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + j), top_v));
+    __m512 e = toolkit::exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + j), top_v));
     e = _mm512_maskz_mov_ps(tail, e);
     _mm512_mask_storeu_ps(row + j, tail, e);
     total_v = _mm512_add_ps(total_v, e);

@@ -71,12 +71,7 @@ def apply_rotary(
     """q: [tokens, heads, dim], k: [tokens, kv_heads, dim]. On CPU they are rotated in place (views of the layer's
     fresh qkv projection)."""
     cos, sin = cos_sin
-    if _in_place_on_cpu(q, k, cos):
+    if cos.dtype == q.dtype and cpu_kernels.applies_to(q, k):
         cpu_kernels.rotary_neox(q, k, cos.squeeze(1), sin.squeeze(1))
         return q, k
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _in_place_on_cpu(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
-    return (q.device.type == "cpu" and q.stride(-1) == 1 and k.stride(-1) == 1 and cos.dtype == q.dtype
-            and not torch.compiler.is_compiling() and cpu_kernels.available())

@@ -1,0 +1,55 @@
+// Scalar and vector math shared by the CPU kernels: widening a half-precision value to float32, and exp over
+// sixteen floats (AVX-512).
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace toolkit {
+
+inline float to_float(float v) { return v; }
+
+// bf16 is float32's top half: widening is a shift, exact.
+inline float to_float(c10::BFloat16 v) {
+  const uint32_t bits = static_cast<uint32_t>(v.x) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+inline float to_float(c10::Half v) { return static_cast<float>(v); }
+
+#if defined(__AVX512F__)
+// exp(x) over float32's range: Cody-Waite range reduction and a degree-6 polynomial, about 2 ulp; 0 below -87.3
+// and +inf above 88.7.
+inline __m512 exp_avx512(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  // 2^n as two exact factors, so that n = 128 (x near 88.7) does not overflow the exponent field
+  const __m512i whole = _mm512_cvtps_epi32(n);
+  const __m512i half_n = _mm512_srai_epi32(whole, 1);
+  auto pow2 = [](__m512i e) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23));
+  };
+  return _mm512_mul_ps(_mm512_mul_ps(p, pow2(half_n)), pow2(_mm512_sub_epi32(whole, half_n)));
+}
+#endif
+
+}  // namespace toolkit
