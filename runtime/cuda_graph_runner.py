@@ -168,7 +168,7 @@ class CudaGraphRunner:
         self.graph_kind = "cpu" if capture is CompiledReplay else "cuda"
         self.replays_cuda_graphs = self.graph_kind == "cuda"
         # NOTE: every graph writes its logits into this one buffer, so captured sizes do not each keep their own.
-        self.logits = torch.empty(self.max_bs, model.config.vocab_size, dtype=torch.float32, device=device)
+        self.logits = torch.empty(self.max_bs, model.config.vocab_size, dtype=model.lm_head_weight.dtype, device=device)
         self._compiled: Callable[[ForwardBatch], torch.Tensor] | None = None
         self.graphs: dict[int, Replayable] = {}
         self.capture_seconds = 0.0

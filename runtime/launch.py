@@ -11,7 +11,7 @@ import torch
 from toolkit.runtime.distributed.group import TPGroup
 from toolkit.runtime.distributed.topology import RankInfo
 from toolkit.runtime.memory.device import resolve_device, total_memory_mib
-from toolkit.runtime.memory.planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults
+from toolkit.runtime.memory.planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults, default_page_size
 from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
 from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 from toolkit.runtime.model_runner import ModelRunner, check_tp_size
@@ -32,6 +32,7 @@ def with_device_defaults(args: ServerArgs) -> ServerArgs:
         return args.replace(
             device="cpu",
             chunked_prefill_size=args.chunked_prefill_size or CPU_CHUNKED_PREFILL_SIZE,
+            page_size=args.page_size or default_page_size(device.type),
             disable_cuda_graph=True,
             disable_overlap_schedule=args.disable_overlap_schedule is not False,
         )
@@ -41,6 +42,7 @@ def with_device_defaults(args: ServerArgs) -> ServerArgs:
         chunked_prefill_size=args.chunked_prefill_size or defaults.chunked_prefill_size,
         cuda_graph_max_bs=args.cuda_graph_max_bs or defaults.cuda_graph_max_bs,
         mem_fraction_static=args.mem_fraction_static or defaults.mem_fraction_static,
+        page_size=args.page_size or default_page_size(device.type),
         disable_overlap_schedule=bool(args.disable_overlap_schedule),
     )
 

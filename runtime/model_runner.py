@@ -21,6 +21,7 @@ from toolkit.runtime.memory.req_to_token import ReqToTokenPool
 from toolkit.runtime.memory.planning import (
     PoolPlan,
     cuda_defaults,
+    default_page_size,
     plan_cpu_pool,
     plan_cuda_pool,
     req_to_token_pool_size,
@@ -125,10 +126,10 @@ class ModelRunner:
 
     def __init__(self, args: ServerArgs, source: ModelSource | None = None,
                  tp: TPGroup | None = None, host_processes: int = 1) -> None:
-        self.args = args
+        self.device = resolve_device(args.device)
+        self.args = args = args.replace(page_size=args.page_size or default_page_size(self.device.type))
         self.tp = tp
         self.host_processes = host_processes
-        self.device = resolve_device(args.device)
         self.cpu_threads = CpuThreadPolicy() if self.device.type == "cpu" else None
         self.source = source or resolve_model_source(
             args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
@@ -260,7 +261,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
-        """Float32 logits [batch, vocab] for each request's last new token, and whether a captured graph ran (the
+        """Logits [batch, vocab] for each request's last new token (in the model's dtype), and whether a captured graph ran (the
         decode log line's `cuda graph`). A replayed graph's logits are a view valid until the next forward."""
         if self.cpu_threads is not None:
             self.cpu_threads.apply(batch.mode.is_decode)

@@ -63,7 +63,7 @@ class ServerArgs:
     max_prefill_tokens: int = 16384
     schedule_policy: str = "fcfs"
     schedule_conservativeness: float = 1.0
-    page_size: int = 1
+    page_size: int | None = None  # None: the device's default (1 with CUDA, 16 on a CPU)
     disable_radix_cache: bool = False
     enable_mixed_chunk: bool = False
     disable_overlap_schedule: bool | None = None  # None: the device's default (on with CUDA, off on a CPU)
@@ -104,7 +104,7 @@ class ServerArgs:
         _check_choice("--device", self.device, ("auto", "cpu", "cuda"))
         if self.quantization not in (None, "fp8"):
             raise ValueError(f"--quantization {self.quantization}: supported values are fp8")
-        if self.page_size < 1:
+        if self.page_size is not None and self.page_size < 1:
             raise ValueError(f"--page-size must be >= 1, got {self.page_size}")
         if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
             raise ValueError(f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
@@ -251,7 +251,8 @@ _HELP: dict[str, str] = {
     "max_prefill_tokens": "Token budget of one prefill batch (the first request may exceed it).",
     "schedule_policy": "Waiting-queue order: fcfs, lpm (longest prefix match), dfs-weight, lof, random.",
     "schedule_conservativeness": "Scales the new-token ratio; higher admits fewer requests (fewer retractions).",
-    "page_size": "Tokens per KV page.",
+    "page_size": "Tokens per KV page. Default: 1 with CUDA (SGLang's); 16 on a CPU, where a request's decode "
+                 "tokens then sit together in its pages for the in-place decode kernel.",
     "disable_radix_cache": "Disable the radix prefix cache.",
     "enable_mixed_chunk": "Let decode requests ride along in prefill batches.",
     "disable_overlap_schedule": "Run each step to the end before scheduling the next. The default with CUDA "

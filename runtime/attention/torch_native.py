@@ -4,6 +4,8 @@ Decode on CPU reads each request's K/V in place from the pool with a native kern
 the cache exists outside the pool, so `#token` and `token usage` describe all the KV memory held. Elsewhere (CUDA,
 or a CPU where the kernel cannot be built) decode gathers each request's slots and calls SDPA. Extend attends per
 request with SDPA: over the new tokens alone when nothing is cached, else over the prefix gathered from the pool.
+An extend of one token on a cached prefix is a decode (what `--enable-mixed-chunk` folds into a prefill): with the
+kernel, all such rows of a batch attend in one call, in place, like a decode step.
 """
 from __future__ import annotations
 
@@ -27,9 +29,20 @@ class _GatherMetadata:
 
 
 @dataclass
+class _DecodeRows:
+    """The one-token extends on a cached prefix that the native kernel attends in one call."""
+
+    rows: torch.Tensor  # [n] their rows in the flattened batch
+    req_pool_indices: torch.Tensor  # [n]
+    seq_lens: torch.Tensor  # [n]
+
+
+@dataclass
 class _ExtendMetadata:
-    kv_slots: list[torch.Tensor]  # per request: slots of all its tokens (prefix + new)
-    token_offsets: list[int]  # per request: first row of its new tokens in the flattened batch
+    requests: list[int]  # the requests attended one by one with SDPA (all of them without the kernel)
+    kv_slots: list[torch.Tensor]  # per request in `requests`: slots of all its tokens (prefix + new)
+    token_offsets: list[int]  # per request in `requests`: first row of its new tokens in the flattened batch
+    decode_rows: _DecodeRows | None
 
 
 def _native_kernel_ready(device: torch.device) -> bool:
@@ -64,7 +77,7 @@ class TorchNativeBackend(AttentionBackend):
         if batch.mode.is_decode:
             batch.attn_metadata = None if self.in_place_decode else self._gather_metadata(batch)
         else:
-            batch.attn_metadata = self._extend_metadata(batch)
+            batch.attn_metadata = self._extend_metadata(batch, self.in_place_decode)
 
     @staticmethod
     def _gather_metadata(batch: ForwardBatch) -> _GatherMetadata:
@@ -74,31 +87,38 @@ class TorchNativeBackend(AttentionBackend):
         return _GatherMetadata(slots, real[:, None, None, :])
 
     @staticmethod
-    def _extend_metadata(batch: ForwardBatch) -> _ExtendMetadata:
-        slots, offsets, offset = [], [], 0
+    def _extend_metadata(batch: ForwardBatch, in_place_decode: bool) -> _ExtendMetadata:
+        requests, slots, offsets, decode_requests, decode_offsets, offset = [], [], [], [], [], 0
         for i, seq_len in enumerate(batch.seq_lens_cpu):
-            row = batch.req_pool_indices_cpu[i]
-            slots.append(batch.req_to_token[row, :seq_len].to(torch.int64))
-            offsets.append(offset)
-            offset += batch.extend_seq_lens_cpu[i]
-        return _ExtendMetadata(kv_slots=slots, token_offsets=offsets)
+            new_tokens = batch.extend_seq_lens_cpu[i]
+            if in_place_decode and new_tokens == 1 and batch.extend_prefix_lens_cpu[i] > 0:
+                decode_requests.append(i)
+                decode_offsets.append(offset)
+            else:
+                requests.append(i)
+                slots.append(batch.req_to_token[batch.req_pool_indices_cpu[i], :seq_len].to(torch.int64))
+                offsets.append(offset)
+            offset += new_tokens
+        decode_rows = None
+        if decode_requests:
+            picked = torch.tensor(decode_requests, dtype=torch.int64, device=batch.seq_lens.device)
+            decode_rows = _DecodeRows(torch.tensor(decode_offsets, dtype=torch.int64, device=picked.device),
+                                      batch.req_pool_indices[picked], batch.seq_lens[picked])
+        return _ExtendMetadata(requests, slots, offsets, decode_rows)
 
     def forward_decode(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         pool, layer_id = batch.kv_pool, layer.layer_id
         pool.set_kv(layer_id, batch.out_cache_loc, k, v)
-        k_buffer, v_buffer = pool.k_buffer[layer_id], pool.v_buffer[layer_id]
+        if self.in_place_decode:
+            return self._decode_in_place(q, layer, batch, batch.req_pool_indices, batch.seq_lens)
+        meta: _GatherMetadata = batch.attn_metadata
+        keys = pool.k_buffer[layer_id][meta.kv_slots].transpose(1, 2).to(q.dtype)
+        values = pool.v_buffer[layer_id][meta.kv_slots].transpose(1, 2).to(q.dtype)
         # NOTE: an fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the
         # output.
         scaling, v_scale = layer.scaling * pool.k_scales[layer_id], pool.v_scales[layer_id]
-        if self.in_place_decode:
-            out = cpu_kernels.paged_decode_attention(q, k_buffer, v_buffer, batch.req_to_token,
-                                                     batch.req_pool_indices, batch.seq_lens, scaling)
-        else:
-            meta: _GatherMetadata = batch.attn_metadata
-            keys = k_buffer[meta.kv_slots].transpose(1, 2).to(q.dtype)
-            values = v_buffer[meta.kv_slots].transpose(1, 2).to(q.dtype)
-            out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=meta.mask, scale=scaling,
-                                                 enable_gqa=layer.num_heads != layer.num_kv_heads).squeeze(2)
+        out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=meta.mask, scale=scaling,
+                                             enable_gqa=layer.num_heads != layer.num_kv_heads).squeeze(2)
         return out if v_scale == 1.0 else out.mul_(v_scale)
 
     def forward_extend(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
@@ -107,9 +127,8 @@ class TorchNativeBackend(AttentionBackend):
         k_buffer = batch.kv_pool.k_buffer[layer.layer_id]
         v_buffer = batch.kv_pool.v_buffer[layer.layer_id]
         out = torch.empty_like(q)
-        for i, slots in enumerate(meta.kv_slots):
-            start, length = meta.token_offsets[i], batch.extend_seq_lens_cpu[i]
-            prefix = batch.extend_prefix_lens_cpu[i]
+        for i, slots, start in zip(meta.requests, meta.kv_slots, meta.token_offsets):
+            length, prefix = batch.extend_seq_lens_cpu[i], batch.extend_prefix_lens_cpu[i]
             queries = q[start : start + length].transpose(0, 1).unsqueeze(0)
             if prefix == 0:  # nothing cached: the new K/V are the whole sequence
                 keys, values = k[start : start + length], v[start : start + length]
@@ -117,7 +136,23 @@ class TorchNativeBackend(AttentionBackend):
                 keys, values = _read_pool(k_buffer, v_buffer, slots, q.dtype, batch.kv_pool, layer.layer_id)
             keys, values = keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)
             out[start : start + length] = _causal_attention(queries, keys, values, prefix, layer)[0].transpose(0, 1)
+        if meta.decode_rows is not None:
+            out[meta.decode_rows.rows] = self._decode_in_place(q[meta.decode_rows.rows], layer, batch,
+                                                               meta.decode_rows.req_pool_indices,
+                                                               meta.decode_rows.seq_lens)
         return out
+
+    @staticmethod
+    def _decode_in_place(q: torch.Tensor, layer: AttentionLayer, batch: ForwardBatch, req_pool_indices: torch.Tensor,
+                         seq_lens: torch.Tensor) -> torch.Tensor:
+        """One query row per request over its whole cached sequence, read in place by the native kernel."""
+        pool, layer_id = batch.kv_pool, layer.layer_id
+        # NOTE: an fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the
+        # output.
+        scaling, v_scale = layer.scaling * pool.k_scales[layer_id], pool.v_scales[layer_id]
+        out = cpu_kernels.paged_decode_attention(q, pool.k_buffer[layer_id], pool.v_buffer[layer_id],
+                                                 batch.req_to_token, req_pool_indices, seq_lens, scaling)
+        return out if v_scale == 1.0 else out.mul_(v_scale)
 
 
 def _read_pool(k_buffer: torch.Tensor, v_buffer: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype, pool,

@@ -158,4 +158,6 @@ class CausalLM(nn.Module):
         return self.tp.all_gather(logits)[:, : self.config.vocab_size]
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        return self.logits(self.model(batch)).float()
+        """Logits in the model's dtype: the sampler widens to float32 only the rows that compute with them
+        (greedy rows take the argmax as they are: widening is exact, so it picks the same token)."""
+        return self.logits(self.model(batch))

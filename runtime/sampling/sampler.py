@@ -2,6 +2,8 @@
 
 Work is done only for the rows that ask for it: greedy rows share one blocked argmax over the batch, softmax and
 filtering run on the sampled rows, penalties on the penalized rows, log-softmax on the rows that want logprobs.
+Logits may come in the model's dtype (bf16 on CPU): the argmax reads them as they are, every other computation
+widens its rows to float32 first, so results are those of float32 logits.
 Everything stays a device tensor (`SampledTokens`) until the scheduler reads it.
 """
 from __future__ import annotations
@@ -106,7 +108,7 @@ class Sampler:
             token_ids = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
             if batch.greedy_rows.numel():
                 token_ids[batch.greedy_rows] = greedy_argmax(logits[batch.greedy_rows])
-            token_ids[batch.sampled_rows] = self._draw(logits[batch.sampled_rows], batch)
+            token_ids[batch.sampled_rows] = self._draw(logits[batch.sampled_rows].float(), batch)
         return _with_logprobs(SampledTokens(token_ids), logits, batch)
 
     def sample(self, logits: torch.Tensor, params: list[SamplingParams], rids: list[str],
@@ -210,7 +212,7 @@ def apply_penalties(logits: torch.Tensor,
     """Frequency/presence penalties count generated tokens; the repetition penalty also counts the prompt."""
     if not penalized:
         return logits
-    logits = logits.clone()
+    logits = logits.to(torch.float32, copy=True)
     vocab = logits.shape[-1]
     for i, p, history in penalized:
         generated = torch.tensor(history.output_ids, dtype=torch.int64, device=logits.device)

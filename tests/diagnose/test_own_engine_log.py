@@ -19,7 +19,8 @@ from tests.runtime.engine_fixtures import random_prompts, tiny_engine
 from tests.runtime.tiny_models import TINY_CONFIGS
 from toolkit.cli import app
 
-ENGINE_ARGS = dict(load_format="dummy", random_seed=0, decode_log_interval=1, max_total_tokens=200,
+# NOTE: one-token pages, so the 200-token pool holds exactly 200 and the optimistic admission retracts.
+ENGINE_ARGS = dict(load_format="dummy", random_seed=0, decode_log_interval=1, max_total_tokens=200, page_size=1,
                    schedule_conservativeness=0.05, chunked_prefill_size=64, log_level="info")
 
 

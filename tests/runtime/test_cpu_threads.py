@@ -1,4 +1,4 @@
-"""CPU thread counts per step kind, and the overlap default per device."""
+"""CPU thread counts per step kind, and the overlap and page-size defaults per device."""
 from __future__ import annotations
 
 import os
@@ -46,3 +46,10 @@ def test_the_runtime_leaves_openmp_wait_policy_alone():
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.strip() == "None", out.stderr
+
+
+@pytest.mark.parametrize(("flags", "page_size"), [([], 16), (["--page-size", "1"], 1), (["--page-size", "64"], 64)])
+def test_a_cpu_pages_16_tokens_unless_told(flags, page_size):
+    args = with_device_defaults(parse_server_args(["--device", "cpu", *flags]))
+    assert args.page_size == page_size
+    assert parse_server_args(flags).page_size == (None if not flags else page_size)

@@ -82,3 +82,22 @@ def test_only_the_rows_that_ask_get_logprobs_and_they_are_the_models_log_softmax
     torch.testing.assert_close(out.top_values, expected[[1, 2]].topk(3, dim=-1).values)
     assert out.token_ids[0] == logits[0].argmax() and out.token_ids[2] == logits[2].argmax()
     assert out.token_ids[3] in logits[3].topk(5).indices
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_logits_sample_as_their_float32_widening(dtype):
+    """The model hands over its own dtype: greedy rows take the argmax as is, penalized, sampled and logprob rows
+    compute in float32, so every row equals what the widened float32 logits give."""
+    logits = (torch.randn(6, 3000, generator=torch.Generator().manual_seed(3)) * 4).to(dtype)
+    logits[0, 17] = logits[0, 2900] = logits[0].max() + 1  # a tie: the first maximum wins either way
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.0, frequency_penalty=0.7),
+              SamplingParams(temperature=0.8, seed=11), SamplingParams(temperature=1.3, top_k=40, seed=12),
+              SamplingParams(temperature=0.0, repetition_penalty=1.5),
+              SamplingParams(temperature=0.9, top_p=0.8, seed=13, presence_penalty=0.4)]
+    histories = [TokenHistory(prompt_ids=[5, 6, 7], output_ids=[int(logits[i].float().argmax()), 9, 9])
+                 for i in range(len(params))]
+    rids = [f"r{i}" for i in range(len(params))]
+    ours = Sampler("cpu").sample(logits, params, rids, histories, top_logprobs_num=3, return_logprob=True)
+    wide = Sampler("cpu").sample(logits.float(), params, rids, histories, top_logprobs_num=3, return_logprob=True)
+    assert ours.token_ids == wide.token_ids and ours.token_ids[0] == 17
+    assert ours == wide

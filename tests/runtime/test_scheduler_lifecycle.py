@@ -108,7 +108,8 @@ def test_log_lines_parse_and_agree_with_the_counters(folder, overlap):
     assert sum(int(m.group(2)) for m in prefill) == stats.total_prefill_tokens
     pool = engine.scheduler.max_total_num_tokens
     for m in decode:
-        assert abs(float(m.group(3)) - int(m.group(2)) / pool) <= 0.005 and m.group(4) == "False"
+        # the line rounds to 2 decimals: a usage half-way between two (784 / 896 = 0.875) may print either way
+        assert abs(float(m.group(3)) - int(m.group(2)) / pool) <= 0.005 + 1e-9 and m.group(4) == "False"
     assert engine.check_memory()
 
 
@@ -117,10 +118,11 @@ def test_startup_line_reports_the_resolved_limits(folder):
         tiny_engine(folder, max_total_tokens=1000, max_running_requests=7, chunked_prefill_size=48)
     (line,) = [line for line in log.lines if line.startswith("max_total_num_tokens=")]
     match = STARTUP_RE.match(line)
-    assert match and match.groups()[:5] == ("1000", "48", "16384", "7", "512")
+    # a CPU's default 16-token pages: the pool is 1000 tokens rounded down to whole pages
+    assert match and match.groups()[:5] == ("992", "48", "16384", "7", "512")
     assert any(line.startswith("server_args=ServerArgs(") for line in log.lines)
     assert any(line.startswith("Load weight begin. avail mem=") for line in log.lines)
-    assert any(re.match(r"KV Cache is allocated\. #tokens: 1000, K size: [\d.]+ GB, V size: [\d.]+ GB$", line)
+    assert any(re.match(r"KV Cache is allocated\. #tokens: 992, K size: [\d.]+ GB, V size: [\d.]+ GB$", line)
                for line in log.lines)
 
 

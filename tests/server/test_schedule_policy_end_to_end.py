@@ -69,7 +69,8 @@ def test_policy_decides_which_queued_request_is_admitted_first(policy_server):
     admitted = PREFILL_RE.search(server.log_file.read_text()[log_at:])
     cached_tokens = int(admitted.group(2))
     if policy == "lpm":
-        assert done == [CACHED, UNCACHED] and cached_tokens >= 20, (done, admitted.group(0))  # the shared prefix
+        # the shared prefix (~28 tokens) in whole 16-token pages (a CPU's default page size)
+        assert done == [CACHED, UNCACHED] and cached_tokens >= 16, (done, admitted.group(0))
     else:
         assert done == [UNCACHED, CACHED] and cached_tokens == 0, (done, admitted.group(0))
 

@@ -91,3 +91,22 @@ def test_a_batch_large_enough_is_handed_out_a_request_at_a_time(dtype, threads):
     finally:
         torch.set_num_threads(before)
     torch.testing.assert_close(ours.float(), _reference(case), atol=TOLERANCE[dtype], rtol=0)
+
+
+MIXED_REQUESTS = [Request(0, 24), Request(37, 1), Request(32, 9), Request(128, 1), Request(0, 1), Request(300, 1),
+                  Request(128, 1, shares_prefix_with=3)]
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_one_token_extends_in_a_prefill_attend_in_place(page_size, monkeypatch):
+    """A mixed-chunk batch: prefills (with and without a cached prefix) beside one-token extends on a prefix.
+    The one-token rows go to the kernel in a single call, the rest to SDPA; together they equal SDPA for all."""
+    case = make_case(MIXED_REQUESTS, page_size, 9, 3, 64, torch.float32, seed=page_size)
+    calls = []
+    kernel = cpu_kernels.paged_decode_attention
+    monkeypatch.setattr(cpu_kernels, "paged_decode_attention",
+                        lambda q, *args: calls.append(q.shape[0]) or kernel(q, *args))
+    ours, pool = case.run(TorchNativeBackend("cpu"))
+    assert calls == [4], "the one-token extends on a cached prefix were not attended in one kernel call"
+    torch.testing.assert_close(ours, _reference(case), atol=TOLERANCE[torch.float32], rtol=0)
+    assert torch.equal(pool.k_buffer[0][case.out_cache_loc], case.k)
