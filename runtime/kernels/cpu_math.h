@@ -1,5 +1,5 @@
-// Scalar and vector math shared by the CPU kernels: widening a half-precision value to float32, and exp over
-// sixteen floats (AVX-512).
+// Scalar and vector math shared by the CPU kernels: widening a half-precision value to float32, sixteen values
+// of a dtype loaded as float32 and stored back rounded as torch rounds (AVX-512), and exp over sixteen floats.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -27,6 +27,40 @@ inline float to_float(c10::BFloat16 v) {
 inline float to_float(c10::Half v) { return static_cast<float>(v); }
 
 #if defined(__AVX512F__)
+// Sixteen values of T as float32: `load` widens, `store` rounds to T, `round` gives the float32 value T would hold.
+// Rounding is torch's (c10): to nearest even, a NaN becomes bf16's quiet NaN 0x7fc0. Half has no vector form here
+// (its kernels take the scalar loops).
+template <typename T>
+struct Vec16 {
+  static constexpr bool kVectorized = false;
+};
+
+template <>
+struct Vec16<float> {
+  static constexpr bool kVectorized = true;
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+  static __m512 round(__m512 v) { return v; }
+};
+
+template <>
+struct Vec16<c10::BFloat16> {
+  static constexpr bool kVectorized = true;
+  static __m512 widen(__m256i bits) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+  static __m256i narrow(__m512 v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i top = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    top = _mm512_mask_mov_epi32(top, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+    return _mm512_cvtepi32_epi16(top);
+  }
+  static __m512 load(const c10::BFloat16* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static void store(c10::BFloat16* p, __m512 v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(v)); }
+  static __m512 round(__m512 v) { return widen(narrow(v)); }
+};
+
 // exp(x) over float32's range: Cody-Waite range reduction and a degree-6 polynomial, about 2 ulp; 0 below -87.3
 // and +inf above 88.7.
 inline __m512 exp_avx512(__m512 x) {

@@ -9,7 +9,9 @@
 // Rounding follows the torch ops they replace, step by step (Hugging Face's order): a bf16/fp16 model rounds the
 // residual sum, the normalized row, the product with the weight, SiLU's output and each rotary product to its dtype
 // where torch does; everything in between is float32. Rows are split across threads in chunks of
-// kMinElementsPerTask elements, so a small batch stays on one thread.
+// kMinElementsPerTask elements, so a small batch stays on one thread. With AVX-512, float32 and bf16 rows go
+// sixteen values at a time (the compiler leaves a float sum and torch's rounding constructor scalar: the norms ran
+// at ~2.4 cycles per element); the results are the scalar loops' but for the order of the sum of squares.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -26,6 +28,11 @@ namespace {
 constexpr int64_t kMinElementsPerTask = 16384;
 
 using toolkit::to_float;
+
+#if defined(__AVX512F__)
+template <typename T>
+constexpr bool kVector = toolkit::Vec16<T>::kVectorized;
+#endif
 
 // Round to T and back: the value torch holds after an op that outputs T (round to nearest even, as torch does).
 inline float round_to(float v, float*) { return v; }
@@ -52,12 +59,46 @@ void parallel_rows(int64_t rows, int64_t row_elements, F&& f) {
 template <typename T>
 inline void norm_row(const T* x, const T* weight, float eps, int64_t n, T* out) {
   float squares = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kVector<T>) {
+    using V = toolkit::Vec16<T>;
+    __m512 sum = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = V::load(x + i);
+      sum = _mm512_fmadd_ps(v, v, sum);
+    }
+    squares = _mm512_reduce_add_ps(sum);
+  }
+#endif
+  for (; i < n; ++i) {
     const float v = to_float(x[i]);
     squares += v * v;
   }
   const float inverse = 1.f / std::sqrt(squares / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = T(to_float(weight[i]) * rounded<T>(to_float(x[i]) * inverse));
+  i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kVector<T>) {
+    using V = toolkit::Vec16<T>;
+    const __m512 scale = _mm512_set1_ps(inverse);
+    for (; i + 16 <= n; i += 16)
+      V::store(out + i, _mm512_mul_ps(V::load(weight + i), V::round(_mm512_mul_ps(V::load(x + i), scale))));
+  }
+#endif
+  for (; i < n; ++i) out[i] = T(to_float(weight[i]) * rounded<T>(to_float(x[i]) * inverse));
+}
+
+// out = T(a + b) elementwise (out may be a).
+template <typename T>
+inline void add_row(const T* a, const T* b, int64_t n, T* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kVector<T>) {
+    using V = toolkit::Vec16<T>;
+    for (; i + 16 <= n; i += 16) V::store(out + i, _mm512_add_ps(V::load(a + i), V::load(b + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = T(to_float(a[i]) + to_float(b[i]));
 }
 
 template <typename T>
@@ -81,7 +122,7 @@ void fused_add_rms_norm_impl(at::Tensor& x, at::Tensor& residual, const at::Tens
   parallel_rows(x.size(0), n, [&](int64_t row) {
     T* xs = x_ptr + row * x.stride(0);
     T* rs = r_ptr + row * residual.stride(0);
-    for (int64_t i = 0; i < n; ++i) rs[i] = T(to_float(rs[i]) + to_float(xs[i]));
+    add_row(rs, xs, n, rs);
     norm_row(rs, w_ptr, static_cast<float>(eps), n, xs);
   });
 }
@@ -89,7 +130,18 @@ void fused_add_rms_norm_impl(at::Tensor& x, at::Tensor& residual, const at::Tens
 // Neox rotary of one head in place: (a, b) -> (a cos - b sin, b cos + a sin), a and b its two halves.
 template <typename T>
 inline void rotate_head(T* x, const T* cos, const T* sin, int64_t half) {
-  for (int64_t i = 0; i < half; ++i) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kVector<T>) {
+    using V = toolkit::Vec16<T>;
+    for (; i + 16 <= half; i += 16) {
+      const __m512 a = V::load(x + i), b = V::load(x + i + half), c = V::load(cos + i), s = V::load(sin + i);
+      V::store(x + i, _mm512_sub_ps(V::round(_mm512_mul_ps(a, c)), V::round(_mm512_mul_ps(b, s))));
+      V::store(x + i + half, _mm512_add_ps(V::round(_mm512_mul_ps(b, c)), V::round(_mm512_mul_ps(a, s))));
+    }
+  }
+#endif
+  for (; i < half; ++i) {
     const float a = to_float(x[i]), b = to_float(x[i + half]), c = to_float(cos[i]), s = to_float(sin[i]);
     x[i] = T(rounded<T>(a * c) - rounded<T>(b * s));
     x[i + half] = T(rounded<T>(b * c) + rounded<T>(a * s));
@@ -125,6 +177,31 @@ inline void silu_inplace(float* x, int64_t n) {
   for (; i < n; ++i) x[i] = x[i] / (1.f + std::exp(-x[i]));
 }
 
+// out[i] = float(x[i]).
+template <typename T>
+inline void widen_row(const T* x, int64_t n, float* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kVector<T>) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, toolkit::Vec16<T>::load(x + i));
+  }
+#endif
+  for (; i < n; ++i) out[i] = to_float(x[i]);
+}
+
+// out = T(T(a) * b): a float32 value rounded to T (an op's output), times b.
+template <typename T>
+inline void multiply_rounded_row(const float* a, const T* b, int64_t n, T* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kVector<T>) {
+    using V = toolkit::Vec16<T>;
+    for (; i + 16 <= n; i += 16) V::store(out + i, _mm512_mul_ps(V::round(_mm512_loadu_ps(a + i)), V::load(b + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = T(rounded<T>(a[i]) * to_float(b[i]));
+}
+
 // out = T(silu(gate)) * up, gate and up the two halves of each row of gate_up. The gate row is widened into a float
 // buffer first: loops of plain conversions vectorize, a conversion inside the exp loop does not.
 template <typename T>
@@ -138,9 +215,9 @@ void silu_and_mul_impl(const at::Tensor& gate_up, at::Tensor& out) {
       const T* gate = in_ptr + row * gate_up.stride(0);
       const T* up = gate + n;
       T* dst = out_ptr + row * out.stride(0);
-      for (int64_t i = 0; i < n; ++i) activated[i] = to_float(gate[i]);
+      widen_row(gate, n, activated.data());
       silu_inplace(activated.data(), n);
-      for (int64_t i = 0; i < n; ++i) dst[i] = T(rounded<T>(activated[i]) * to_float(up[i]));
+      multiply_rounded_row(activated.data(), up, n, dst);
     }
   });
 }

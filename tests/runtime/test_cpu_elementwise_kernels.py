@@ -118,3 +118,20 @@ def test_without_the_kernels_the_layers_compute_the_same_with_torch_ops(monkeypa
     torch.testing.assert_close((normalized, summed), fused[0], **TOLERANCE[torch.float32])
     torch.testing.assert_close(silu_and_mul(gate_up), fused[1], **TOLERANCE[torch.float32])
     torch.testing.assert_close(apply_rotary(q, k, (angles.cos(), angles.sin())), fused[2], **TOLERANCE[torch.float32])
+
+
+def test_bf16_rounding_of_the_vector_loops_is_torchs_at_the_edges():
+    """Ties to even both ways, overflow to inf, NaN, subnormals: the residual sum rounds like torch's bf16 add in
+    the sixteen-wide loops and in the scalar tail (48 + 5 values)."""
+    tiny = 2.0 ** -130  # a bf16 subnormal
+    pairs = [(1.0, 2.0 ** -8), (1.0078125, 2.0 ** -8), (-1.0, -(2.0 ** -8)), (3e38, 3e38), (-3e38, -3e38),
+             (float("nan"), 1.0), (float("inf"), float("-inf")), (tiny, tiny), (tiny, -tiny), (65504.0, 0.5),
+             (0.1, 0.2)]
+    pairs = (pairs * 5)[:53]
+    residual = torch.tensor([[a for a, _ in pairs]]).to(torch.bfloat16)
+    x = torch.tensor([[b for _, b in pairs]]).to(torch.bfloat16)
+    expected = residual + x
+    kernels.fused_add_rms_norm(x.clone(), residual, torch.ones(53, dtype=torch.bfloat16), 1e-6)
+    finite = ~expected.isnan()
+    assert torch.equal(residual[finite].view(torch.int16), expected[finite].view(torch.int16))
+    assert torch.equal(residual.isnan(), expected.isnan())
