@@ -32,15 +32,23 @@ DECODE_RE = re.compile(r"Decode batch\. #running-req: (\d+),.* gen throughput \(
 STARTUP_TIMEOUT = 300.0
 
 
+def _logged_steps(log: Path) -> list[tuple[int, float] | None]:
+    """Per step line: (#running-req, step ms) for a decode step with a measured throughput, None for a prefill or
+    a decode line without one."""
+    steps: list[tuple[int, float] | None] = []
+    for line in log.read_text().splitlines():
+        if "] Prefill batch." in line:
+            steps.append(None)
+        elif (match := DECODE_RE.search(line)) is not None:
+            throughput = float(match.group(2))
+            steps.append((int(match.group(1)), int(match.group(1)) / throughput * 1e3) if throughput > 0 else None)
+    return steps
+
+
 def decode_steps(log: Path) -> list[tuple[int, float]]:
     """(#running-req, step ms) of every logged decode step but the first, whose time runs from no previous decode
     line (the server's start-up)."""
-    steps = []
-    for line in log.read_text().splitlines():
-        match = DECODE_RE.search(line)
-        if match is not None and float(match.group(2)) > 0:
-            steps.append((int(match.group(1)), int(match.group(1)) / float(match.group(2)) * 1e3))
-    return steps[1:]
+    return [step for step in _logged_steps(log) if step is not None][1:]
 
 
 def per_token_median(steps: list[tuple[int, float]]) -> float:
@@ -57,16 +65,10 @@ def per_token_median(steps: list[tuple[int, float]]) -> float:
 def full_step_times_ms(log: Path, batch: int) -> list[float]:
     """Step times of the steps that ran the whole batch right after another such step (no prefill between)."""
     times, previous_full = [], False
-    for line in log.read_text().splitlines():
-        if "] Prefill batch." in line:
-            previous_full = False
-            continue
-        match = DECODE_RE.search(line)
-        if match is None:
-            continue
-        full = int(match.group(1)) == batch and float(match.group(2)) > 0
+    for step in _logged_steps(log):
+        full = step is not None and step[0] == batch
         if full and previous_full:
-            times.append(int(match.group(1)) / float(match.group(2)) * 1e3)
+            times.append(step[1])
         previous_full = full
     return times
 

@@ -24,6 +24,7 @@ logger = logging.getLogger("runtime")
 def with_device_defaults(args: ServerArgs) -> ServerArgs:
     """Fill the flags SGLang derives from the device's memory (docs/scheduling.md §4)."""
     device = resolve_device(args.device)
+    args = args.replace(page_size=args.page_size or default_page_size(device.type))
     if device.type != "cuda":
         if args.base_gpu_id:
             raise ValueError(f"--base-gpu-id {args.base_gpu_id}: the device is {device.type}; GPU ids need CUDA")
@@ -32,7 +33,6 @@ def with_device_defaults(args: ServerArgs) -> ServerArgs:
         return args.replace(
             device="cpu",
             chunked_prefill_size=args.chunked_prefill_size or CPU_CHUNKED_PREFILL_SIZE,
-            page_size=args.page_size or default_page_size(device.type),
             disable_cuda_graph=True,
             disable_overlap_schedule=args.disable_overlap_schedule is not False,
         )
@@ -42,7 +42,6 @@ def with_device_defaults(args: ServerArgs) -> ServerArgs:
         chunked_prefill_size=args.chunked_prefill_size or defaults.chunked_prefill_size,
         cuda_graph_max_bs=args.cuda_graph_max_bs or defaults.cuda_graph_max_bs,
         mem_fraction_static=args.mem_fraction_static or defaults.mem_fraction_static,
-        page_size=args.page_size or default_page_size(device.type),
         disable_overlap_schedule=bool(args.disable_overlap_schedule),
     )
 

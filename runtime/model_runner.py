@@ -261,8 +261,9 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
-        """Logits [batch, vocab] for each request's last new token (in the model's dtype), and whether a captured graph ran (the
-        decode log line's `cuda graph`). A replayed graph's logits are a view valid until the next forward."""
+        """Logits [batch, vocab] in the model's dtype for each request's last new token, and whether a captured
+        graph ran (the decode log line's `cuda graph`). A replayed graph's logits are a view valid until the next
+        forward."""
         if self.cpu_threads is not None:
             self.cpu_threads.apply(batch.mode.is_decode)
         graphs = self.graph_runner

@@ -114,9 +114,7 @@ class TorchNativeBackend(AttentionBackend):
         meta: _GatherMetadata = batch.attn_metadata
         keys = pool.k_buffer[layer_id][meta.kv_slots].transpose(1, 2).to(q.dtype)
         values = pool.v_buffer[layer_id][meta.kv_slots].transpose(1, 2).to(q.dtype)
-        # NOTE: an fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the
-        # output.
-        scaling, v_scale = layer.scaling * pool.k_scales[layer_id], pool.v_scales[layer_id]
+        scaling, v_scale = _scales(pool, layer)
         out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=meta.mask, scale=scaling,
                                              enable_gqa=layer.num_heads != layer.num_kv_heads).squeeze(2)
         return out if v_scale == 1.0 else out.mul_(v_scale)
@@ -147,12 +145,16 @@ class TorchNativeBackend(AttentionBackend):
                          seq_lens: torch.Tensor) -> torch.Tensor:
         """One query row per request over its whole cached sequence, read in place by the native kernel."""
         pool, layer_id = batch.kv_pool, layer.layer_id
-        # NOTE: an fp8 pool holds K/k_scale and V/v_scale: k_scale folds into the softmax scale, v_scale into the
-        # output.
-        scaling, v_scale = layer.scaling * pool.k_scales[layer_id], pool.v_scales[layer_id]
+        scaling, v_scale = _scales(pool, layer)
         out = cpu_kernels.paged_decode_attention(q, pool.k_buffer[layer_id], pool.v_buffer[layer_id],
                                                  batch.req_to_token, req_pool_indices, seq_lens, scaling)
         return out if v_scale == 1.0 else out.mul_(v_scale)
+
+
+def _scales(pool, layer: AttentionLayer) -> tuple[float, float]:
+    """The softmax scale and the output's scale of a decode over the pool: an fp8 pool holds K/k_scale and
+    V/v_scale, so k_scale folds into the softmax scale and v_scale multiplies the output."""
+    return layer.scaling * pool.k_scales[layer.layer_id], pool.v_scales[layer.layer_id]
 
 
 def _read_pool(k_buffer: torch.Tensor, v_buffer: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype, pool,

@@ -69,13 +69,10 @@ template <typename KV>
 inline __m512 load16(const KV* p);
 
 template <>
-inline __m512 load16<float>(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16<float>(const float* p) { return toolkit::Vec16<float>::load(p); }
 
 template <>
-inline __m512 load16<c10::BFloat16>(const c10::BFloat16* p) {
-  __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
+inline __m512 load16<c10::BFloat16>(const c10::BFloat16* p) { return toolkit::Vec16<c10::BFloat16>::load(p); }
 
 template <>
 inline __m512 load16<c10::Half>(const c10::Half* p) {

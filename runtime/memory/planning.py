@@ -20,12 +20,12 @@ CPU_CHUNKED_PREFILL_SIZE = 2048
 # lie a batch apart in the pool; 16-token pages keep 16 of them together for the CPU decode kernel's reads
 # (measured in process, 64 x 256/128, pages 1 vs 16 alternated: 11.61 vs 11.12 s).
 CPU_PAGE_SIZE = 16
+REQ_POOL_MIN, REQ_POOL_MAX = 2048, 4096
 
 
 def default_page_size(device_type: str) -> int:
     """`--page-size` left unset: 16 on a CPU, SGLang's 1 elsewhere."""
     return CPU_PAGE_SIZE if device_type == "cpu" else 1
-REQ_POOL_MIN, REQ_POOL_MAX = 2048, 4096
 
 
 class NotEnoughMemoryError(RuntimeError):
