@@ -4,8 +4,9 @@ Decode on CPU reads each request's K/V in place from the pool with a native kern
 the cache exists outside the pool, so `#token` and `token usage` describe all the KV memory held. Elsewhere (CUDA,
 or a CPU where the kernel cannot be built) decode gathers each request's slots and calls SDPA. Extend attends per
 request with SDPA: over the new tokens alone when nothing is cached, else over the prefix gathered from the pool.
-An extend of one token on a cached prefix is a decode (what `--enable-mixed-chunk` folds into a prefill): with the
-kernel, all such rows of a batch attend in one call, in place, like a decode step.
+With the kernels, the bf16 extends with nothing cached attend in one native call for the whole batch instead, and
+an extend of one token on a cached prefix is a decode (what `--enable-mixed-chunk` folds into a prefill): all such
+rows of a batch attend in one call, in place, like a decode step.
 """
 from __future__ import annotations
 
@@ -38,11 +39,20 @@ class _DecodeRows:
 
 
 @dataclass
+class _NewSequences:
+    """The extends with nothing cached, which the native kernel attends in one call where q is bf16."""
+
+    starts: torch.Tensor  # [n] int64: first row of each in the flattened batch
+    lengths: torch.Tensor  # [n] int64
+
+
+@dataclass
 class _ExtendMetadata:
-    requests: list[int]  # the requests attended one by one with SDPA (all of them without the kernel)
+    requests: list[int]  # the requests attended one by one with SDPA (all of them without the kernels)
     kv_slots: list[torch.Tensor]  # per request in `requests`: slots of all its tokens (prefix + new)
     token_offsets: list[int]  # per request in `requests`: first row of its new tokens in the flattened batch
     decode_rows: _DecodeRows | None
+    new_sequences: _NewSequences | None  # those of `requests` with nothing cached (with the kernels)
 
 
 def _native_kernel_ready(device: torch.device) -> bool:
@@ -104,7 +114,13 @@ class TorchNativeBackend(AttentionBackend):
             picked = torch.tensor(decode_requests, dtype=torch.int64, device=batch.seq_lens.device)
             decode_rows = _DecodeRows(torch.tensor(decode_offsets, dtype=torch.int64, device=picked.device),
                                       batch.req_pool_indices[picked], batch.seq_lens[picked])
-        return _ExtendMetadata(requests, slots, offsets, decode_rows)
+        new_sequences = None
+        new = [(offset, batch.extend_seq_lens_cpu[i]) for i, offset in zip(requests, offsets)
+               if batch.extend_prefix_lens_cpu[i] == 0]
+        if in_place_decode and new:
+            starts, lengths = torch.tensor(new, dtype=torch.int64).T
+            new_sequences = _NewSequences(starts.contiguous(), lengths.contiguous())
+        return _ExtendMetadata(requests, slots, offsets, decode_rows, new_sequences)
 
     def forward_decode(self, q, k, v, layer: AttentionLayer, batch: ForwardBatch) -> torch.Tensor:
         pool, layer_id = batch.kv_pool, layer.layer_id
@@ -125,8 +141,14 @@ class TorchNativeBackend(AttentionBackend):
         k_buffer = batch.kv_pool.k_buffer[layer.layer_id]
         v_buffer = batch.kv_pool.v_buffer[layer.layer_id]
         out = torch.empty_like(q)
+        native_new = meta.new_sequences is not None and cpu_kernels.prefill_attention_applies(q, k, v)
+        if native_new:
+            cpu_kernels.prefill_attention(q, k, v, meta.new_sequences.starts, meta.new_sequences.lengths,
+                                          layer.scaling, out)
         for i, slots, start in zip(meta.requests, meta.kv_slots, meta.token_offsets):
             length, prefix = batch.extend_seq_lens_cpu[i], batch.extend_prefix_lens_cpu[i]
+            if native_new and prefix == 0:
+                continue
             queries = q[start : start + length].transpose(0, 1).unsqueeze(0)
             if prefix == 0:  # nothing cached: the new K/V are the whole sequence
                 keys, values = k[start : start + length], v[start : start + length]

@@ -1,6 +1,7 @@
 """Native CPU kernels, built once on first use with torch's extension builder (the machine's C++ compiler) and
 cached under TORCH_EXTENSIONS_DIR (~/.cache/torch_extensions): decode attention over the paged pool
-(`paged_decode.cpp`) and the decoder layer's fused elementwise steps (`elementwise.cpp`)."""
+(`paged_decode.cpp`), causal bf16 prefill attention of new sequences (`prefill_attention.cpp`) and the decoder
+layer's fused elementwise steps (`elementwise.cpp`)."""
 from __future__ import annotations
 
 import functools
@@ -12,8 +13,8 @@ import torch
 
 logger = logging.getLogger("runtime")
 EXTENSION_NAME = "toolkit_cpu_kernels"
-SOURCES = ("paged_decode.cpp", "elementwise.cpp")
-HEADER = "cpu_math.h"  # included by both sources
+SOURCES = ("paged_decode.cpp", "elementwise.cpp", "prefill_attention.cpp")
+HEADER = "cpu_math.h"  # included by every source
 
 
 class NativeKernelUnavailable(RuntimeError):
@@ -70,6 +71,30 @@ def paged_decode_attention(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: to
     torch.ops.toolkit_cpu.paged_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens,
                                                  scale, out)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def prefill_attention_supported() -> bool:
+    """Whether ATen's oneDNN micro-kernels pack bf16 on this CPU (AMX), which `prefill_attention` multiplies with."""
+    return available() and torch.ops.toolkit_cpu.prefill_attention_supported()
+
+
+def prefill_attention_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether `prefill_attention` takes these: bf16 [tokens, heads, head_dim] views whose heads are contiguous
+    (the layout the QKV projection's split gives), head_dim a multiple of 16, on a CPU it supports."""
+    return (all(t.dtype == torch.bfloat16 and t.dim() == 3 and t.stride(1) == t.shape[2] for t in (q, k, v))
+            and q.shape[2] % 16 == 0 and applies_to(q, k, v) and prefill_attention_supported())
+
+
+def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_starts: torch.Tensor,
+                      seq_lens: torch.Tensor, scale: float, out: torch.Tensor) -> None:
+    """Causal attention of whole new sequences (nothing cached before them), into `out` rows in place.
+
+    q/out: [tokens, heads, dim]; k, v: [tokens, kv_heads, dim] (GQA); seq_starts, seq_lens: [n] int64, sequence i
+    being rows seq_starts[i] .. seq_starts[i] + seq_lens[i] of all four. Rows of no sequence are left untouched.
+    """
+    load_kernels()
+    torch.ops.toolkit_cpu.prefill_attention(q, k, v, seq_starts, seq_lens, scale, out)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -12,6 +12,8 @@ from importlib.resources import files
 
 import pytest
 
+from toolkit.runtime import kernels as cpu_kernels
+
 PROBE = r"""
 import json, sys
 import torch
@@ -65,6 +67,17 @@ for dtype in (torch.float32, torch.bfloat16):
         reference = torch.softmax(q[b].float()[:, None] @ keys.transpose(1, 2) * 0.125, dim=-1) @ values
         worst = max(worst, (reference[:, 0] - attended[b].float()).abs().max().item())
     errors[f"paged_decode_attention {name}"] = worst
+if ops.prefill_attention_supported():  # bf16 only, where oneDNN packs bf16 (AMX)
+    qkv = torch.randn(150, 15 * 64).to(torch.bfloat16)
+    q, k, v = qkv[:, :576].view(150, 9, 64), qkv[:, 576:768].view(150, 3, 64), qkv[:, 768:].view(150, 3, 64)
+    attended = torch.empty_like(q)
+    ops.prefill_attention(q, k, v, torch.tensor([0, 20]), torch.tensor([20, 130]), 0.125, attended)
+    worst = 0.0
+    for start, n in ((0, 20), (20, 130)):
+        heads = [t[start : start + n].float().transpose(0, 1)[None] for t in (q, k, v)]
+        reference = F.scaled_dot_product_attention(*heads, is_causal=True, scale=0.125, enable_gqa=True)
+        worst = max(worst, (reference[0].transpose(0, 1) - attended[start : start + n].float()).abs().max().item())
+    errors["prefill_attention bfloat16"] = worst
 print(json.dumps(errors))
 """
 
@@ -76,11 +89,11 @@ LIMITS = {"float32": 2e-5, "bfloat16": 0.04}
                     reason="the targets are x86-64 ones, built with the machine's GCC")
 @pytest.mark.parametrize("march", ["x86-64-v3", "x86-64"])  # AVX2 (e.g. AMD EPYC Zen 2/3); the SSE2 baseline
 def test_the_portable_paths_agree_with_torch(march, tmp_path):
-    sources = [str(files("toolkit.runtime.kernels") / name) for name in ("paged_decode.cpp", "elementwise.cpp")]
+    sources = [str(files("toolkit.runtime.kernels") / name) for name in cpu_kernels.SOURCES]
     done = subprocess.run([sys.executable, "-c", PROBE, march, *sources], capture_output=True, text=True,
                           timeout=400, env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
     errors = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(errors) == 10
+    assert len(errors) == 10 + cpu_kernels.prefill_attention_supported()
     for check, error in errors.items():
         assert error <= LIMITS[check.split()[-1]], (check, error)
