@@ -1,14 +1,14 @@
 // Causal attention of new sequences (no cached prefix) for bfloat16 prefill on CPUs, every sequence of a batch in
 // one call, GQA.
 //
-// Why a native kernel: torch's CPU flash attention computes the whole key range of every query block at the
-// lengths a prefill chunk holds (measured at 256 tokens, 9 heads: causal 0.244 ms, full 0.235 ms), takes one call
-// per sequence (a chunk of 2,048 tokens is 8 calls per layer), and packs K/V for every query head where GQA shares
-// them. This kernel computes only the key blocks at or left of each query block's diagonal, packs each K/V head once
-// for the query heads that share it, and spreads the (sequence, K/V head, query block) tasks of the whole batch over
-// the threads. Both matrix products go through ATen's oneDNN micro-kernel (`at::native::cpublas::brgemm`: AMX
-// where the CPU has it), the same one torch's flash attention calls; scores and the softmax stay float32, the
-// probabilities are rounded to bf16 for the second product, as in torch's.
+// Why a native kernel: torch's CPU flash attention (SDPA) costs the same causal or not at the lengths a prefill
+// chunk holds (measured at 256 tokens, 9 heads: causal 0.244 ms, full 0.235 ms) and takes one call per sequence
+// (a chunk of 2,048 tokens of 256-token prompts is 8 calls per layer); no torch op attends several variable-length
+// sequences at once on CPU. This kernel computes only the key blocks at or left of each query block's diagonal,
+// packs each K/V head once for the query heads that share it, and spreads the (sequence, K/V head, query block)
+// tasks of the whole batch over the threads. Both matrix products go through ATen's oneDNN micro-kernel
+// (`at::native::cpublas::brgemm`: AMX where the CPU has it), the one torch's flash attention calls too; scores and
+// the softmax stay float32, the probabilities are rounded to bf16 for the second product, as in torch's.
 //
 // One task = one query block of one sequence for the G query heads of one K/V head: its scores S = Q K^T over the
 // key blocks up to the diagonal (float32, in a per-thread buffer), an exact row softmax (the whole row is there, so
@@ -44,8 +44,8 @@ struct Layout {
 };
 
 // One sequence's K^T (key blocks of [dim, kKeyBlock], one after another) and V (column panels of [padded, <= 64],
-// one after another) for one K/V head in the micro-kernel's VNNI layout. Keys past the sequence's end are zero: their scores are masked and their
-// probabilities zero.
+// one after another) for one K/V head in the micro-kernel's VNNI layout. Keys past the sequence's end are zero:
+// their scores are masked and their probabilities zero.
 void pack_head(const BFloat16* k, const BFloat16* v, int64_t keys, int64_t padded, const Layout& s,
                BFloat16* packed_k, BFloat16* packed_v, std::vector<BFloat16>& scratch) {
   for (int64_t j0 = 0; j0 < padded; j0 += kKeyBlock) {
@@ -150,8 +150,8 @@ void store_rows(const float* acc, const float* inverse, int64_t rows, int64_t di
 // Whether ATen's oneDNN micro-kernel packs bf16 here (AMX): where it does not, callers use SDPA.
 bool prefill_attention_supported() { return at::native::cpublas::could_pack(at::kBFloat16); }
 
-void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& seq_starts,
-                       const at::Tensor& seq_lens, double scale, at::Tensor out) {
+void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& seq_starts,
+                  const at::Tensor& seq_lens, const at::Tensor& out) {
   TORCH_CHECK(prefill_attention_supported(), "prefill_attention needs oneDNN's packed bf16 micro-kernels (AMX)");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
                   v.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16,
@@ -168,30 +168,86 @@ void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   TORCH_CHECK(seq_starts.scalar_type() == at::kLong && seq_lens.scalar_type() == at::kLong && seq_starts.dim() == 1 &&
                   seq_lens.sizes() == seq_starts.sizes(),
               "seq_starts and seq_lens must be int64 [sequences]");
-  const Layout s{q.size(1), k.size(1), q.size(1) / k.size(1), q.size(2),
-                 q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
-  const at::Tensor starts_c = seq_starts.contiguous(), lens_c = seq_lens.contiguous();
+}
+
+// The sequences, checked to lie within the tokens, with their places in the packed K/V buffers.
+std::vector<Sequence> place_sequences(const at::Tensor& seq_starts, const at::Tensor& seq_lens, int64_t tokens,
+                                      const Layout& s, int64_t& packed_elems) {
+  const at::Tensor starts_c = seq_starts.contiguous(), lengths_c = seq_lens.contiguous();
   const int64_t* starts = starts_c.data_ptr<int64_t>();
-  const int64_t* lengths = lens_c.data_ptr<int64_t>();
+  const int64_t* lengths = lengths_c.data_ptr<int64_t>();
   std::vector<Sequence> sequences;
-  int64_t packed_elems = 0;
+  packed_elems = 0;
   for (int64_t i = 0; i < seq_starts.numel(); ++i) {
-    TORCH_CHECK(starts[i] >= 0 && lengths[i] >= 0 && starts[i] + lengths[i] <= q.size(0),
-                "sequence ", i, " (rows ", starts[i], " + ", lengths[i], ") is not within the ", q.size(0), " tokens");
+    TORCH_CHECK(starts[i] >= 0 && lengths[i] >= 0 && starts[i] + lengths[i] <= tokens, "sequence ", i, " (rows ",
+                starts[i], " + ", lengths[i], ") is not within the ", tokens, " tokens");
     const int64_t padded = (lengths[i] + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
     sequences.push_back({starts[i], lengths[i], padded, packed_elems});
     packed_elems += padded * s.dim * s.kv_heads;
   }
+  return sequences;
+}
+
+struct Task {
+  int64_t seq, kv_head, row0;
+};
+
+// A thread's buffers, grown to the widest task it has taken.
+struct Workspace {
+  std::vector<float> scores, acc, inverse;
+  std::vector<BFloat16> probs;
+};
+
+struct Operands {
+  const BFloat16 *q, *packed_k, *packed_v;
+  BFloat16* out;
+};
+
+// One task: rows row0.. of one sequence against its keys up to the diagonal, for the G query heads of one K/V
+// head. Each product runs for all G heads in a row: the micro-kernel keeps its tile configuration between calls.
+void attend_task(const Task& task, const Sequence& seq, const Layout& s, const Operands& x, float scale,
+                 Workspace& w) {
+  const int64_t rows = std::min(kBlockM, seq.length - task.row0);
+  const int64_t width = std::min(seq.padded, (task.row0 + rows + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
+  const int64_t offset = seq.packed_offset + task.kv_head * seq.padded * s.dim, plane = rows * width;
+  w.scores.resize(s.group * plane);
+  w.probs.resize(s.group * plane);
+  w.acc.resize(s.group * rows * s.dim);
+  w.inverse.resize(s.group * rows);
+  auto head_of = [&](int64_t g) { return task.kv_head * s.group + g; };
+  for (int64_t g = 0; g < s.group; ++g) {
+    const BFloat16* q_rows = x.q + (seq.start + task.row0) * s.q_row + head_of(g) * s.dim;
+    for (int64_t j0 = 0; j0 < width; j0 += kKeyBlock)
+      at::native::cpublas::brgemm(rows, kKeyBlock, s.dim, s.q_row, kKeyBlock, width, false, q_rows,
+                                  x.packed_k + offset + j0 * s.dim, w.scores.data() + g * plane + j0);
+  }
+  for (int64_t g = 0; g < s.group; ++g)
+    softmax_rows(w.scores.data() + g * plane, rows, task.row0, width, scale, w.probs.data() + g * plane,
+                 w.inverse.data() + g * rows);
+  for (int64_t g = 0; g < s.group; ++g)
+    for (int64_t c0 = 0; c0 < s.dim; c0 += kKeyBlock) {
+      const int64_t columns = std::min(kKeyBlock, s.dim - c0);
+      at::native::cpublas::brgemm(rows, columns, width, width, columns, s.dim, false, w.probs.data() + g * plane,
+                                  x.packed_v + offset + c0 * seq.padded, w.acc.data() + g * rows * s.dim + c0);
+    }
+  for (int64_t g = 0; g < s.group; ++g)
+    store_rows(w.acc.data() + g * rows * s.dim, w.inverse.data() + g * rows, rows, s.dim,
+               x.out + (seq.start + task.row0) * s.out_row + head_of(g) * s.dim, s.out_row);
+}
+
+void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& seq_starts,
+                       const at::Tensor& seq_lens, double scale, at::Tensor out) {
+  check_inputs(q, k, v, seq_starts, seq_lens, out);
+  const Layout s{q.size(1), k.size(1), q.size(1) / k.size(1), q.size(2),
+                 q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
+  int64_t packed_elems = 0;
+  const std::vector<Sequence> sequences = place_sequences(seq_starts, seq_lens, q.size(0), s, packed_elems);
   const int64_t count = static_cast<int64_t>(sequences.size());
-  const BFloat16* q_ptr = q.data_ptr<BFloat16>();
-  const BFloat16* k_ptr = k.data_ptr<BFloat16>();
-  const BFloat16* v_ptr = v.data_ptr<BFloat16>();
-  BFloat16* out_ptr = out.data_ptr<BFloat16>();
 
   // Every (sequence, K/V head) packed once, for all its query heads and blocks.
-  const at::Tensor packed_k_buffer = at::empty({packed_elems}, q.options()), packed_v_buffer = at::empty_like(packed_k_buffer);
-  BFloat16* const packed_k = packed_k_buffer.data_ptr<BFloat16>();
-  BFloat16* const packed_v = packed_v_buffer.data_ptr<BFloat16>();
+  const at::Tensor packed_k = at::empty({packed_elems}, q.options()), packed_v = at::empty_like(packed_k);
+  const BFloat16* k_ptr = k.data_ptr<BFloat16>();
+  const BFloat16* v_ptr = v.data_ptr<BFloat16>();
   at::parallel_for(0, count * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<BFloat16> scratch;
     for (int64_t t = begin; t < end; ++t) {
@@ -199,49 +255,24 @@ void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tenso
       const int64_t h = t % s.kv_heads, offset = seq.packed_offset + h * seq.padded * s.dim;
       if (seq.length == 0) continue;
       pack_head(k_ptr + seq.start * s.k_row + h * s.dim, v_ptr + seq.start * s.v_row + h * s.dim, seq.length,
-                seq.padded, s, packed_k + offset, packed_v + offset, scratch);
+                seq.padded, s, packed_k.data_ptr<BFloat16>() + offset, packed_v.data_ptr<BFloat16>() + offset,
+                scratch);
     }
   });
 
-  // Attention tasks, the costliest (the last query blocks) first, handed out dynamically.
-  struct Task { int64_t seq, kv_head, row0; };
+  // The tasks, the costliest (the last query blocks) first, handed out dynamically.
   std::vector<Task> tasks;
   for (int64_t i = 0; i < count; ++i)
     for (int64_t r = 0; r < sequences[i].length; r += kBlockM)
       for (int64_t h = 0; h < s.kv_heads; ++h) tasks.push_back({i, h, r});
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.row0 > b.row0; });
+  const Operands operands{q.data_ptr<BFloat16>(), packed_k.data_ptr<BFloat16>(), packed_v.data_ptr<BFloat16>(),
+                          out.data_ptr<BFloat16>()};
   std::atomic<int64_t> next{0};
   at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
-    std::vector<float> scores, acc(s.group * kBlockM * s.dim), inverse(s.group * kBlockM);
-    std::vector<BFloat16> probs;
-    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks.size());) {
-      const Task& task = tasks[t];
-      const Sequence& seq = sequences[task.seq];
-      const int64_t rows = std::min(kBlockM, seq.length - task.row0);
-      const int64_t width = std::min(seq.padded, (task.row0 + rows + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
-      const int64_t offset = seq.packed_offset + task.kv_head * seq.padded * s.dim, plane = rows * width;
-      scores.resize(s.group * plane);
-      probs.resize(s.group * plane);
-      // each product for all G heads in a row: the micro-kernel keeps its tile configuration between calls
-      for (int64_t g = 0; g < s.group; ++g) {
-        const BFloat16* q_rows = q_ptr + (seq.start + task.row0) * s.q_row + (task.kv_head * s.group + g) * s.dim;
-        for (int64_t j0 = 0; j0 < width; j0 += kKeyBlock)
-          at::native::cpublas::brgemm(rows, kKeyBlock, s.dim, s.q_row, kKeyBlock, width, false, q_rows,
-                                      packed_k + offset + j0 * s.dim, scores.data() + g * plane + j0);
-      }
-      for (int64_t g = 0; g < s.group; ++g)
-        softmax_rows(scores.data() + g * plane, rows, task.row0, width, static_cast<float>(scale),
-                     probs.data() + g * plane, inverse.data() + g * rows);
-      for (int64_t g = 0; g < s.group; ++g)
-        for (int64_t c0 = 0; c0 < s.dim; c0 += kKeyBlock) {
-          const int64_t columns = std::min(kKeyBlock, s.dim - c0);
-          at::native::cpublas::brgemm(rows, columns, width, width, columns, s.dim, false, probs.data() + g * plane,
-                                      packed_v + offset + c0 * seq.padded, acc.data() + g * rows * s.dim + c0);
-        }
-      for (int64_t g = 0; g < s.group; ++g)
-        store_rows(acc.data() + g * rows * s.dim, inverse.data() + g * rows, rows, s.dim,
-                   out_ptr + (seq.start + task.row0) * s.out_row + (task.kv_head * s.group + g) * s.dim, s.out_row);
-    }
+    Workspace workspace;
+    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks.size());)
+      attend_task(tasks[t], sequences[tasks[t].seq], s, operands, static_cast<float>(scale), workspace);
     at::native::cpublas::brgemm_release();
   });
 }

@@ -49,10 +49,11 @@ def test_every_sequence_matches_sdpa_in_one_call(heads, kv_heads, head_dim):
 
 
 def test_rows_of_no_listed_sequence_are_left_untouched():
-    """The backend passes only the extends with nothing cached; the other rows are SDPA's to write."""
+    """The backend passes only the extends with nothing cached; the other rows are SDPA's to write (an empty
+    sequence writes none)."""
     q, k, v = _qkv(200, 9, 3, 64, seed=1)
     out = torch.full_like(q, 7.0)
-    cpu_kernels.prefill_attention(q, k, v, torch.tensor([150, 10]), torch.tensor([50, 40]), 0.125, out)
+    cpu_kernels.prefill_attention(q, k, v, torch.tensor([150, 10, 60]), torch.tensor([50, 40, 0]), 0.125, out)
     for start, length in ((150, 50), (10, 40)):
         torch.testing.assert_close(out[start : start + length].float(), _sdpa(q, k, v, start, length, 0.125),
                                    atol=TOLERANCE, rtol=0)
