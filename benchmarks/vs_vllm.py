@@ -14,10 +14,15 @@ Each server gets a warm-up run (8 prompts) and then one run per rate, random pro
 `--repeats N` runs each rate N times (other prompts each time, the same for both servers) and compares the median
 runs: one run here varies by up to ~15 % from the next.
 `--toolkit-variant` (repeatable) adds runs of our server with other flags (e.g. overlap off) in the same session.
+`--interleave` starts every server first and then runs them in turn, for each rate and repeat every server once
+(the order rotated by one each repeat): the machine's drift over a session (~10 % here within minutes) then falls
+on all servers alike instead of on whichever ran last. Servers idle between their runs.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import shlex
@@ -26,6 +31,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from benchmarks.common import device_name, free_port, provenance, write_result
 from toolkit.tune.launcher import LaunchError, ServerProcess, serve_command
@@ -98,23 +104,67 @@ def bench(peers: Peers, port: int, prompts: int, rate: str, seed: int, args, res
     return {key: data.get(key) for key in METRICS}
 
 
-def measure(name: str, server: ServerProcess, timeout: float, peers: Peers, args, workdir: Path) -> dict:
-    print(f"== {name}: starting", flush=True)
-    with server:
-        server.wait_healthy(timeout)
-        bench(peers, server.port, WARMUP_PROMPTS, "inf", WARMUP_SEED, args, workdir / f"{name}_warmup.json")
-        runs = {}
-        for seed, rate in enumerate(args.rates, start=1):
-            repeats = []
-            for repeat in range(args.repeats):
-                result = workdir / f"{name}_{rate}_{repeat}.json"
-                repeats.append(bench(peers, server.port, args.num_prompts, rate, seed + REPEAT_SEED_STEP * repeat,
-                                     args, result))
-                r = repeats[-1]
-                print(f"   rate {rate}: {r['output_throughput']:.1f} output tok/s, TPOT {r['mean_tpot_ms']:.1f} ms, "
-                      f"TTFT {r['mean_ttft_ms']:.0f} ms, {r['completed']} completed", flush=True)
-            runs[rate] = median_run(repeats)
+@dataclass(frozen=True)
+class Contender:
+    name: str  # the slug its files are named by
+    launch: Callable[[], ServerProcess]  # starts it (a ServerProcess runs from its construction)
+    startup_timeout: float
+
+
+def start(contender: Contender, peers: Peers, args, workdir: Path) -> ServerProcess:
+    """Start a server, wait until it is healthy, give it the warm-up run."""
+    print(f"== {contender.name}: starting", flush=True)
+    server = contender.launch()
+    try:
+        server.wait_healthy(contender.startup_timeout)
+        bench(peers, server.port, WARMUP_PROMPTS, "inf", WARMUP_SEED, args, workdir / f"{contender.name}_warmup.json")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def measured_run(name: str, server: ServerProcess, rate: str, repeat: int, peers: Peers, args,
+                 workdir: Path) -> dict:
+    """Repeat `repeat` of `rate`: the same prompts for every server (seeded by the rate's place and the repeat)."""
+    seed = args.rates.index(rate) + 1 + REPEAT_SEED_STEP * repeat
+    r = bench(peers, server.port, args.num_prompts, rate, seed, args, workdir / f"{name}_{rate}_{repeat}.json")
+    print(f"   {name} rate {rate}: {r['output_throughput']:.1f} output tok/s, TPOT {r['mean_tpot_ms']:.1f} ms, "
+          f"TTFT {r['mean_ttft_ms']:.0f} ms, {r['completed']} completed", flush=True)
+    return r
+
+
+def measure(contender: Contender, peers: Peers, args, workdir: Path) -> dict:
+    """One server alone: started, warmed up, every rate's repeats, stopped."""
+    with start(contender, peers, args, workdir) as server:
+        runs = {rate: median_run([measured_run(contender.name, server, rate, repeat, peers, args, workdir)
+                                  for repeat in range(args.repeats)]) for rate in args.rates}
     return {"command": shlex.join(server.command), "runs": runs}
+
+
+def interleaved_order(names: list[str], rates: list[str], repeats: int) -> list[tuple[str, str, int]]:
+    """(server, rate, repeat) in running order: for each rate and repeat every server once, the order rotated by
+    one each repeat so that no server always runs first."""
+    order = []
+    for rate in rates:
+        for repeat in range(repeats):
+            turn = repeat % len(names)
+            order.extend((name, rate, repeat) for name in names[turn:] + names[:turn])
+    return order
+
+
+def measure_interleaved(contenders: list[Contender], peers: Peers, args, workdir: Path) -> dict[str, dict]:
+    """Every server up at once, run in turn (`interleaved_order`); each one's median runs, by slug."""
+    servers: dict[str, ServerProcess] = {}
+    runs: dict[str, dict[str, list]] = {c.name: {rate: [] for rate in args.rates} for c in contenders}
+    with contextlib.ExitStack() as stack:
+        for contender in contenders:
+            servers[contender.name] = stack.enter_context(start(contender, peers, args, workdir))
+        for name, rate, repeat in interleaved_order(list(servers), args.rates, args.repeats):
+            runs[name][rate].append(measured_run(name, servers[name], rate, repeat, peers, args, workdir))
+    return {name: {"command": shlex.join(server.command),
+                   "runs": {rate: median_run(repeats) for rate, repeats in runs[name].items()}}
+            for name, server in servers.items()}
 
 
 def median_run(repeats: list[dict]) -> dict:
@@ -139,6 +189,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "server's environment. Flags start with '--', so join them with '=': "
                              "--toolkit-variant='--disable-overlap-schedule' "
                              "--toolkit-variant='TOOLKIT_CPU_DECODE_THREADS=2'")
+    parser.add_argument("--interleave", action="store_true",
+                        help="start every server first, then run them in turn for each rate and repeat")
     parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")))
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json")
     args = parser.parse_args(argv)
@@ -156,19 +208,25 @@ def main() -> int:
               "(PEERS_ROOT picks the folder), then run this again. No ratio without a measured peer.",
               file=sys.stderr)
         return 2
-    results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="vs-vllm-") as tmp:
         workdir = Path(tmp)
         variants = {"toolkit": shlex.split(args.toolkit_flags)}
         variants.update({f"toolkit {v}": shlex.split(args.toolkit_flags) + shlex.split(v)
                          for v in args.toolkit_variants})
+        contenders = {}
+        for name, flags in variants.items():
+            slug = name.replace(" ", "_").replace("-", "")
+            launch = functools.partial(toolkit_server, flags, free_port(), workdir / f"{slug}.out",
+                                       workdir / f"{slug}.log")
+            contenders[name] = Contender(slug, launch, TOOLKIT_STARTUP_TIMEOUT)
+        launch = functools.partial(vllm_server, peers, free_port(), workdir / "vllm.out")
+        contenders["vllm"] = Contender("vllm", launch, VLLM_STARTUP_TIMEOUT)
         try:
-            for name, flags in variants.items():
-                slug = name.replace(" ", "_").replace("-", "")
-                server = toolkit_server(flags, free_port(), workdir / f"{slug}.out", workdir / f"{slug}.log")
-                results[name] = measure(slug, server, TOOLKIT_STARTUP_TIMEOUT, peers, args, workdir)
-            results["vllm"] = measure("vllm", vllm_server(peers, free_port(), workdir / "vllm.out"),
-                                      VLLM_STARTUP_TIMEOUT, peers, args, workdir)
+            if args.interleave:
+                by_slug = measure_interleaved(list(contenders.values()), peers, args, workdir)
+                results = {name: by_slug[c.name] for name, c in contenders.items()}
+            else:
+                results = {name: measure(c, peers, args, workdir) for name, c in contenders.items()}
         except (LaunchError, RuntimeError, subprocess.TimeoutExpired) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -177,7 +235,8 @@ def main() -> int:
     if args.save:
         record = {**provenance("benchmarks.vs_vllm", sys.argv[1:], device_name("cpu")),
                   "workload": {"num_prompts": args.num_prompts, "input_len": args.input_len,
-                               "output_len": args.output_len, "rates": args.rates, "client": "vllm bench serve"},
+                               "output_len": args.output_len, "rates": args.rates, "client": "vllm bench serve",
+                               "interleaved": args.interleave},
                   "servers": results, "ratio_output_throughput": _ratios(results, args.rates), "table": table}
         print(f"wrote {write_result('vs_vllm_cpu', record)}")
     return 0

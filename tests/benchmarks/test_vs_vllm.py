@@ -52,3 +52,53 @@ def test_the_table_shows_the_ratio_of_the_median_runs_and_each_runs_throughput()
     table = vs_vllm._table({"toolkit": result(500.0, 600.0, 550.0), "vllm": result(610.0, 600.0, 620.0)}, ["inf"])
     assert "| toolkit | inf | 550.0 | 500, 600, 550 | 0.90x |" in table
     assert "| vllm | inf | 610.0 | 610, 600, 620 | 1.00x |" in table
+
+
+def test_interleaving_runs_every_server_once_per_repeat_in_rotated_order():
+    order = vs_vllm.interleaved_order(["toolkit", "vllm"], ["inf", "4"], 3)
+    assert order[:6] == [("toolkit", "inf", 0), ("vllm", "inf", 0), ("vllm", "inf", 1), ("toolkit", "inf", 1),
+                         ("toolkit", "inf", 2), ("vllm", "inf", 2)]
+    assert len(order) == 12 and {(name, rate) for name, rate, _ in order} == {
+        (n, r) for n in ("toolkit", "vllm") for r in ("inf", "4")}
+
+
+class _FakeServer:
+    def __init__(self, port: int, events: list) -> None:
+        self.port, self.command, self.events = port, ["serve", str(port)], events
+
+    def wait_healthy(self, timeout: float) -> None:
+        self.events.append(("healthy", self.port))
+
+    def stop(self) -> None:
+        self.events.append(("stopped", self.port))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def test_interleaved_servers_are_all_up_before_the_first_run_and_share_each_repeats_prompts(monkeypatch, tmp_path):
+    events: list = []
+
+    def fake_bench(peers, port, prompts, rate, seed, args, result):
+        events.append(("run", port, rate, seed))
+        return {"output_throughput": float(port + seed), "completed": prompts, "mean_tpot_ms": 1.0,
+                "mean_ttft_ms": 1.0}
+
+    monkeypatch.setattr(vs_vllm, "bench", fake_bench)
+    args = vs_vllm.parse_args(["--rates", "inf", "4", "--repeats", "2", "--interleave"])
+    contenders = [vs_vllm.Contender(name, lambda port=port: _FakeServer(port, events), 1.0)
+                  for name, port in (("toolkit", 1), ("vllm", 2))]
+    results = vs_vllm.measure_interleaved(contenders, vs_vllm.Peers(tmp_path), args, tmp_path)
+    first_measured = next(i for i, e in enumerate(events) if e[0] == "run" and e[3] != vs_vllm.WARMUP_SEED)
+    assert [e for e in events[:first_measured] if e[0] == "healthy"] == [("healthy", 1), ("healthy", 2)]
+    measured = [e for e in events if e[0] == "run" and e[3] != vs_vllm.WARMUP_SEED]
+    assert [(port, rate) for _, port, rate, _ in measured] == [(1, "inf"), (2, "inf"), (2, "inf"), (1, "inf"),
+                                                               (1, "4"), (2, "4"), (2, "4"), (1, "4")]
+    seeds = {(port, rate): sorted(seed for _, p, r, seed in measured if (p, r) == (port, rate))
+             for port in (1, 2) for rate in ("inf", "4")}
+    assert seeds[(1, "inf")] == seeds[(2, "inf")] and seeds[(1, "4")] == seeds[(2, "4")] != seeds[(1, "inf")]
+    assert events[-2:] == [("stopped", 2), ("stopped", 1)]
+    assert results["vllm"]["runs"]["inf"]["repeat_output_throughputs"] == [2.0 + s for s in seeds[(2, "inf")]]
