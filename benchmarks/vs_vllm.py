@@ -16,7 +16,8 @@ runs: one run here varies by up to ~15 % from the next.
 `--toolkit-variant` (repeatable) adds runs of our server with other flags (e.g. overlap off) in the same session.
 `--interleave` starts every server first and then runs them in turn, for each rate and repeat every server once
 (the order rotated by one each repeat): the machine's drift over a session (~10 % here within minutes) then falls
-on all servers alike instead of on whichever ran last. Servers idle between their runs.
+on all servers alike instead of on whichever ran last. Servers idle between their runs. `--save` writes
+benchmarks/results/vs_vllm_cpu.json, or vs_vllm_cpu_interleaved.json with --interleave.
 """
 from __future__ import annotations
 
@@ -192,7 +193,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interleave", action="store_true",
                         help="start every server first, then run them in turn for each rate and repeat")
     parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")))
-    parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json "
+                        "(vs_vllm_cpu_interleaved.json with --interleave)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
@@ -238,7 +240,8 @@ def main() -> int:
                                "output_len": args.output_len, "rates": args.rates, "client": "vllm bench serve",
                                "interleaved": args.interleave},
                   "servers": results, "ratio_output_throughput": _ratios(results, args.rates), "table": table}
-        print(f"wrote {write_result('vs_vllm_cpu', record)}")
+        name = "vs_vllm_cpu_interleaved" if args.interleave else "vs_vllm_cpu"
+        print(f"wrote {write_result(name, record)}")
     return 0
 
 
