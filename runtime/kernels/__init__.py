@@ -53,7 +53,7 @@ def available() -> bool:
 def applies_to(*tensors: torch.Tensor) -> bool:
     """Whether the kernels take these tensors: on CPU with a contiguous last dim, outside torch.compile (inductor
     fuses the torch ops itself), where the kernels build."""
-    return (all(t.device.type == "cpu" and t.stride(-1) == 1 for t in tensors)
+    return (all(t.is_cpu and t.stride(-1) == 1 for t in tensors)
             and not torch.compiler.is_compiling() and available())
 
 
@@ -95,6 +95,19 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_sta
     """
     load_kernels()
     torch.ops.toolkit_cpu.prefill_attention(q, k, v, seq_starts, seq_lens, scale, out)
+
+
+def store_kv_applies(k_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether `store_kv` takes these: a contiguous pool, int64 slots, rows whose heads are contiguous."""
+    return (k_buffer.is_contiguous() and loc.dtype == torch.int64 and loc.dim() == 1
+            and all(t.dim() == 3 and t.stride(1) == t.shape[2] for t in (k, v)) and applies_to(k_buffer, loc, k, v))
+
+
+def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor) -> None:
+    """k_buffer[loc] = k and v_buffer[loc] = v in one call (k, v: [rows, kv_heads, dim] of the pool's dtype)."""
+    load_kernels()
+    torch.ops.toolkit_cpu.store_kv(k_buffer, v_buffer, loc, k, v)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from toolkit.runtime import kernels as cpu_kernels
+
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -55,5 +57,9 @@ class KVPool:
         return 2 * len(self.k_buffer) * k.shape[1] * k.shape[2] * k.element_size()
 
     def set_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.k_buffer[layer_id][loc] = quantize_kv(k, self.dtype, self.k_scales[layer_id])
-        self.v_buffer[layer_id][loc] = quantize_kv(v, self.dtype, self.v_scales[layer_id])
+        k_buffer, v_buffer = self.k_buffer[layer_id], self.v_buffer[layer_id]
+        if k.dtype == self.dtype == v.dtype and cpu_kernels.store_kv_applies(k_buffer, loc, k, v):
+            cpu_kernels.store_kv(k_buffer, v_buffer, loc, k, v)  # one native call instead of two index_put
+            return
+        k_buffer[loc] = quantize_kv(k, self.dtype, self.k_scales[layer_id])
+        v_buffer[loc] = quantize_kv(v, self.dtype, self.v_scales[layer_id])

@@ -110,3 +110,36 @@ def test_one_token_extends_in_a_prefill_attend_in_place(page_size, monkeypatch):
     assert calls == [4], "the one-token extends on a cached prefix were not attended in one kernel call"
     torch.testing.assert_close(ours, _reference(case), atol=TOLERANCE[torch.float32], rtol=0)
     assert torch.equal(pool.k_buffer[0][case.out_cache_loc], case.k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_pool_stores_a_steps_rows_in_one_native_call_as_index_put_would(dtype, monkeypatch):
+    """`KVPool.set_kv` writes K and V with one `store_kv` call for a pool of the rows' dtype: the same bytes as
+    two index_put, from strided views of a QKV projection, any slot order."""
+    from toolkit.runtime.memory.kv_pool import KVPool
+
+    pool = KVPool(256, 16, 1, 3, 64, dtype, "cpu")
+    qkv = torch.randn(40, 15 * 64).to(dtype)
+    k, v = qkv[:, 576:768].view(40, 3, 64), qkv[:, 768:].view(40, 3, 64)
+    loc = torch.randperm(256)[:40] + 16
+    calls = []
+    kernel = cpu_kernels.store_kv
+    monkeypatch.setattr(cpu_kernels, "store_kv", lambda *args: calls.append(1) or kernel(*args))
+    pool.set_kv(0, loc, k, v)
+    assert calls == [1]
+    expected_k, expected_v = torch.zeros_like(pool.k_buffer[0]), torch.zeros_like(pool.v_buffer[0])
+    expected_k[loc], expected_v[loc] = k, v
+    assert torch.equal(pool.k_buffer[0], expected_k) and torch.equal(pool.v_buffer[0], expected_v)
+
+
+def test_store_kv_refuses_a_slot_outside_the_pool_and_fp8_pools_keep_their_quantizing_path(monkeypatch):
+    from toolkit.runtime.memory.kv_pool import KVPool
+
+    pool = KVPool(64, 16, 1, 3, 64, torch.bfloat16, "cpu")
+    rows = torch.randn(2, 3, 64).to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="slot 80 is outside the pool of 80"):
+        cpu_kernels.store_kv(pool.k_buffer[0], pool.v_buffer[0], torch.tensor([3, 80]), rows, rows)
+    fp8 = KVPool(64, 16, 1, 3, 64, torch.float8_e4m3fn, "cpu")
+    monkeypatch.setattr(cpu_kernels, "store_kv", lambda *args: pytest.fail("an fp8 pool must quantize in Python"))
+    fp8.set_kv(0, torch.tensor([20, 21]), rows, rows)
+    assert torch.equal(fp8.k_buffer[0][20:22].float(), rows.float().to(torch.float8_e4m3fn).float())
