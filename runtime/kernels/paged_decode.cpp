@@ -9,6 +9,7 @@
 // head are scored together, so each K/V row is loaded once for all of them. Two passes (scores, then the weighted
 // sum of V) with a float32 softmax in between; K/V of any dtype the pool stores (float32, bfloat16, float16, float8
 // e4m3/e5m2) are widened to float32 as they are loaded. AVX-512 where the compiler targets it, portable C++ elsewhere.
+// Beside it, `store_kv`: the step's new K/V rows into their pool slots, both in one call.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Float8_e4m3fn.h>
