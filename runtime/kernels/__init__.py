@@ -1,7 +1,7 @@
 """Native CPU kernels, built once on first use with torch's extension builder (the machine's C++ compiler) and
 cached under TORCH_EXTENSIONS_DIR (~/.cache/torch_extensions): decode attention over the paged pool and the
-store of a step's K/V rows into it (`paged_decode.cpp`), causal bf16 prefill attention of new sequences (`prefill_attention.cpp`) and the decoder
-layer's fused elementwise steps (`elementwise.cpp`)."""
+store of a step's K/V rows into it (`paged_decode.cpp`), causal bf16 prefill attention of new sequences
+(`prefill_attention.cpp`) and the decoder layer's fused elementwise steps (`elementwise.cpp`)."""
 from __future__ import annotations
 
 import functools
