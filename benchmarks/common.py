@@ -26,12 +26,13 @@ __all__ = ["REPO", "RESULTS", "cpu_model", "device_name", "free_port", "git_comm
 
 
 def git_commit() -> tuple[str, bool]:
-    """(HEAD's hash, whether tracked files have uncommitted changes); ("unknown", False) outside a checkout."""
+    """(HEAD's hash, whether tracked files have uncommitted changes). Outside a checkout (a copy of the tree sent
+    to a GPU machine, say): TOOLKIT_SOURCE_COMMIT, the commit the copy was made from, else ("unknown", False)."""
     try:
         head = _git("rev-parse", "HEAD")
         dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
-        return "unknown", False
+        return os.environ.get("TOOLKIT_SOURCE_COMMIT", "unknown"), False
     return head, dirty
 
 

@@ -1,12 +1,14 @@
 """Host time per decode step: everything but the model's forward and the sampling kernels — scheduling, batch
 bookkeeping, KV slot allocation, metadata, appending tokens, stop checks, outputs and their IPC message.
 
-    python -m benchmarks.scheduler_overhead [--batch-sizes 64 256] [--steps 50] [--save]
+    python -m benchmarks.scheduler_overhead [--batch-sizes 64 256] [--steps 50] [--device cpu|cuda] [--save]
 
 The model is a one-layer, 64-wide Llama with dummy weights (SmolLM2's 49k vocabulary), so the forward is cheap and
 what is left of a step is the host's own work. Each step's outputs are pickled and sent over ZMQ to a drain
 process, as the server's scheduler does. With overlap off the host time is step - forward - sampling; with overlap
 on, the step's wall time minus forward and sampling is the host time still exposed (not hidden behind the forward).
+On CUDA (bf16, decode in CUDA graphs as served) the forward and sampling timers wait for the GPU before they stop,
+so that their time is the GPU's work and not only its launch.
 """
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import zmq
 
-from benchmarks.common import device_name, provenance, write_result
+from benchmarks.common import RESULTS, device_name, provenance, slug, write_result
 
 TINY_LLAMA = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 49152}
@@ -38,30 +41,36 @@ def _drain(endpoint: str) -> None:
 
 
 class Timer:
-    """Wraps a callable and adds up the seconds spent in it."""
+    """Wraps a callable and adds up the seconds spent in it (on CUDA, until the GPU has finished its work)."""
 
-    def __init__(self, fn: Callable) -> None:
-        self.fn, self.seconds = fn, 0.0
+    def __init__(self, fn: Callable, cuda: bool) -> None:
+        self.fn, self.cuda, self.seconds = fn, cuda, 0.0
 
     def __call__(self, *args, **kwargs):
         start = time.perf_counter()
         try:
             return self.fn(*args, **kwargs)
         finally:
+            if self.cuda:
+                import torch
+
+                torch.cuda.synchronize()
             self.seconds += time.perf_counter() - start
 
 
-def measure(batch_size: int, steps: int, overlap: bool, outbox: zmq.Socket) -> dict:
+def measure(batch_size: int, steps: int, overlap: bool, outbox: zmq.Socket, device: str) -> dict:
     from toolkit.runtime import Engine
     from toolkit.runtime.io_struct import BatchOutput, GenerateInput
     from toolkit.runtime.sampling.sampling_params import SamplingParams
 
     engine = Engine(model_path="llama-3.2-1b", load_format="dummy", json_model_override_args=json.dumps(TINY_LLAMA),
-                    dtype="float32", device="cpu", log_level="warning", max_running_requests=batch_size,
-                    context_length=2048, decode_log_interval=10**6, disable_overlap_schedule=not overlap)
+                    dtype="float32" if device == "cpu" else "bfloat16", device=device, log_level="warning",
+                    max_running_requests=batch_size, context_length=2048, decode_log_interval=10**6,
+                    disable_overlap_schedule=not overlap)
     scheduler = engine.scheduler
-    forward = scheduler.runner.forward = Timer(scheduler.runner.forward)
-    sampling = scheduler.sampler.sample_batch = Timer(scheduler.sampler.sample_batch)
+    cuda = device == "cuda"
+    forward = scheduler.runner.forward = Timer(scheduler.runner.forward, cuda)
+    sampling = scheduler.sampler.sample_batch = Timer(scheduler.sampler.sample_batch, cuda)
     params = SamplingParams(max_new_tokens=steps + 40, temperature=0.0, ignore_eos=True)
     for i in range(batch_size):
         scheduler.add_request(GenerateInput(f"r{i}", [5 + i % 1000] * PROMPT_LEN, params))
@@ -92,7 +101,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--save", action="store_true", help="write benchmarks/results/scheduler_overhead.json")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/scheduler_overhead.json "
+                                                            "(scheduler_overhead_<gpu>.json on CUDA)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for --save (default: benchmarks/results/)")
     args = parser.parse_args()
     endpoint = "ipc:///tmp/toolkit-scheduler-overhead"
     context = zmq.Context(1)
@@ -104,7 +116,7 @@ def main() -> None:
     try:
         for batch_size in args.batch_sizes:
             for overlap in (False, True):
-                r = measure(batch_size, args.steps, overlap, outbox)
+                r = measure(batch_size, args.steps, overlap, outbox, args.device)
                 rows.append(r)
                 label = "exposed host" if overlap else "host"
                 print(f"batch {batch_size:4d} overlap {'on ' if overlap else 'off'}: step {r['step_ms']:6.2f} ms = "
@@ -115,8 +127,10 @@ def main() -> None:
         drain.join(timeout=10)
         context.destroy(linger=0)
     if args.save:
-        record = {**provenance("benchmarks.scheduler_overhead", sys.argv[1:], device_name("cpu")), "rows": rows}
-        print(f"wrote {write_result('scheduler_overhead', record)}")
+        device = device_name(args.device)
+        record = {**provenance("benchmarks.scheduler_overhead", sys.argv[1:], device), "rows": rows}
+        name = "scheduler_overhead" if args.device == "cpu" else f"scheduler_overhead_{slug(device)}"
+        print(f"wrote {write_result(name, record, args.out or RESULTS)}")
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> dict:
     print_summary(record)
     if opts.out is not None:
         graph = "graph_off" if opts.disable_cuda_graph else "graph_on"
-        name = f"offline_{workload.model}_{graph}_{slug(record['meta']['device'])}"
+        overlap = "" if record["overlap_schedule"] else "_overlap_off"
+        name = f"offline_{workload.model}_{graph}{overlap}_{slug(record['meta']['device'])}"
         print(f"wrote {write_result(name, record, opts.out)}")
     if opts.json_out is not None:
         opts.json_out.write_text(json.dumps(record, indent=2) + "\n")
@@ -145,6 +146,7 @@ def run(workload: Workload, opts: argparse.Namespace, device: torch.device) -> d
         "dtype": opts.dtype,
         "attention_backend": engine.runner.attention_backend_name,
         "cuda_graph_requested": not opts.disable_cuda_graph,
+        "overlap_schedule": not engine.server_args.disable_overlap_schedule,
         "captured_batch_sizes": graphs.batch_sizes if graphs else [],
         "max_total_num_tokens": engine.runner.max_total_num_tokens,
         "max_running_requests": engine.scheduler.max_running_requests,
@@ -157,8 +159,9 @@ def run(workload: Workload, opts: argparse.Namespace, device: torch.device) -> d
 def print_summary(record: dict) -> None:
     workload = record["workload"]
     graphs = f"{record['graph_decode_steps']}/{record['decode_steps']} decode steps in CUDA graphs"
+    overlap = "overlap on" if record["overlap_schedule"] else "overlap off"
     print(f"{record['benchmark']}: {workload['model']} x {workload['num_prompts']} prompts on "
-          f"{record['meta']['device']} ({record['attention_backend']}, {graphs}): "
+          f"{record['meta']['device']} ({record['attention_backend']}, {graphs}, {overlap}): "
           f"output {record['output_throughput']:.1f} tok/s, total {record['total_throughput']:.1f} tok/s, "
           f"{record['total_latency']:.2f} s")
 

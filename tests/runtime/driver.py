@@ -47,8 +47,10 @@ class KVDriver:
 
     def decode(self, seqs: list[Sequence], next_tokens: list[int]) -> torch.Tensor:
         prefix_lens = [len(s.tokens) for s in seqs]
-        seq_lens = torch.tensor([p + 1 for p in prefix_lens])
-        last_locs = torch.tensor([int(self.pool.req_to_token[s.row, p - 1]) for s, p in zip(seqs, prefix_lens)])
+        device = self.pool.req_to_token.device  # the allocator's contract: tensors on the pool's device
+        seq_lens = torch.tensor([p + 1 for p in prefix_lens], device=device)
+        last_locs = torch.tensor([int(self.pool.req_to_token[s.row, p - 1]) for s, p in zip(seqs, prefix_lens)],
+                                 device=device)
         slots = self.runner.allocator.alloc_decode(seq_lens, last_locs)
         for seq, prefix, slot, token in zip(seqs, prefix_lens, slots, next_tokens):
             self.pool.req_to_token[seq.row, prefix] = slot

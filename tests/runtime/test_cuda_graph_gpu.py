@@ -79,6 +79,30 @@ def test_graph_and_eager_greedy_outputs_are_identical(folder):
     assert with_graphs == _greedy(eager, prompts, max_new)
 
 
+RETRACTION = {"max_total_tokens": 480, "schedule_conservativeness": 0.05, "chunked_prefill_size": 64}
+
+
+@pytest.mark.parametrize("pressure", ["roomy", "forced-retraction"])
+def test_overlap_on_and_off_give_identical_greedy_output(folder, pressure):
+    """CUDA's default overlaps the host's work on step N with the forward of step N+1 (sampled tokens stay on the
+    GPU between them); the output equals the serial schedule's, also when a small pool forces retractions."""
+    prompts = random_prompts(16, vocab=320, seed=11)
+    retract = pressure == "forced-retraction"
+    max_new = [40] * 16 if retract else [6 + (i * 5) % 19 for i in range(16)]
+    settings = {"cuda_graph_max_bs": 8, **(RETRACTION if retract else {})}
+    outputs = []
+    for disable_overlap in (False, True):
+        engine = _engine(folder, disable_overlap_schedule=disable_overlap, **settings)
+        assert engine.server_args.disable_overlap_schedule is disable_overlap
+        with LogCapture() as log:
+            outputs.append(_greedy(engine, prompts, max_new))
+        assert engine.check_memory(), "KV memory leaked"
+        _shutdown(engine)
+        retractions = [line for line in log.lines if line.startswith("KV cache pool is full. Retract requests.")]
+        assert bool(retractions) is retract
+    assert outputs[0] == outputs[1]
+
+
 def test_flag_and_decode_lines_tell_whether_each_step_replayed_a_graph(folder):
     engine = _engine(folder, cuda_graph_max_bs=4, decode_log_interval=1)
     seen = _spy_flags(engine)

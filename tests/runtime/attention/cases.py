@@ -45,6 +45,13 @@ class Case:
         )
         return backend.forward(self.q, self.k, self.v, self.layer, batch), pool
 
+    def reference(self) -> tuple[torch.Tensor, KVPool]:
+        """torch_native's float32 output of the same batch, on the case's device (a backend runs on the device it
+        was made for: its native kernel is a CPU one)."""
+        from toolkit.runtime.attention.torch_native import TorchNativeBackend
+
+        return self.to(torch.float32).run(TorchNativeBackend(self.q.device))
+
     def to(self, dtype: torch.dtype, device: str | torch.device | None = None) -> Case:
         """The same batch with every float tensor (pool included) cast, e.g. a float32 reference of a bf16 case."""
         device = device or self.q.device

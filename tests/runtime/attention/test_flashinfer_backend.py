@@ -14,7 +14,6 @@ import torch
 
 from toolkit.runtime.attention import flashinfer_backend
 from toolkit.runtime.attention.flashinfer_backend import FlashInferBackend
-from toolkit.runtime.attention.torch_native import TorchNativeBackend
 from tests.runtime.attention import fake_flashinfer
 from tests.runtime.attention.cases import Case, Request, make_case
 
@@ -30,7 +29,7 @@ def fake_backend(monkeypatch) -> FlashInferBackend:
 
 def _error(case: Case, backend) -> float:
     out, _ = case.run(backend)
-    reference, _ = case.to(torch.float32).run(TorchNativeBackend())
+    reference, _ = case.reference()
     return (out.float().cpu() - reference.cpu()).abs().max().item()
 
 
