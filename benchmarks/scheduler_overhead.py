@@ -127,9 +127,8 @@ def main() -> None:
         drain.join(timeout=10)
         context.destroy(linger=0)
     if args.save:
-        device = device_name(args.device)
-        record = {**provenance("benchmarks.scheduler_overhead", sys.argv[1:], device), "rows": rows}
-        name = "scheduler_overhead" if args.device == "cpu" else f"scheduler_overhead_{slug(device)}"
+        record = {**provenance("benchmarks.scheduler_overhead", sys.argv[1:], args.device), "rows": rows}
+        name = "scheduler_overhead" if args.device == "cpu" else f"scheduler_overhead_{slug(device_name('cuda'))}"
         print(f"wrote {write_result(name, record, args.out or RESULTS)}")
 
 
