@@ -23,7 +23,7 @@ from pathlib import Path
 
 import zmq
 
-from benchmarks.common import RESULTS, device_name, provenance, slug, write_result
+from benchmarks.common import RESULTS, provenance, slug, write_result
 
 TINY_LLAMA = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 49152}
@@ -41,24 +41,24 @@ def _drain(endpoint: str) -> None:
 
 
 class Timer:
-    """Wraps a callable and adds up the seconds spent in it (on CUDA, until the GPU has finished its work)."""
+    """Wraps a callable and adds up the seconds spent in it, up to `wait()` (on CUDA: until the GPU is done)."""
 
-    def __init__(self, fn: Callable, cuda: bool) -> None:
-        self.fn, self.cuda, self.seconds = fn, cuda, 0.0
+    def __init__(self, fn: Callable, wait: Callable[[], None] | None = None) -> None:
+        self.fn, self.wait, self.seconds = fn, wait, 0.0
 
     def __call__(self, *args, **kwargs):
         start = time.perf_counter()
         try:
             return self.fn(*args, **kwargs)
         finally:
-            if self.cuda:
-                import torch
-
-                torch.cuda.synchronize()
+            if self.wait is not None:
+                self.wait()
             self.seconds += time.perf_counter() - start
 
 
 def measure(batch_size: int, steps: int, overlap: bool, outbox: zmq.Socket, device: str) -> dict:
+    import torch
+
     from toolkit.runtime import Engine
     from toolkit.runtime.io_struct import BatchOutput, GenerateInput
     from toolkit.runtime.sampling.sampling_params import SamplingParams
@@ -68,9 +68,9 @@ def measure(batch_size: int, steps: int, overlap: bool, outbox: zmq.Socket, devi
                     max_running_requests=batch_size, context_length=2048, decode_log_interval=10**6,
                     disable_overlap_schedule=not overlap)
     scheduler = engine.scheduler
-    cuda = device == "cuda"
-    forward = scheduler.runner.forward = Timer(scheduler.runner.forward, cuda)
-    sampling = scheduler.sampler.sample_batch = Timer(scheduler.sampler.sample_batch, cuda)
+    wait = torch.cuda.synchronize if device == "cuda" else None
+    forward = scheduler.runner.forward = Timer(scheduler.runner.forward, wait)
+    sampling = scheduler.sampler.sample_batch = Timer(scheduler.sampler.sample_batch, wait)
     params = SamplingParams(max_new_tokens=steps + 40, temperature=0.0, ignore_eos=True)
     for i in range(batch_size):
         scheduler.add_request(GenerateInput(f"r{i}", [5 + i % 1000] * PROMPT_LEN, params))
@@ -128,7 +128,7 @@ def main() -> None:
         context.destroy(linger=0)
     if args.save:
         record = {**provenance("benchmarks.scheduler_overhead", sys.argv[1:], args.device), "rows": rows}
-        name = "scheduler_overhead" if args.device == "cpu" else f"scheduler_overhead_{slug(device_name('cuda'))}"
+        name = "scheduler_overhead" if args.device == "cpu" else f"scheduler_overhead_{slug(record['device'])}"
         print(f"wrote {write_result(name, record, args.out or RESULTS)}")
 
 

@@ -9,6 +9,14 @@ from toolkit.runtime.engine import Engine
 from toolkit.runtime.model_loader.embedded import embedded_model_path
 
 
+RETRACTION_LINE = "KV cache pool is full. Retract requests."
+
+
+def retraction_lines(lines: list[str]) -> list[str]:
+    """The scheduler's retraction warnings among captured log lines."""
+    return [line for line in lines if line.startswith(RETRACTION_LINE)]
+
+
 class LogCapture(logging.Handler):
     def __init__(self) -> None:
         super().__init__()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import reference_greedy
-from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
+from tests.runtime.engine_fixtures import LogCapture, random_prompts, retraction_lines, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
 from toolkit.runtime import Engine
 from toolkit.runtime.distributed.group import DistributedError, TPGroup
@@ -75,7 +75,7 @@ def test_tp2_greedy_survives_chunking_paging_and_forced_retraction(gqa_model, pa
         assert engine.check_memory()
     finally:
         engine.shutdown()
-    assert any(line.startswith("KV cache pool is full. Retract requests.") for line in log.lines)
+    assert retraction_lines(log.lines)
 
 
 def test_tp_halves_each_ranks_weights_and_kv_heads(gqa_model):
