@@ -95,9 +95,16 @@ inline __m512 load16<c10::Float8_e5m2>(const c10::Float8_e5m2* p) { return load1
 
 // Row softmax in place: subtract the max, exponentiate, normalize.
 inline void softmax(float* row, int64_t length) {
-  float top = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < length; ++j) top = std::max(top, row[j]);
-  const __m512 top_v = _mm512_set1_ps(top);
+  // The max sixteen lanes at a time: a scalar max is a dependency chain of ~4 cycles per element, which made this
+  // loop a third of the kernel's compute (measured at batch 64 x 320 keys).
+  __m512 top_v = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 16 <= length; i += 16) top_v = _mm512_max_ps(top_v, _mm512_loadu_ps(row + i));
+  if (i < length) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (length - i)) - 1);
+    top_v = _mm512_mask_max_ps(top_v, tail, top_v, _mm512_maskz_loadu_ps(tail, row + i));
+  }
+  top_v = _mm512_set1_ps(_mm512_reduce_max_ps(top_v));
   __m512 total_v = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 16 <= length; j += 16) {
