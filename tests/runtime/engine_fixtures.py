@@ -10,6 +10,8 @@ from toolkit.runtime.model_loader.embedded import embedded_model_path
 
 
 RETRACTION_LINE = "KV cache pool is full. Retract requests."
+# Engine settings whose tiny pool (and small chunks) force retractions on 16 prompts decoding 40 tokens each.
+FORCED_RETRACTION = {"max_total_tokens": 480, "schedule_conservativeness": 0.05, "chunked_prefill_size": 64}
 
 
 def retraction_lines(lines: list[str]) -> list[str]:

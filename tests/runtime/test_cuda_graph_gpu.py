@@ -16,7 +16,7 @@ from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.server_args import ServerArgs
 from tests.runtime.attention.fake_flashinfer import real_flashinfer_missing
 from tests.runtime.driver import KVDriver
-from tests.runtime.engine_fixtures import LogCapture, random_prompts, retraction_lines, tiny_engine
+from tests.runtime.engine_fixtures import FORCED_RETRACTION, LogCapture, random_prompts, retraction_lines, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -79,9 +79,6 @@ def test_graph_and_eager_greedy_outputs_are_identical(folder):
     assert with_graphs == _greedy(eager, prompts, max_new)
 
 
-RETRACTION = {"max_total_tokens": 480, "schedule_conservativeness": 0.05, "chunked_prefill_size": 64}
-
-
 @pytest.mark.parametrize("pressure", ["roomy", "forced-retraction"])
 def test_overlap_on_and_off_give_identical_greedy_output(folder, pressure):
     """CUDA's default overlaps the host's work on step N with the forward of step N+1 (sampled tokens stay on the
@@ -89,7 +86,7 @@ def test_overlap_on_and_off_give_identical_greedy_output(folder, pressure):
     prompts = random_prompts(16, vocab=320, seed=11)
     retract = pressure == "forced-retraction"
     max_new = [40] * 16 if retract else [6 + (i * 5) % 19 for i in range(16)]
-    settings = {"cuda_graph_max_bs": 8, **(RETRACTION if retract else {})}
+    settings = {"cuda_graph_max_bs": 8, **(FORCED_RETRACTION if retract else {})}
     outputs = []
     for disable_overlap in (False, True):
         engine = _engine(folder, disable_overlap_schedule=disable_overlap, **settings)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import reference_greedy
-from tests.runtime.engine_fixtures import LogCapture, random_prompts, retraction_lines, tiny_engine
+from tests.runtime.engine_fixtures import FORCED_RETRACTION, LogCapture, random_prompts, retraction_lines, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
 
 NUM_REQUESTS = 16
@@ -84,8 +84,7 @@ def test_radix_cache_hits_are_counted_and_output_unchanged(workload, page_size, 
 
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_forced_retraction_keeps_greedy_output_identical(long_output_workload, page_size, overlap):
-    _, _, lines = _run(long_output_workload, overlap, max_total_tokens=480, schedule_conservativeness=0.05,
-                       page_size=page_size, chunked_prefill_size=64)
+    _, _, lines = _run(long_output_workload, overlap, page_size=page_size, **FORCED_RETRACTION)
     assert retraction_lines(lines), "the tiny pool never forced a retraction"
 
 

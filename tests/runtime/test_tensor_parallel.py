@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import reference_greedy
-from tests.runtime.engine_fixtures import LogCapture, random_prompts, retraction_lines, tiny_engine
+from tests.runtime.engine_fixtures import FORCED_RETRACTION, LogCapture, random_prompts, retraction_lines, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
 from toolkit.runtime import Engine
 from toolkit.runtime.distributed.group import DistributedError, TPGroup
@@ -66,8 +66,7 @@ def test_tp2_greedy_survives_chunking_paging_and_forced_retraction(gqa_model, pa
     folder, reference = gqa_model
     prompts = random_prompts(16, vocab=320, seed=11)
     expected = [reference_greedy(reference, p, 40) for p in prompts]
-    engine = tiny_engine(folder, tp_size=2, max_total_tokens=480, schedule_conservativeness=0.05, page_size=page_size,
-                         chunked_prefill_size=64, log_level="info")
+    engine = tiny_engine(folder, tp_size=2, page_size=page_size, log_level="info", **FORCED_RETRACTION)
     try:
         with LogCapture() as log:
             outputs = _generate(engine, prompts, {"max_new_tokens": 40, "temperature": 0.0, "ignore_eos": True})
