@@ -16,8 +16,10 @@ runs: one run here varies by up to ~15 % from the next.
 `--toolkit-variant` (repeatable) adds runs of our server with other flags (e.g. overlap off) in the same session.
 `--interleave` starts every server first and then runs them in turn, for each rate and repeat every server once
 (the order rotated by one each repeat): the machine's drift over a session (~10 % here within minutes) then falls
-on all servers alike instead of on whichever ran last. Servers idle between their runs. `--save` writes
-benchmarks/results/vs_vllm_cpu.json, or vs_vllm_cpu_interleaved.json with --interleave.
+on all servers alike instead of on whichever ran last. Each repeat's runs are neighbours in time and share their
+prompts, so the table adds the paired ratios: each repeat's throughput and TPOT over vLLM's in the same repeat,
+their median and range, and how many repeats reached vLLM's throughput. Servers idle between their runs. `--save`
+writes benchmarks/results/vs_vllm_cpu.json, or vs_vllm_cpu_interleaved.json with --interleave.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import functools
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -169,10 +172,23 @@ def measure_interleaved(contenders: list[Contender], peers: Peers, args, workdir
 
 
 def median_run(repeats: list[dict]) -> dict:
-    """The run of median output throughput (the lower middle of an even count), with every run's throughput: one
-    run on this shared 2-core machine varies by up to ~15 % from the next."""
+    """The run of median output throughput (the lower middle of an even count), with every run's throughput and
+    TPOT in repeat order: one run on this shared 2-core machine varies by up to ~15 % from the next."""
     ranked = sorted(repeats, key=lambda r: r["output_throughput"])
-    return {**ranked[(len(ranked) - 1) // 2], "repeat_output_throughputs": [r["output_throughput"] for r in repeats]}
+    return {**ranked[(len(ranked) - 1) // 2], "repeat_output_throughputs": [r["output_throughput"] for r in repeats],
+            "repeat_mean_tpot_ms": [r["mean_tpot_ms"] for r in repeats]}
+
+
+def paired_ratios(run: dict, peer: dict) -> dict:
+    """Repeat by repeat, a server's throughput and TPOT over the peer's (runs that were neighbours in time, on the
+    same prompts): the median ratio, its range, and the repeats that reached the peer's throughput."""
+    throughput = [ours / theirs for ours, theirs in zip(run["repeat_output_throughputs"],
+                                                        peer["repeat_output_throughputs"], strict=True)]
+    tpot = [ours / theirs for ours, theirs in zip(run["repeat_mean_tpot_ms"], peer["repeat_mean_tpot_ms"],
+                                                  strict=True)]
+    return {"output_throughput": throughput, "median_output_throughput": statistics.median(throughput),
+            "mean_tpot_ms": tpot, "median_mean_tpot_ms": statistics.median(tpot),
+            "repeats_at_or_above": sum(ratio >= 1.0 for ratio in throughput)}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -232,7 +248,7 @@ def main() -> int:
         except (LaunchError, RuntimeError, subprocess.TimeoutExpired) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-    table = _table(results, args.rates)
+    table = _table(results, args.rates, paired=args.interleave)
     print(table)
     if args.save:
         record = {**provenance("benchmarks.vs_vllm", sys.argv[1:], device_name("cpu")),
@@ -240,6 +256,8 @@ def main() -> int:
                                "output_len": args.output_len, "rates": args.rates, "client": "vllm bench serve",
                                "interleaved": args.interleave},
                   "servers": results, "ratio_output_throughput": _ratios(results, args.rates), "table": table}
+        if args.interleave:
+            record["paired_ratios"] = _paired(results, args.rates)
         name = "vs_vllm_cpu_interleaved" if args.interleave else "vs_vllm_cpu"
         print(f"wrote {write_result(name, record)}")
     return 0
@@ -251,7 +269,14 @@ def _ratios(results: dict, rates: list[str]) -> dict[str, dict[str, float]]:
             for name, r in results.items() if name != "vllm"}
 
 
-def _table(results: dict, rates: list[str]) -> str:
+def _paired(results: dict, rates: list[str]) -> dict[str, dict[str, dict]]:
+    base = results["vllm"]["runs"]
+    return {name: {rate: paired_ratios(r["runs"][rate], base[rate]) for rate in rates}
+            for name, r in results.items() if name != "vllm"}
+
+
+def _table(results: dict, rates: list[str], paired: bool = False) -> str:
+    """The median runs; with `paired` (interleaved repeats) also each server's repeat-by-repeat ratios to vLLM."""
     lines = ["| server | rate | output tok/s | runs (tok/s) | vs vLLM | TPOT mean ms | TTFT mean ms | ITL p50 ms | "
              "duration s |", "|---|---|---|---|---|---|---|---|---|"]
     ratios = _ratios(results, rates)
@@ -263,6 +288,15 @@ def _table(results: dict, rates: list[str]) -> str:
             lines.append(f"| {name} | {rate} | {r['output_throughput']:.1f} | {spread} | {ratio} | "
                          f"{r['mean_tpot_ms']:.1f} | {r['mean_ttft_ms']:.0f} | {r['median_itl_ms']:.1f} | "
                          f"{r['duration']:.1f} |")
+    if paired:
+        lines += ["", "| server | rate | throughput / vLLM's, per repeat | median | repeats >= 1.0 | "
+                  "TPOT / vLLM's, median |", "|---|---|---|---|---|---|"]
+        for name, by_rate in _paired(results, rates).items():
+            for rate, p in by_rate.items():
+                each = ", ".join(f"{x:.2f}" for x in p["output_throughput"])
+                lines.append(f"| {name} | {rate} | {each} | {p['median_output_throughput']:.2f}x | "
+                             f"{p['repeats_at_or_above']} of {len(p['output_throughput'])} | "
+                             f"{p['median_mean_tpot_ms']:.2f} |")
     return "\n".join(lines)
 
 

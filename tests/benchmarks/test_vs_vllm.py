@@ -54,6 +54,27 @@ def test_the_table_shows_the_ratio_of_the_median_runs_and_each_runs_throughput()
     assert "| vllm | inf | 610.0 | 610, 600, 620 | 1.00x |" in table
 
 
+def test_paired_ratios_divide_each_repeat_by_the_peers_same_repeat():
+    def runs(throughputs, tpots):
+        return vs_vllm.median_run([{"output_throughput": x, "mean_tpot_ms": t} for x, t in zip(throughputs, tpots)])
+    ours, theirs = runs([600.0, 450.0, 660.0], [80.0, 99.0, 77.0]), runs([500.0, 500.0, 600.0], [100.0, 90.0, 70.0])
+    paired = vs_vllm.paired_ratios(ours, theirs)
+    assert paired["output_throughput"] == [1.2, 0.9, 1.1]  # repeat by repeat, not median over median (1.2)
+    assert paired["median_output_throughput"] == 1.1 and paired["repeats_at_or_above"] == 2
+    assert paired["mean_tpot_ms"] == [0.8, 1.1, 1.1] and paired["median_mean_tpot_ms"] == 1.1
+
+
+def test_the_interleaved_table_adds_the_paired_ratios():
+    def result(*throughputs):
+        run = vs_vllm.median_run([{"output_throughput": x, "mean_tpot_ms": 90.0, "mean_ttft_ms": 2000.0,
+                                   "median_itl_ms": 80.0, "duration": 14.0} for x in throughputs])
+        return {"runs": {"inf": run}}
+    results = {"toolkit": result(500.0, 660.0, 550.0), "vllm": result(625.0, 600.0, 500.0)}
+    assert "per repeat" not in vs_vllm._table(results, ["inf"])
+    table = vs_vllm._table(results, ["inf"], paired=True)
+    assert "| toolkit | inf | 0.80, 1.10, 1.10 | 1.10x | 2 of 3 | 1.00 |" in table
+
+
 def test_interleaving_runs_every_server_once_per_repeat_in_rotated_order():
     order = vs_vllm.interleaved_order(["toolkit", "vllm"], ["inf", "4"], 3)
     assert order[:6] == [("toolkit", "inf", 0), ("vllm", "inf", 0), ("vllm", "inf", 1), ("toolkit", "inf", 1),
