@@ -248,7 +248,8 @@ def main() -> int:
         except (LaunchError, RuntimeError, subprocess.TimeoutExpired) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-    table = _table(results, args.rates, paired=args.interleave)
+    paired = _paired(results, args.rates) if args.interleave else None
+    table = _table(results, args.rates, paired)
     print(table)
     if args.save:
         record = {**provenance("benchmarks.vs_vllm", sys.argv[1:], device_name("cpu")),
@@ -256,8 +257,8 @@ def main() -> int:
                                "output_len": args.output_len, "rates": args.rates, "client": "vllm bench serve",
                                "interleaved": args.interleave},
                   "servers": results, "ratio_output_throughput": _ratios(results, args.rates), "table": table}
-        if args.interleave:
-            record["paired_ratios"] = _paired(results, args.rates)
+        if paired is not None:
+            record["paired_ratios"] = paired
         name = "vs_vllm_cpu_interleaved" if args.interleave else "vs_vllm_cpu"
         print(f"wrote {write_result(name, record)}")
     return 0
@@ -275,8 +276,9 @@ def _paired(results: dict, rates: list[str]) -> dict[str, dict[str, dict]]:
             for name, r in results.items() if name != "vllm"}
 
 
-def _table(results: dict, rates: list[str], paired: bool = False) -> str:
-    """The median runs; with `paired` (interleaved repeats) also each server's repeat-by-repeat ratios to vLLM."""
+def _table(results: dict, rates: list[str], paired: dict[str, dict[str, dict]] | None = None) -> str:
+    """The median runs; with `paired` (`_paired`, interleaved repeats) also each server's repeat-by-repeat ratios
+    to vLLM."""
     lines = ["| server | rate | output tok/s | runs (tok/s) | vs vLLM | TPOT mean ms | TTFT mean ms | ITL p50 ms | "
              "duration s |", "|---|---|---|---|---|---|---|---|---|"]
     ratios = _ratios(results, rates)
@@ -288,10 +290,10 @@ def _table(results: dict, rates: list[str], paired: bool = False) -> str:
             lines.append(f"| {name} | {rate} | {r['output_throughput']:.1f} | {spread} | {ratio} | "
                          f"{r['mean_tpot_ms']:.1f} | {r['mean_ttft_ms']:.0f} | {r['median_itl_ms']:.1f} | "
                          f"{r['duration']:.1f} |")
-    if paired:
+    if paired is not None:
         lines += ["", "| server | rate | throughput / vLLM's, per repeat | median | repeats >= 1.0 | "
                   "TPOT / vLLM's, median |", "|---|---|---|---|---|---|"]
-        for name, by_rate in _paired(results, rates).items():
+        for name, by_rate in paired.items():
             for rate, p in by_rate.items():
                 each = ", ".join(f"{x:.2f}" for x in p["output_throughput"])
                 lines.append(f"| {name} | {rate} | {each} | {p['median_output_throughput']:.2f}x | "

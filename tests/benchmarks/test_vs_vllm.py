@@ -71,7 +71,7 @@ def test_the_interleaved_table_adds_the_paired_ratios():
         return {"runs": {"inf": run}}
     results = {"toolkit": result(500.0, 660.0, 550.0), "vllm": result(625.0, 600.0, 500.0)}
     assert "per repeat" not in vs_vllm._table(results, ["inf"])
-    table = vs_vllm._table(results, ["inf"], paired=True)
+    table = vs_vllm._table(results, ["inf"], vs_vllm._paired(results, ["inf"]))
     assert "| toolkit | inf | 0.80, 1.10, 1.10 | 1.10x | 2 of 3 | 1.00 |" in table
 
 
