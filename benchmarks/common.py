@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -42,14 +41,10 @@ def _git(*args: str) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (the processor string elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's marketing name (the capability probe's)."""
+    from toolkit.runtime import cpu_capability
+
+    return cpu_capability.probe().model_name
 
 
 def device_name(device: Any) -> str:
@@ -62,8 +57,11 @@ def device_name(device: Any) -> str:
 
 
 def provenance(module: str, argv: list[str], device: Any = "cpu", **extra: Any) -> dict[str, Any]:
-    """How a result was made: the command that reproduces it, the commit, the device and the date."""
+    """How a result was made: the command that reproduces it, the commit, the device, the host CPU's capability
+    probe (ISA, kernel tier, bf16/AMX, the dtype auto picks) and the date."""
     import torch
+
+    from toolkit.runtime import cpu_capability
 
     commit, dirty = git_commit()
     return {
@@ -74,6 +72,7 @@ def provenance(module: str, argv: list[str], device: Any = "cpu", **extra: Any) 
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "cpu_capability": cpu_capability.probe().as_record(),
         **extra,
     }
 
@@ -83,9 +82,14 @@ def slug(name: str) -> str:
 
 
 def write_result(name: str, record: dict, out_dir: Path = RESULTS) -> Path:
-    """`out_dir/name.json`, pretty-printed; returns the path."""
-    path = out_dir / f"{name}.json"
+    """`out_dir/name.json` is the latest run, pretty-printed; `out_dir/name.runs.jsonl` keeps every run, oldest
+    first, one record a line (a latest record written before the log existed goes in first). Returns the path."""
+    path, runs = out_dir / f"{name}.json", out_dir / f"{name}.runs.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
+    earlier = [] if runs.exists() or not path.exists() else [json.loads(path.read_text())]
+    with runs.open("a") as log:
+        for run in (*earlier, record):
+            log.write(json.dumps(run) + "\n")
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
 

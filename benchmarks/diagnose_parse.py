@@ -24,17 +24,17 @@ results with the command, commit, CPU model and date.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import os
-import platform
 import random
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks.common import cpu_model, provenance
 
 _ERAS = (
     ("[{ts} TP0] Decode batch. #running-req: {r}, #token: {tok}, token usage: {u:.2f}, gen throughput (token/s): "
@@ -215,19 +215,6 @@ def _report(results: dict[str, dict], lines: int) -> dict[str, float]:
     return ratios
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
-
-
-def _commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    return proc.stdout.strip() or "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
@@ -249,7 +236,7 @@ def main() -> None:
         size = os.path.getsize(log)
         load_before = os.getloadavg()
         print(f"log: {args.lines:,} lines, {size / 1e6:.0f} MB; python {sys.version.split()[0]}, {os.cpu_count()} "
-              f"cores ({_cpu_model()}); best of {args.runs} runs; load average before: "
+              f"cores ({cpu_model()}); best of {args.runs} runs; load average before: "
               + " ".join(f"{x:.2f}" for x in load_before))
         results = {mode: _best(mode, log, args, args.runs) for mode in modes}
         load_after = os.getloadavg()
@@ -257,9 +244,7 @@ def main() -> None:
     ratios = _report(results, args.lines)
     if args.json:
         record = {
-            "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.diagnose_parse", *sys.argv[1:]]),
-            "commit": _commit(), "cpu_model": _cpu_model(), "cores": os.cpu_count(),
-            "python": sys.version.split()[0], "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            **provenance("benchmarks.diagnose_parse", sys.argv[1:], "cpu"), "python": sys.version.split()[0],
             "log": {"lines": args.lines, "bytes": size, "mix": "50% decode, 25% prefill, 25% access; 5 forms"},
             "runs": args.runs, "load_average": {"before": load_before, "after": load_after},
             "results": results, "ratio_vs_sglang": ratios,

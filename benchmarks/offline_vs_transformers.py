@@ -1,6 +1,6 @@
 """Offline throughput of the toolkit engine vs batched `transformers.generate`, same prompts, same process.
 
-    python -m benchmarks.offline_vs_transformers [--num-prompts 64 --input-len 256 --output-len 128 --dtype bfloat16]
+    python -m benchmarks.offline_vs_transformers [--num-prompts 64 --input-len 256 --output-len 128 --dtype float32]
 
 Prompts are random token ids of exactly `--input-len` tokens; every request generates exactly `--output-len`
 tokens (ignore_eos / min_new_tokens), greedily. The two sides run alternately `--rounds` times and each keeps its
@@ -56,11 +56,16 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=64)
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--dtype", default=None, choices=("bfloat16", "float32"),
+                        help="both sides' dtype (default: what --dtype auto picks on this CPU)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2, help="alternate both sides; keep each side's best")
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/offline_vs_transformers_cpu.json")
     args = parser.parse_args()
+    if args.dtype is None:
+        from toolkit.runtime import cpu_capability
+
+        args.dtype = str(cpu_capability.probe().auto_dtype()).removeprefix("torch.")
     from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 
     special = set(load_tokenizer(None).all_special_ids)

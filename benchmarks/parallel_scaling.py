@@ -3,7 +3,7 @@
     python -m benchmarks.parallel_scaling [--num-prompts 32 --input-len 128 --output-len 64 --rounds 2] [--save]
 
 The model is SmolLM2-135M's shape with 8 heads and 4 KV heads of 64 (so that its heads split by 2), random weights
-(`--load-format dummy`), bfloat16, the embedded tokenizer. Each configuration is `toolkit serve` loaded by
+(`--load-format dummy`), the dtype `--dtype auto` picks on this CPU, the embedded tokenizer. Each configuration is `toolkit serve` loaded by
 `toolkit bench --rate inf` with random prompts of exactly `--input-len` tokens and outputs of exactly
 `--output-len`; the configurations run in turn `--rounds` times and each keeps its best (this machine's speed
 drifts). On a 2-core CPU neither kind of parallelism can gain: the cores are the same, TP adds two all-reduces per
@@ -34,7 +34,7 @@ LAYOUTS = {"tp1": (), "tp2": ("--tp-size", "2"), "dp2": ("--dp-size", "2")}
 
 def serve_and_bench(model: Path, layout: tuple[str, ...], args, workdir: Path, name: str) -> dict:
     flags = ("--model-path", str(model), "--load-format", "dummy", "--tokenizer-path", str(embedded_model_path()),
-             "--device", "cpu", "--dtype", "bfloat16", "--max-total-tokens", "20000", "--log-level", "warning",
+             "--device", "cpu", "--max-total-tokens", "20000", "--log-level", "warning",
              *layout)
     with ServerProcess.toolkit_serve(*flags, output_path=workdir / f"{name}.out") as server:
         server.wait_healthy(STARTUP_TIMEOUT)
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> None:
         path = write_result("parallel_scaling_cpu", {
             **provenance("benchmarks.parallel_scaling", argv, device_name("cpu"), num_prompts=args.num_prompts,
                          input_len=args.input_len, output_len=args.output_len, rounds=args.rounds,
-                         model="SmolLM2-135M shape with 8 heads / 4 KV heads, dummy weights, bfloat16"),
+                         model="SmolLM2-135M shape with 8 heads / 4 KV heads, dummy weights, dtype auto"),
             "best": best, "tp2_over_tp1": tp_ratio, "dp2_over_dp1": dp_ratio})
         print(f"wrote {path}")
 

@@ -248,7 +248,7 @@ def log_problems(log: Path) -> dict:
 
 async def soak(args: argparse.Namespace, workdir: Path) -> dict:
     log = workdir / "server.log"
-    flags = ("--dtype", "bfloat16", "--max-total-tokens", str(args.pool), "--enable-metrics")
+    flags = ("--max-total-tokens", str(args.pool), "--enable-metrics")
     server = ServerProcess.toolkit_serve(*flags, log_file=log, output_path=workdir / "serve.out")
     try:
         server.wait_healthy(STARTUP_TIMEOUT)

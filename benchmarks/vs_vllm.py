@@ -20,6 +20,12 @@ on all servers alike instead of on whichever ran last. Each repeat's runs are ne
 prompts, so the table adds the paired ratios: each repeat's throughput and TPOT over vLLM's in the same repeat,
 their median and range, and how many repeats reached vLLM's throughput. Servers idle between their runs. `--save`
 writes benchmarks/results/vs_vllm_cpu.json, or vs_vllm_cpu_interleaved.json with --interleave.
+
+`--vllm-dtypes bfloat16 float32` measures vLLM at each dtype; the ratios are against vLLM's best at each rate (on a
+CPU without native bf16 GEMMs its float32 is ~5x its bf16). `--isa avx2` runs both servers as an AVX2 CPU without
+AVX-512 would (`cpu_capability.AVX2_MACHINE_ENV`: oneDNN, ATen and MKL capped at AVX2, our kernels at x86-64-v3),
+on any x86 machine; vLLM's own compiled kernels follow the CPU it runs on (nothing caps them), which the record
+states. The record names the suffix: vs_vllm_cpu_avx2[_interleaved].json.
 """
 from __future__ import annotations
 
@@ -67,11 +73,11 @@ class Peers:
                 if not path.exists()]
 
 
-def vllm_server(peers: Peers, port: int, out: Path) -> ServerProcess:
+def vllm_server(peers: Peers, port: int, out: Path, dtype: str, isa_env: dict[str, str]) -> ServerProcess:
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}"}
+           "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}", **isa_env}
     command = [str(peers.vllm), "serve", str(peers.model), "--host", "127.0.0.1", "--port", str(port), "--dtype",
-               "bfloat16", "--max-model-len", "4096", "--served-model-name", SERVED_NAME]
+               dtype, "--max-model-len", "4096", "--served-model-name", SERVED_NAME]
     return ServerProcess(command, port, out, env=env)
 
 
@@ -86,9 +92,9 @@ def toolkit_launch(flags: list[str], port: int, log_file: Path) -> tuple[list[st
     return command, env
 
 
-def toolkit_server(flags: list[str], port: int, out: Path, log_file: Path) -> ServerProcess:
+def toolkit_server(flags: list[str], port: int, out: Path, log_file: Path, isa_env: dict[str, str]) -> ServerProcess:
     command, env = toolkit_launch(flags, port, log_file)
-    return ServerProcess(command, port, out, env={**os.environ, **env} if env else None)
+    return ServerProcess(command, port, out, env={**os.environ, **isa_env, **env})
 
 
 def bench(peers: Peers, port: int, prompts: int, rate: str, seed: int, args, result: Path) -> dict:
@@ -208,6 +214,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "--toolkit-variant='TOOLKIT_CPU_DECODE_THREADS=2'")
     parser.add_argument("--interleave", action="store_true",
                         help="start every server first, then run them in turn for each rate and repeat")
+    parser.add_argument("--vllm-dtypes", nargs="+", default=["bfloat16"], choices=["bfloat16", "float32"],
+                        help="vLLM's --dtype, each measured; ratios are against vLLM's best at each rate")
+    parser.add_argument("--isa", choices=["native", "avx2"], default="native",
+                        help="avx2: run both servers as an AVX2 CPU without AVX-512 would, on any x86 machine")
     parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")))
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/vs_vllm_cpu.json "
                         "(vs_vllm_cpu_interleaved.json with --interleave)")
@@ -231,14 +241,17 @@ def main() -> int:
         variants = {"toolkit": shlex.split(args.toolkit_flags)}
         variants.update({f"toolkit {v}": shlex.split(args.toolkit_flags) + shlex.split(v)
                          for v in args.toolkit_variants})
+        isa_env = isa_environment(args.isa)
         contenders = {}
         for name, flags in variants.items():
             slug = name.replace(" ", "_").replace("-", "")
             launch = functools.partial(toolkit_server, flags, free_port(), workdir / f"{slug}.out",
-                                       workdir / f"{slug}.log")
+                                       workdir / f"{slug}.log", isa_env)
             contenders[name] = Contender(slug, launch, TOOLKIT_STARTUP_TIMEOUT)
-        launch = functools.partial(vllm_server, peers, free_port(), workdir / "vllm.out")
-        contenders["vllm"] = Contender("vllm", launch, VLLM_STARTUP_TIMEOUT)
+        for dtype in args.vllm_dtypes:
+            name = vllm_name(dtype)
+            launch = functools.partial(vllm_server, peers, free_port(), workdir / f"{name}.out", dtype, isa_env)
+            contenders[name] = Contender(name.replace(" ", "_"), launch, VLLM_STARTUP_TIMEOUT)
         try:
             if args.interleave:
                 by_slug = measure_interleaved(list(contenders.values()), peers, args, workdir)
@@ -256,24 +269,51 @@ def main() -> int:
                   "workload": {"num_prompts": args.num_prompts, "input_len": args.input_len,
                                "output_len": args.output_len, "rates": args.rates, "client": "vllm bench serve",
                                "interleaved": args.interleave},
+                  "isa": {"mode": args.isa, "environment": isa_env,
+                          "note": None if args.isa == "native" else "vLLM's own compiled kernels follow the CPU; "
+                          "the environment caps oneDNN, ATen and MKL for both servers"},
+                  "vllm_baseline": _baselines(results, args.rates),
                   "servers": results, "ratio_output_throughput": _ratios(results, args.rates), "table": table}
         if paired is not None:
             record["paired_ratios"] = paired
-        name = "vs_vllm_cpu_interleaved" if args.interleave else "vs_vllm_cpu"
+        name = "vs_vllm_cpu" + ("_avx2" if args.isa == "avx2" else "") + ("_interleaved" if args.interleave else "")
         print(f"wrote {write_result(name, record)}")
     return 0
 
 
+def isa_environment(isa: str) -> dict[str, str]:
+    from toolkit.runtime.cpu_capability import AVX2_MACHINE_ENV
+
+    return dict(AVX2_MACHINE_ENV) if isa == "avx2" else {}
+
+
+def vllm_name(dtype: str) -> str:
+    """The contender's name: plain "vllm" for its bf16 (the name earlier records use), "vllm float32" else."""
+    return "vllm" if dtype == "bfloat16" else f"vllm {dtype}"
+
+
+def _is_vllm(name: str) -> bool:
+    return name == "vllm" or name.startswith("vllm ")
+
+
+def _baselines(results: dict, rates: list[str]) -> dict[str, str]:
+    """Per rate, the vLLM contender of the highest median output throughput: the baseline every ratio uses."""
+    return {rate: max((name for name in results if _is_vllm(name)),
+                      key=lambda name: results[name]["runs"][rate]["output_throughput"]) for rate in rates}
+
+
 def _ratios(results: dict, rates: list[str]) -> dict[str, dict[str, float]]:
-    base = results["vllm"]["runs"]
-    return {name: {rate: r["runs"][rate]["output_throughput"] / base[rate]["output_throughput"] for rate in rates}
-            for name, r in results.items() if name != "vllm"}
+    """Every server's median throughput over the baseline's, per rate (the baseline's own is 1.0)."""
+    base = _baselines(results, rates)
+    return {name: {rate: r["runs"][rate]["output_throughput"] / results[base[rate]]["runs"][rate]["output_throughput"]
+                   for rate in rates} for name, r in results.items()}
 
 
 def _paired(results: dict, rates: list[str]) -> dict[str, dict[str, dict]]:
-    base = results["vllm"]["runs"]
-    return {name: {rate: paired_ratios(r["runs"][rate], base[rate]) for rate in rates}
-            for name, r in results.items() if name != "vllm"}
+    """Our servers' repeat-by-repeat ratios to the baseline vLLM's repeats."""
+    base = _baselines(results, rates)
+    return {name: {rate: paired_ratios(r["runs"][rate], results[base[rate]]["runs"][rate]) for rate in rates}
+            for name, r in results.items() if not _is_vllm(name)}
 
 
 def _table(results: dict, rates: list[str], paired: dict[str, dict[str, dict]] | None = None) -> str:
@@ -281,11 +321,11 @@ def _table(results: dict, rates: list[str], paired: dict[str, dict[str, dict]] |
     to vLLM."""
     lines = ["| server | rate | output tok/s | runs (tok/s) | vs vLLM | TPOT mean ms | TTFT mean ms | ITL p50 ms | "
              "duration s |", "|---|---|---|---|---|---|---|---|---|"]
-    ratios = _ratios(results, rates)
+    ratios, base = _ratios(results, rates), _baselines(results, rates)
     for name, result in results.items():
         for rate in rates:
             r = result["runs"][rate]
-            ratio = "1.00x" if name == "vllm" else f"{ratios[name][rate]:.2f}x"
+            ratio = "1.00x (baseline)" if base[rate] == name else f"{ratios[name][rate]:.2f}x"
             spread = ", ".join(f"{x:.0f}" for x in r.get("repeat_output_throughputs", [r["output_throughput"]]))
             lines.append(f"| {name} | {rate} | {r['output_throughput']:.1f} | {spread} | {ratio} | "
                          f"{r['mean_tpot_ms']:.1f} | {r['mean_ttft_ms']:.0f} | {r['median_itl_ms']:.1f} | "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from toolkit.runtime import cpu_capability
 from toolkit.runtime.attention.base import AttentionBackend
 from toolkit.runtime.attention.registry import create_backend, resolve_backend_name
 from toolkit.runtime.cuda_graph_runner import CompiledReplay, CudaGraphRunner, capture_batch_sizes
@@ -54,10 +55,14 @@ SUPPORTED_QUANT_METHODS = ("fp8",)
 
 
 def resolve_dtype(name: str, config: ModelConfig, device: torch.device) -> torch.dtype:
+    """`--dtype`: auto is the checkpoint's float32, else on CUDA its float16 or bfloat16; on a CPU bfloat16 only
+    where oneDNN multiplies it natively (`cpu_capability`), float32 elsewhere."""
     if name != "auto":
         return _DTYPES[name]
     if config.torch_dtype in ("float32", "torch.float32"):
         return torch.float32
+    if device.type == "cpu":
+        return cpu_capability.probe().auto_dtype()
     if config.torch_dtype in ("float16", "torch.float16") and device.type == "cuda":
         return torch.float16
     return torch.bfloat16
@@ -138,6 +143,8 @@ class ModelRunner:
         check_tp_size(self.config, tp.size if tp is not None else 1)
         self.quantization = resolve_quantization(args.quantization, self.config)
         self.dtype = resolve_dtype(args.dtype, self.config, self.device)
+        if self.device.type == "cpu":
+            cpu_capability.log_once(self.dtype)
         self.context_len = args.context_length or self.config.max_position_embeddings
         self.mem_key = "available_gpu_mem" if self.device.type == "cuda" else "available_cpu_mem"
         self.model = self._load_model()

@@ -3,6 +3,7 @@ left behind."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -63,3 +64,22 @@ def test_demo_tunes_from_the_mistuned_start_writes_its_pages_and_stops_every_ser
     (timeline,) = _section_images(out / "report.html", "timeline")  # the tuned server's log, plotted
     assert timeline.startswith(PNG) and len(timeline) > 10_000
     assert "Decode batch." in (out / "step-00" / "server.log").read_text()
+
+
+def test_a_demo_whose_server_cannot_start_here_exits_non_zero_with_one_clear_line(tmp_path):
+    """The server refuses a kernel tier this CPU cannot run (no CPU runs both x86 and Arm code): the demo must not
+    print "done" and exit 0, but say why in one line and exit 1."""
+    from toolkit.runtime import cpu_capability
+
+    impossible = "armv8.2-a" if cpu_capability.probe().arch == "x86_64" else "x86-64-v3"
+    out = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "demo", "--out", str(out), "--num-prompts", "4", "--repeats", "1",
+         "--max-steps", "0", "--max-time", "120", "--device", "cpu"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, cpu_capability.TIER_ENV: impossible})
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "toolkit demo done" not in done.stdout and "Traceback" not in done.stdout + done.stderr
+    error_lines = [line for line in done.stdout.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1, done.stdout[-3000:]
+    assert f"{cpu_capability.TIER_ENV}={impossible}: this CPU lacks" in " ".join(done.stdout.split())
+    assert not _processes_mentioning(str(out)), "a server of the demo outlived it"

@@ -98,6 +98,10 @@ def _story(console: Console, settings: DemoSettings) -> None:
         highlight=False)
 
 
+class DemoFailed(RuntimeError):
+    """Nothing was tuned (the mistuned start never ran, e.g. the server could not start here): the reason."""
+
+
 def run_demo(settings: DemoSettings, console: Console | None = None) -> Path | None:
     """Runs the story; returns the tune page's path. No server outlives this call."""
     from toolkit.tune.session import run_tune
@@ -106,6 +110,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> Path | N
     began = time.monotonic()
     _story(console, settings)
     outcome = run_tune(tune_options(settings), console)
+    if outcome.result.best is None and outcome.result.reason != "stopped by Ctrl-C":
+        raise DemoFailed(outcome.result.reason)
     report = _best_report(outcome, settings.out_dir)
     info = outcome.summary
     console.rule("[bold]toolkit demo done")

@@ -1,5 +1,7 @@
 """Native CPU kernels, built once on first use with torch's extension builder (the machine's C++ compiler) and
-cached under TORCH_EXTENSIONS_DIR (~/.cache/torch_extensions): decode attention over the paged pool and the
+cached under TORCH_EXTENSIONS_DIR (~/.cache/torch_extensions) in a folder named after the CPU's kernel tier
+(`cpu_capability.KERNEL_TIERS`: a build made on another CPU, in a shared home or a baked image, is never loaded
+here): decode attention over the paged pool and the
 store of a step's K/V rows into it (`paged_decode.cpp`), causal bf16 prefill attention of new sequences
 (`prefill_attention.cpp`) and the decoder layer's fused elementwise steps (`elementwise.cpp`)."""
 from __future__ import annotations
@@ -11,8 +13,10 @@ from importlib.resources import files
 
 import torch
 
+from toolkit.runtime import cpu_capability
+
 logger = logging.getLogger("runtime")
-EXTENSION_NAME = "toolkit_cpu_kernels"
+EXTENSION_PREFIX = "toolkit_cpu_kernels"
 SOURCES = ("paged_decode.cpp", "elementwise.cpp", "prefill_attention.cpp")
 HEADER = "cpu_math.h"  # included by every source
 
@@ -21,19 +25,27 @@ class NativeKernelUnavailable(RuntimeError):
     """The kernels could not be built here (no compiler, or it failed); the message says why."""
 
 
+def extension_name(tier: cpu_capability.KernelTier) -> str:
+    """The build's name, and so its cache folder: one per tier."""
+    return f"{EXTENSION_PREFIX}_{tier.name.replace('-', '_').replace('.', '_')}"
+
+
 @functools.lru_cache(maxsize=1)
 def load_kernels() -> None:
     """Build (or load the cached build of) the kernels, registering `torch.ops.toolkit_cpu.*`."""
     from torch.utils import cpp_extension
 
+    tier = cpu_capability.probe().tier
+    if tier is None:
+        raise NativeKernelUnavailable(f"no kernel tier is defined for this CPU ({cpu_capability.probe().arch})")
     folder = files("toolkit.runtime.kernels")
     sources = [str(folder / name) for name in SOURCES]
     # NOTE: -ffp-contract=off keeps a*b+c two roundings, as torch's own elementwise ops compute it. torch rebuilds
     # when a source or a flag changes, not a header: the header's digest rides along as a flag.
     header_digest = hashlib.sha256((folder / HEADER).read_bytes()).hexdigest()[:16]
-    flags = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", f"-DTOOLKIT_CPU_MATH_H={header_digest}"]
+    flags = ["-O3", *tier.cflags, "-fopenmp", "-ffp-contract=off", f"-DTOOLKIT_CPU_MATH_H={header_digest}"]
     try:
-        cpp_extension.load(name=EXTENSION_NAME, sources=sources, extra_cflags=flags, is_python_module=False,
+        cpp_extension.load(name=extension_name(tier), sources=sources, extra_cflags=flags, is_python_module=False,
                            verbose=False)
     except (RuntimeError, OSError, ImportError, SystemExit) as exc:
         raise NativeKernelUnavailable(f"could not build the CPU kernels: {exc}") from exc

@@ -1,5 +1,6 @@
 // Scalar and vector math shared by the CPU kernels: widening a half-precision value to float32, sixteen values
-// of a dtype loaded as float32 and stored back rounded as torch rounds (AVX-512), and exp over sixteen floats.
+// of a dtype loaded as float32 and stored back rounded as torch rounds (AVX-512), exp over sixteen floats, and on
+// the AVX2 tier (x86-64-v3: AVX2, FMA, F16C) exp and horizontal reductions over eight.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -8,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -83,6 +84,42 @@ inline __m512 exp_avx512(__m512 x) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23));
   };
   return _mm512_mul_ps(_mm512_mul_ps(p, pow2(half_n)), pow2(_mm512_sub_epi32(whole, half_n)));
+}
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+inline float reduce_add8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline float reduce_max8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+// exp_avx512's range reduction and polynomial over eight lanes (same constants, same ~2 ulp).
+inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i whole = _mm256_cvtps_epi32(n);
+  const __m256i half_n = _mm256_srai_epi32(whole, 1);
+  auto pow2 = [](__m256i e) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+  };
+  return _mm256_mul_ps(_mm256_mul_ps(p, pow2(half_n)), pow2(_mm256_sub_epi32(whole, half_n)));
 }
 #endif
 

@@ -1,10 +1,12 @@
 """oneDNN-packed copies of the linear weights for CPU decode (see `layers.Linear`)."""
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
 
+from toolkit.runtime import cpu_capability
 from toolkit.runtime.models.decoder import CausalLM
 from toolkit.runtime.models.layers import Linear
 
@@ -28,10 +30,14 @@ def resident_weight_bytes(model: CausalLM) -> int:
 
 
 def pack_for_cpu(model: CausalLM) -> bool:
-    """Give every linear layer (and a tied LM head) a packed weight; returns whether it did."""
+    """Give every linear layer (and a tied LM head) a packed weight; returns whether it did. oneDNN packs a dtype
+    only where it multiplies it natively (`cpu_capability`): elsewhere the layers run unpacked, said once."""
     dtype = model.model.embed_tokens.weight.dtype
-    if (dtype not in PACKABLE_DTYPES or weight_bytes(model) > MAX_PACKED_BYTES
-            or not torch.backends.mkldnn.is_available()):
+    if dtype not in PACKABLE_DTYPES or weight_bytes(model) > MAX_PACKED_BYTES:
+        return False
+    capability = cpu_capability.probe()
+    if not capability.native_dtype(dtype):
+        _say_unpacked(dtype, capability.isa)
         return False
     with torch.no_grad():
         for module in model.modules():
@@ -41,3 +47,9 @@ def pack_for_cpu(model: CausalLM) -> bool:
             model.packed_tied_head = torch.ops.mkldnn._reorder_linear_weight(model.lm_head_weight, DECODE_BATCH_HINT)
     logger.info("CPU decode uses oneDNN-packed linear weights")
     return True
+
+
+@functools.lru_cache(maxsize=None)
+def _say_unpacked(dtype: torch.dtype, isa: str) -> None:
+    logger.warning(f"oneDNN has no native {str(dtype).removeprefix('torch.')} GEMM on this CPU (ISA {isa}): linear "
+                   "layers run unpacked (slower than --dtype float32 here)")

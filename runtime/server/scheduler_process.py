@@ -27,6 +27,7 @@ from toolkit.runtime.distributed.group import DistributedError, TPGroup
 from toolkit.runtime.distributed.topology import RankInfo
 from toolkit.runtime.launch import launch_scheduler
 from toolkit.runtime.logging_setup import configure_logging
+from toolkit.runtime.cpu_capability import UnsupportedCpu
 from toolkit.runtime.model_loader.errors import ModelLoadError
 from toolkit.runtime.model_loader.tokenizer import prepare_tokenizer_folder
 from toolkit.runtime.scheduler.scheduler import Scheduler
@@ -62,7 +63,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: IpcEndpoints | None, pare
         SchedulerLoop(launched.scheduler, inbox, outbox, parent_pid, launched.tp).run()
         if launched.tp is not None:
             launched.tp.close()
-    except (ModelLoadError, DistributedError) as exc:
+    except (ModelLoadError, DistributedError, UnsupportedCpu) as exc:
         _fail(str(exc), str(exc), outbox, context, rank)
     except Exception:
         message = traceback.format_exc()

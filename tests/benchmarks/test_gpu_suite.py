@@ -65,12 +65,14 @@ def test_suite_plan_runs_llama_twice_and_every_part_with_the_shared_flags():
 
 def test_dry_run_writes_one_result_per_benchmark_with_provenance(tmp_path):
     results = suite.main(["--dry-run", "--out", str(tmp_path)])
-    files = sorted(p.name for p in tmp_path.iterdir())
+    files = sorted(p.name for p in tmp_path.glob("*.json"))
     assert [re.sub(r"_cpu_.*", "", f) for f in files] == ["decode_roofline", "offline_llama-3.1-8b",
                                                           "offline_qwen3-0.6b"]
-    for path in tmp_path.iterdir():
+    assert sorted(p.name for p in tmp_path.glob("*.runs.jsonl")) == [f.replace(".json", ".runs.jsonl") for f in files]
+    for path in tmp_path.glob("*.json"):
         record = json.loads(path.read_text())
         meta = record["meta"]
+        assert meta["cpu_capability"]["kernel_tier"] and "onednn_bf16" in meta["cpu_capability"]
         assert meta["command"].endswith(f"-m benchmarks.gpu.suite --dry-run --out {tmp_path}")
         assert re.fullmatch(r"[0-9a-f]{40}|unknown", meta["git_commit"])
         assert meta["device"].startswith("cpu") and meta["dry_run"] is True

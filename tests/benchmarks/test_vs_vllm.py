@@ -51,7 +51,7 @@ def test_the_table_shows_the_ratio_of_the_median_runs_and_each_runs_throughput()
         return {"runs": {"inf": run}}
     table = vs_vllm._table({"toolkit": result(500.0, 600.0, 550.0), "vllm": result(610.0, 600.0, 620.0)}, ["inf"])
     assert "| toolkit | inf | 550.0 | 500, 600, 550 | 0.90x |" in table
-    assert "| vllm | inf | 610.0 | 610, 600, 620 | 1.00x |" in table
+    assert "| vllm | inf | 610.0 | 610, 600, 620 | 1.00x (baseline) |" in table
 
 
 def test_paired_ratios_divide_each_repeat_by_the_peers_same_repeat():
@@ -123,3 +123,18 @@ def test_interleaved_servers_are_all_up_before_the_first_run_and_share_each_repe
     assert seeds[(1, "inf")] == seeds[(2, "inf")] and seeds[(1, "4")] == seeds[(2, "4")] != seeds[(1, "inf")]
     assert events[-2:] == [("stopped", 2), ("stopped", 1)]
     assert results["vllm"]["runs"]["inf"]["repeat_output_throughputs"] == [2.0 + s for s in seeds[(2, "inf")]]
+
+
+def test_with_vllm_at_two_dtypes_the_best_at_each_rate_is_the_baseline():
+    def result(inf: float, four: float):
+        return {"runs": {rate: vs_vllm.median_run([{"output_throughput": x, "mean_tpot_ms": 90.0, "mean_ttft_ms": 1.0,
+                                                     "median_itl_ms": 8.0, "duration": 1.0}])
+                         for rate, x in (("inf", inf), ("4", four))}}
+    results = {"toolkit": result(130.0, 90.0), "vllm": result(25.0, 95.0), "vllm float32": result(125.0, 80.0)}
+    assert vs_vllm._baselines(results, ["inf", "4"]) == {"inf": "vllm float32", "4": "vllm"}
+    ratios = vs_vllm._ratios(results, ["inf", "4"])
+    assert ratios["toolkit"] == {"inf": 130.0 / 125.0, "4": 90.0 / 95.0} and ratios["vllm"]["inf"] == 25.0 / 125.0
+    table = vs_vllm._table(results, ["inf", "4"])
+    assert "| vllm | inf | 25.0 | 25 | 0.20x |" in table and "| vllm | 4 | 95.0 | 95 | 1.00x (baseline) |" in table
+    assert vs_vllm.vllm_name("float32") == "vllm float32" and vs_vllm.vllm_name("bfloat16") == "vllm"
+    assert vs_vllm.isa_environment("avx2")["ONEDNN_MAX_CPU_ISA"] == "AVX2" and vs_vllm.isa_environment("native") == {}

@@ -22,6 +22,7 @@ from tests.runtime.tiny_models import make_tiny_model
 from toolkit.runtime import model_runner
 from toolkit.runtime.model_loader.errors import ModelLoadError
 from toolkit.runtime.models.fp8 import Fp8Linear, quantize_rows
+from toolkit.runtime.models.layers import Slice
 
 NEW_TOKENS = 10
 GREEDY = {"max_new_tokens": NEW_TOKENS, "temperature": 0.0, "ignore_eos": True}
@@ -64,12 +65,14 @@ def test_fp8_kv_cache_holds_twice_the_tokens_of_the_same_budget(tiny, monkeypatc
         engine = tiny_engine(folder, dtype="bfloat16", kv_cache_dtype=kv, max_total_tokens=None, log_level="info")
         try:
             sizes[kv] = engine.runner.max_total_num_tokens, engine.runner.kv_pool.k_buffer[0].dtype
+            page = engine.runner.args.page_size
             assert _generate(engine, [[5, 6, 7, 8]], {"max_new_tokens": 4, "ignore_eos": True})
         finally:
             engine.shutdown()
     (bf16_tokens, bf16_dtype), (fp8_tokens, fp8_dtype) = sizes["auto"], sizes[kv_cache_dtype]
     assert bf16_dtype == torch.bfloat16 and fp8_dtype == dtype
-    assert fp8_tokens in (2 * bf16_tokens, 2 * bf16_tokens + 1)
+    # NOTE: the pool is whole pages (16 tokens on a CPU): twice the tokens per byte can fit one page more
+    assert 2 * bf16_tokens <= fp8_tokens <= 2 * bf16_tokens + page
 
 
 def test_checkpoint_kv_scales_are_read_and_applied(tmp_path, prompts):
@@ -190,7 +193,9 @@ def test_fp8_weights_shrink_the_weight_memory_line():
         finally:
             engine.shutdown()
     print(used)
-    assert used["fp8"] < 0.6 * used[None]
+    # NOTE: the tied embedding stays bf16 (57 MB of the 270): fp8 is ~0.61 of bf16 unpacked, less where oneDNN packs
+    # the bf16 layers (a second copy); the line prints GB to two decimals.
+    assert used["fp8"] <= 0.65 * used[None]
 
 
 @pytest.mark.parametrize("quantization_config, message", [
@@ -206,3 +211,29 @@ def test_unsupported_quantized_checkpoints_are_refused(tiny, tmp_path, quantizat
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match=re.escape(message)):
         tiny_engine(tmp_path)
+
+
+# ---- fp8 GEMMs on a GPU (Hopper: torch._scaled_mm) ----
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="torch._scaled_mm's row-wise fp8 GEMM needs an sm90+ GPU")
+@pytest.mark.parametrize("rows", [1, 7, 256])
+def test_scaled_mm_linear_matches_the_dequantized_gemm_on_cuda(rows):
+    """The fp8 tensor-core path agrees with the dequantized bf16 GEMM within e4m3's activation rounding."""
+    from toolkit.runtime.models import fp8
+
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    layer = Fp8Linear(512, {"w": Slice.whole(384)}, bias=True).to(device)
+    weight = torch.randn(384, 512, device=device)
+    layer.load_rows(0, weight)
+    layer.bias.data = torch.randn(384, device=device, dtype=torch.bfloat16)
+    x = torch.randn(rows, 512, device=device, dtype=torch.bfloat16)
+    assert fp8.scaled_mm_supported(device)
+    fast = layer(x)
+    dequantized = (layer.weight.float() * layer.weight_scale[:, None]).to(torch.bfloat16)
+    reference = torch.nn.functional.linear(x, dequantized, layer.bias)
+    relative = ((fast.float() - reference.float()).norm() / reference.float().norm()).item()
+    assert fast.dtype == torch.bfloat16 and relative < 0.05, relative
+

@@ -1,28 +1,26 @@
-"""The native CPU kernels as another x86-64 CPU builds them: `-march=native` on this machine takes the AVX-512 (and
-AVX512-BF16) paths, so their portable paths only run when the sources are built for an older target. Each target
-builds in a fresh process (one `toolkit_cpu` library per process) and is checked against torch."""
+"""The native CPU kernels as every kernel tier builds them (`cpu_capability.KERNEL_TIERS`): each tier this CPU can
+run is built by the runtime's own `load_kernels()` in a fresh process (one `toolkit_cpu` library per process) with
+`TOOLKIT_CPU_KERNEL_TIER` forcing it, and checked against torch; so an AVX-512 machine also runs the AVX2 and SSE
+paths, and the tiers it cannot run are skipped naming what it lacks. Each test prints its tier's max errors."""
 from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
-from importlib.resources import files
 
 import pytest
 
+from toolkit.runtime import cpu_capability
 from toolkit.runtime import kernels as cpu_kernels
 
 PROBE = r"""
 import json, sys
 import torch
 import torch.nn.functional as F
-from torch.utils import cpp_extension
+from toolkit.runtime import cpu_capability, kernels
 
-march, sources = sys.argv[1], sys.argv[2:]
-cpp_extension.load(name="toolkit_cpu_kernels_" + march.replace("-", "_"), sources=sources,
-                   extra_cflags=["-O3", f"-march={march}", "-fopenmp", "-ffp-contract=off"], is_python_module=False)
+kernels.load_kernels()
 ops = torch.ops.toolkit_cpu
 torch.manual_seed(0)
 errors = {}
@@ -78,22 +76,31 @@ if ops.prefill_attention_supported():  # bf16 only, where oneDNN packs bf16 (AMX
         reference = F.scaled_dot_product_attention(*heads, is_causal=True, scale=0.125, enable_gqa=True)
         worst = max(worst, (reference[0].transpose(0, 1) - attended[start : start + n].float()).abs().max().item())
     errors["prefill_attention bfloat16"] = worst
-print(json.dumps(errors))
+print(json.dumps({"tier": cpu_capability.probe().tier.name, "errors": errors}))
 """
 
 # float32 to rounding; bf16 within a unit of its last place (norm/silu/rotary compare after rounding to bf16)
 LIMITS = {"float32": 2e-5, "bfloat16": 0.04}
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not sys.platform.startswith("linux"),
-                    reason="the targets are x86-64 ones, built with the machine's GCC")
-@pytest.mark.parametrize("march", ["x86-64-v3", "x86-64"])  # AVX2 (e.g. AMD EPYC Zen 2/3); the SSE2 baseline
-def test_the_portable_paths_agree_with_torch(march, tmp_path):
-    sources = [str(files("toolkit.runtime.kernels") / name) for name in cpu_kernels.SOURCES]
-    done = subprocess.run([sys.executable, "-c", PROBE, march, *sources], capture_output=True, text=True,
-                          timeout=400, env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)})
+CPU = cpu_capability.probe()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the tiers are built with the machine's GCC")
+@pytest.mark.parametrize("tier", [t.name for t in cpu_capability.KERNEL_TIERS])
+def test_each_tier_builds_and_agrees_with_torch(tier, tmp_path):
+    chosen = cpu_capability.tier_named(tier)
+    if chosen.arch != CPU.arch or not chosen.requires <= CPU.features:
+        pytest.skip(f"this CPU ({CPU.arch}) cannot run {tier}: lacks "
+                    f"{' '.join(sorted(chosen.requires - CPU.features)) or 'its architecture'}")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), cpu_capability.TIER_ENV: tier}
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    errors = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(errors) == 10 + cpu_kernels.prefill_attention_supported()
-    for check, error in errors.items():
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{tier}: " + ", ".join(f"{check} {error:.2e}" for check, error in result["errors"].items()))
+    assert result["tier"] == tier
+    assert (tmp_path / cpu_kernels.extension_name(chosen)).is_dir(), sorted(p.name for p in tmp_path.iterdir())
+    assert len(result["errors"]) == 10 + ("prefill_attention bfloat16" in result["errors"])
+    for check, error in result["errors"].items():
         assert error <= LIMITS[check.split()[-1]], (check, error)
+

@@ -26,7 +26,7 @@ API_KEY = "sk-test-123"
 def keyed_server(tmp_path_factory):
     log_file = tmp_path_factory.mktemp("keyed") / "server.log"
     # NOTE: --log-requests too: the logged requests must not leak the key either
-    process = ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "4096", "--api-key", API_KEY,
+    process = ServerProcess("--max-total-tokens", "4096", "--api-key", API_KEY,
                             "--log-requests", log_file=log_file).wait_healthy()
     yield process
     process.stop()

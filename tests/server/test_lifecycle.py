@@ -19,7 +19,7 @@ import requests
 from tests.server.conftest import API_KEY
 from tests.server.server_process import ServerProcess, alive, family
 
-TINY = ("--dtype", "bfloat16", "--max-total-tokens", "4096")
+TINY = ("--max-total-tokens", "4096")
 
 
 # NOTE: "within a few seconds": the bound is ample for a loaded 2-core machine; a server that waits for its
@@ -97,7 +97,7 @@ def test_sigterm_with_20_open_streams_ends_every_stream_and_exits_0_promptly(tmp
             ended = await asyncio.wait_for(asyncio.gather(*streams), 30)
             return started, ended, late
 
-    with ServerProcess("--dtype", "bfloat16", "--max-total-tokens", "30000", log_file=log).wait_healthy() as server:
+    with ServerProcess("--max-total-tokens", "30000", log_file=log).wait_healthy() as server:
         children = family(server.pid)
         started, ended, late = asyncio.run(run(server))
         code = server.proc.wait(30)
