@@ -1,8 +1,9 @@
-"""The corrected launch command: the server's own arguments, with every finding's flag applied.
+"""The corrected launch command: the server's own arguments, with every finding's typed change applied.
 
-Only arguments that matter for tuning (and the model, parallelism and address) are written; a finding's
-`suggested` text gives the value (its first word) plus any `--flag value` pairs it mentions. When two
-findings touch the same flag, the more severe one (the earlier in the list) wins. SGLang's command starts
+Only arguments that matter for tuning (and the model, parallelism and address) are written. A finding's change
+and its companions are applied when they carry a value (a direction alone, or a knob named without a value,
+changes nothing); its alternatives are offered in the advice, never applied. When two findings touch the same
+flag, the more severe one (the earlier in the list) wins. SGLang's command starts
 `python -m sglang.launch_server`, vLLM's `vllm serve MODEL` (its arguments from the engine config and the
 `non-default args` line).
 """
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding
+from toolkit.diagnose.ideas import flag_of
 
 LAUNCHER = "python -m sglang.launch_server"
 VLLM_LAUNCHER = "vllm serve"
@@ -34,8 +36,6 @@ VLLM_KEPT_ARGS: tuple[tuple[str, Value], ...] = (
     ("gpu_memory_utilization", None), ("max_num_seqs", None), ("max_num_batched_tokens", None),
     ("enable_prefix_caching", True), ("enforce_eager", False), ("max_cudagraph_capture_size", 512),
 )
-_PAIR = re.compile(r"(--[a-z][\w-]*)(?:\s+([^\s,()]+))?")
-_ON, _OFF = {"on", "true", "set"}, {"off", "remove", "false", "unset"}
 
 
 def _flag(arg: str) -> str:
@@ -47,23 +47,15 @@ def _arg(flag: str) -> str:
 
 
 def changes(findings: Iterable[Finding]) -> dict[str, Value]:
-    """`{argument: new value}` from the findings (True/False for switches); the first finding wins."""
+    """`{argument: new value}` from the findings' changes (True/False for switches); the first finding wins."""
     out: dict[str, Value] = {}
     for f in findings:
-        if not f.flag or not f.suggested or not f.flag.startswith("--"):
+        if f.change is None:
             continue
-        first = f.suggested.split()[0].lower()
-        pairs = [(f.flag, first)] + [(m.group(1), m.group(2)) for m in _PAIR.finditer(f.suggested)]
-        for flag, raw in pairs:
-            arg = _arg(flag)
-            if arg in out:
-                continue
-            if raw is None or raw.lower() in _ON:
-                out[arg] = not arg.startswith("disable_") if raw is None or raw.lower() in _ON else None
-            elif raw.lower() in _OFF:
-                out[arg] = False
-            elif re.fullmatch(r"-?[\d.]+|[a-z][\w.-]*", raw) and raw not in ("higher", "lower"):
-                out[arg] = raw
+        for change in (f.change, *f.change.companions):
+            flag = flag_of(change.idea, f.engine)
+            if flag is not None and change.value is not None:
+                out.setdefault(_arg(flag), change.value)
     return out
 
 
@@ -82,9 +74,6 @@ def launch_command(config: ServerConfig, findings: Iterable[Finding]) -> str | N
 def _command(args: Mapping[str, Value], findings: Iterable[Finding], launcher: str,
              kept: tuple[tuple[str, Value], ...]) -> str:
     new = changes(findings)
-    for switch in ("disable_cuda_graph", "enforce_eager"):
-        if new.get(switch) is False:
-            new[switch] = False
     merged = {k: args.get(k) for k, _ in kept}
     merged.update(new)
     parts = [launcher]

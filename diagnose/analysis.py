@@ -91,7 +91,9 @@ class Diagnosis:
         if self.findings:
             counts = ", ".join(f"{n} {s}" for s in reversed(SEVERITIES)
                                if (n := sum(f.severity == s for f in self.findings)))
-            text = f"{_VERDICTS[self.worst]}: {self.findings[0].title} ({counts})"
+            first = self.findings[0]
+            sure = "" if first.confidence == "high" else f", {first.confidence} confidence"
+            text = f"{_VERDICTS[self.worst]}: {first.title} ({counts}{sure})"
             return text + (f"; load not judged: {problem}" if problem else "")
         if problem:
             return f"{NOT_ENOUGH}: {problem}"

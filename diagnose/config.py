@@ -12,12 +12,16 @@ from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_po
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value, parse_fields
 
-VLLM_KINDS = frozenset({"stats", "prefix_cache", "preempt", "kv_capacity", "max_concurrency", "gpu_blocks",
-                        "kv_memory", "memory_profile", "weights_loaded", "graph_captured", "engine_config",
-                        "engine_args", "scheduler_config"})
+VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
+                        "gpu_blocks", "kv_memory", "memory_profile", "weights_loaded", "graph_captured",
+                        "engine_config", "engine_args", "scheduler_config"})
 SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
                           "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
-                          "retract", "not_enough_memory", "leak", "watchdog", "sigquit"})
+                          "retract", "leak", "watchdog", "sigquit"})
+# Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
+_VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]")
+_SGLANG_TEXT = re.compile(r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]")
+_TEXT_KINDS = ("not_enough_memory", "oom", "exception")
 VLLM_DEFAULT_CAPTURE_SIZE = 512
 _RANK_PART = re.compile(r"(DP|TP|GPU)(\d+)")
 
@@ -159,7 +163,7 @@ def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], r
     log, and the TP/DP sizes its rank tags imply. `samples` holds the first and last text of each kind
     (`kind`, `kind#last`), batch kinds included, for the era."""
     kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
-    engine = "vllm" if kinds & VLLM_KINDS else ("sglang" if kinds & SGLANG_KINDS else None)
+    engine = "vllm" if kinds & VLLM_KINDS else ("sglang" if kinds & SGLANG_KINDS else _engine_by_text(events))
     all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
     rank_tp, rank_dp = _rank_sizes(all_ranks)
     common = {"rank_tp": rank_tp, "rank_dp": rank_dp}
@@ -168,6 +172,16 @@ def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], r
     if any(rank.startswith("GPU") for rank in all_ranks):
         samples = {**samples, "rank tag": "[gpu_id="}  # SGLang 0.2.5's `[gpu_id=N]` tag is part of the prefix
     return _sglang_config(events, samples, {**common, "engine": engine})
+
+
+def _engine_by_text(events: Mapping[str, list[Event]]) -> str | None:
+    """The engine an error record's words or source paths name, when no line of either engine's own says
+    (SGLang first: its older tracebacks pass through vLLM's layers)."""
+    texts = [e.text for kind in _TEXT_KINDS for e in events.get(kind, [])]
+    for engine, words in (("sglang", _SGLANG_TEXT), ("vllm", _VLLM_TEXT)):
+        if any(words.search(text) for text in texts):
+            return engine
+    return None
 
 
 def _first(events: Mapping[str, list[Event]], kind: str) -> dict[str, Value]:

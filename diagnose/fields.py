@@ -290,12 +290,12 @@ def _gpu_blocks(text: str) -> dict[str, Value]:
 
 _GIB = r"(-?[\d.]{1,20}) ?Gi?B"
 _PROFILE = {
-    "total_gpu_memory_gb": re.compile(r"total_gpu_memory \(" + _GIB + r"\)"),
-    "gpu_memory_utilization": re.compile(r"gpu_memory_utilization \(([\d.]{1,10})\)"),
+    "total_gpu_memory_gb": re.compile(r"total_gpu_memory(?: \(|=)" + _GIB),
+    "gpu_memory_utilization": re.compile(r"gpu_memory_utilization(?: \(|=)([\d.]{1,10})"),
     "weights_gb": re.compile(r"model weights take " + _GIB),
     "non_torch_gb": re.compile(r"non_torch_memory takes " + _GIB),
     "activation_peak_gb": re.compile(r"activation peak memory takes " + _GIB),
-    "kv_cache_gb": re.compile(r"reserved for KV Cache is " + _GIB),
+    "kv_cache_gb": re.compile(r"(?:reserved for KV Cache is |kv_cache_size=)" + _GIB),
     "profile_seconds": re.compile(r"Memory profiling takes ([\d.]{1,20}) seconds"),
 }
 _MEMORY = {
@@ -320,7 +320,8 @@ def _numbers(kind: str, text: str) -> dict[str, Value]:
     return out
 
 
-_PREEMPT = re.compile(r"Sequence group (\S{1,200}) is preempted by (?:PreemptionMode\.)?(\w{1,20}) mode")
+_PREEMPT = re.compile(r"Sequence group (\S{1,200}) is preempted (?:by|in) (?:PreemptionMode\.)?(\w{1,20}) mode")
+_RESUMED = re.compile(r"Preempted request (\S{1,200}) has been resumed")
 _CUMULATIVE = re.compile(r"total_(?:num_)?cumulative_preemption(?:_cnt)?=(\d{1,20})")
 
 
@@ -329,6 +330,9 @@ def _preempt(text: str) -> dict[str, Value]:
     m = _PREEMPT.search(text)
     if m is not None:
         out.update(request=m.group(1), mode=m.group(2).lower())
+    resumed = _RESUMED.search(text)
+    if resumed is not None:
+        out.update(request=resumed.group(1), resumed=True)
     c = _CUMULATIVE.search(text)
     if c is not None:
         out["cumulative_preemptions"] = int(c.group(1))

@@ -1,4 +1,5 @@
-"""Findings: what a rule concluded, with the evidence behind it and the flag that would change it."""
+"""Findings: what a rule concluded, with the evidence behind it and the typed change that would help; the advice
+text (`flag`, `suggested`) is rendered from the change, never parsed back."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -8,11 +9,14 @@ from typing import Literal
 import numpy as np
 
 from toolkit.diagnose.events import Event
+from toolkit.diagnose.ideas import Change, Engine, flag_of
 from toolkit.diagnose.series import Rows
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
+Confidence = Literal["low", "medium", "high"]
 MAX_LINES = 20
+FEW_LINES = 3  # a finding on this many load lines or fewer has low confidence
 
 
 def rank_of(severity: str) -> int:
@@ -34,27 +38,68 @@ class Evidence:
     def fraction(self) -> float | None:
         return self.count / self.total if self.total else None
 
+    @property
+    def seconds(self) -> float | None:
+        """Log-clock seconds from the first to the last matching line, None without times."""
+        return self.span[1] - self.span[0] if self.span else None
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One conclusion. `flag` and `suggested` say what to change (None when nothing on the server would
-    help), `current` what it is now, `tradeoff` what the change costs. `rule` is the rule that found it
-    (the part of `id` before the dot)."""
+    """One conclusion. `change` is what to change on the server (None when nothing there would help), offered
+    with `alternatives` (never applied) and `action` (what to do off the server, or the condition the
+    alternatives hold under); `current` is what it is now, `tradeoff` what the change costs. `engine` names the
+    flags the advice is written in. `rule` is the rule that found it (the part of `id` before the dot).
+    `confidence` says how far the evidence carries: `high` for an error the engine printed or a rule's threshold
+    met on enough load lines, `medium` / `low` for a problem a short excerpt already shows (`confidence_of`)."""
 
     id: str
     severity: Severity
     title: str
     message: str
     evidence: Evidence
-    flag: str | None = None
-    suggested: str | None = None
+    change: Change | None = None
     current: str | None = None
     tradeoff: str | None = None
     ranks: tuple[str, ...] = ()
+    alternatives: tuple[Change, ...] = ()
+    action: str | None = None
+    engine: Engine = "sglang"
+    confidence: Confidence = "high"
 
     @property
     def rule(self) -> str:
         return self.id.split(".", 1)[0]
+
+    @property
+    def flag(self) -> str | None:
+        """The flag of the change, in the engine's words."""
+        return flag_of(self.change.idea, self.engine) if self.change else None
+
+    @property
+    def suggested(self) -> str | None:
+        """The advice as text: the value with its companions and alternatives, or the action."""
+        change, engine = self.change, self.engine
+        if change is None:
+            options = ", or ".join(a.text(engine) for a in self.alternatives)
+            return f"{self.action}: {options}" if self.action and options else self.action or options or None
+        words = change.value_text()
+        extras = [f"with {', '.join(c.text(engine) for c in change.companions)}"] if change.companions else []
+        extras += [f"or {a.text(engine)}" for a in self.alternatives]
+        if words is None:
+            return None
+        return f"{words} ({'; '.join(extras)})" if extras else words
+
+    def advice(self) -> tuple[Literal["change", "do"], str] | None:
+        """("change", "--flag value ...") or ("do", what to do), or None when the finding asks for nothing."""
+        if self.flag:
+            return "change", f"{self.flag} {self.suggested or ''}".strip()
+        return ("do", self.suggested) if self.suggested else None
+
+
+def confidence_of(lines: int, enough: int) -> Confidence:
+    """`low` for up to FEW_LINES load lines, `medium` below `enough` (what the rule needs to judge), else `high`."""
+    return "low" if lines <= FEW_LINES else "medium" if lines < enough else "high"
 
 
 def evidence(rows: Rows, total: int | None = None, **facts: float | int | str | None) -> Evidence:

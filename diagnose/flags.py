@@ -1,27 +1,22 @@
-"""The flags a finding names, per engine: each tuning idea has an SGLang flag and a vLLM flag
-(docs/log-formats.md §10 lists them side by side)."""
+"""The engine that wrote the log, and what the rules quote in its words: an idea's flag (from the one table,
+`diagnose/ideas.py`), the fp8 KV dtype, and the static memory fraction (docs/log-formats.md §10)."""
 from __future__ import annotations
 
 from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.ideas import IDEAS, Engine
 
-FLAGS: dict[str, tuple[str, str]] = {
-    "kv_memory": ("--mem-fraction-static", "--gpu-memory-utilization"),
-    "running_cap": ("--max-running-requests", "--max-num-seqs"),
-    "prefill_budget": ("--chunked-prefill-size", "--max-num-batched-tokens"),
-    "context": ("--context-length", "--max-model-len"),
-    "kv_dtype": ("--kv-cache-dtype", "--kv-cache-dtype"),
-    "graph_max_bs": ("--cuda-graph-max-bs", "--max-cudagraph-capture-size"),
-    "graphs_off": ("--disable-cuda-graph", "--enforce-eager"),
-    "tp": ("--tp-size", "--tensor-parallel-size"),
-    "dp": ("--dp-size", "--data-parallel-size"),
-    "quantization": ("--quantization", "--quantization"),
-}
 FP8_KV = ("fp8_e5m2", "fp8")
 
 
+def engine_of(config: ServerConfig) -> Engine:
+    """The engine whose words the advice uses: vLLM's for a vLLM log, else SGLang's."""
+    return "vllm" if config.vllm else "sglang"
+
+
 def flag(config: ServerConfig, idea: str) -> str:
-    """The flag of `idea` in the engine that wrote the log (SGLang's when the engine is unknown)."""
-    return FLAGS[idea][1 if config.vllm else 0]
+    """The flag of `idea` in the engine that wrote the log (SGLang's when that engine has none)."""
+    known = IDEAS[idea]
+    return known.flag(engine_of(config)) or known.sglang
 
 
 def fp8_kv(config: ServerConfig) -> str:

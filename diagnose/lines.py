@@ -16,7 +16,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.messages import OPENERS, error_kinds, kind_of
+from toolkit.diagnose.messages import OPENERS, error_kinds, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, read_prefix
 
 MAX_RECORD_LINES = 200
@@ -108,7 +108,7 @@ class LineParser:
         prefix = read_prefix(line)
         if prefix.time is not None:
             self.stamped = True
-        kind = kind_of(line, prefix.start)
+        kind = line_kind(line, prefix.start)
         if kind is None:
             if "\ufffd" in line or "\x00" in line:
                 self.stats.note_unread(no, line)
@@ -119,7 +119,7 @@ class LineParser:
         if kind in OPENERS:
             self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text))
             return None
-        if kind in ("decode", "prefill") and ("running" not in text or ": " not in text):
+        if kind in ("decode", "prefill") and not _readable_batch(kind, text):
             self.stats.note_unread(no, line)
             return None
         rank = _engine_rank(text, prefix.rank) if kind == "stats" else prefix.rank
@@ -146,7 +146,8 @@ class LineParser:
         elif self.stamped:
             looks_new = False
         else:
-            looks_new = _CONTINUATION.match(line) is None and line.strip() != ""
+            # NOTE: a prefix without a time (`[rank0]: `) repeats on every line of the record: read past it.
+            looks_new = _CONTINUATION.match(message) is None and message.strip() != ""
         kind = kind_of(line, prefix.start)
         if kind is not None and kind != "exception":
             # NOTE: a leak warning's and vLLM's memory profile's later lines start like their first.
@@ -165,6 +166,13 @@ class LineParser:
             kinds = []
             self.stats.other += 1
         return [Event(kind, record.line, record.time, record.rank, text, self.source) for kind in kinds]
+
+
+def _readable_batch(kind: str, text: str) -> bool:
+    """A batch line prints its counts: `#running-req` (a PD prefill server's prefill line prints `#queue-req` and
+    `#unbootstrapped-req` / `#bootstrap-req` instead, docs/log-formats.md §3)."""
+    counted = "running" in text or (kind == "prefill" and "#queue-req" in text and "bootstrap" in text)
+    return counted and ": " in text
 
 
 def _engine_rank(text: str, rank: str) -> str:

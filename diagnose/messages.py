@@ -27,9 +27,11 @@ _PATTERNS: dict[str, str] = {
     "tokens_capped": r"max_total_tokens=-?\d+ is larger than the profiled",
     # SGLang errors
     "retract": r"[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests|Testing retraction",
-    "oom": r"(?:Prefill|Decode) out of memory|(?:torch\.)?(?:cuda\.)?OutOfMemoryError: |CUDA out of memory",
+    "oom": r"(?:Prefill|Decode) out of memory|(?:torch\.)?(?:cuda\.)?OutOfMemoryError(?:: |\(['\"]CUDA out of memory)"
+           r"|CUDA out of memory",
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
-                         r"with the model's max seq len|Failed to load model - not enough GPU memory",
+                         r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
+                         r"number of tokens|Failed to load model - not enough GPU memory",
     "leak": r"(?:KV cache pool leak|token_to_kv_pool_allocator memory leak|[\w.]{1,80} memory leak) detected"
             r"|Warning: available_size=",
     "watchdog": r"(?:\w{1,40} )?[Ww]atchdog timeout",
@@ -39,12 +41,14 @@ _PATTERNS: dict[str, str] = {
     # vLLM
     "prefix_cache": r"Prefix cache hit rate: GPU: ",
     "spec_metrics": r"SpecDecoding metrics: |Speculative metrics: ",
-    "preempt": r"Sequence group \S{1,200} is preempted by ",
+    "preempt": r"Sequence group \S{1,200} is preempted (?:by|in) "
+               r"|Preempted request \S{1,200} has been resumed",
     "kv_capacity": r"(?:[A-Z]{2,5}(?: \+ host)? )?KV cache size: [\d,]+ tokens",
     "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ",
     "gpu_blocks": r"# \w{1,10} blocks: \d",
     "kv_memory": r"Available KV cache memory: ",
-    "memory_profile": r"Memory profiling takes |the current vLLM instance can use total_gpu_memory|model weights take ",
+    "memory_profile": r"Memory profiling (?:takes|results: )|the current vLLM instance can use total_gpu_memory"
+                      r"|model weights take ",
     "weights_loaded": r"Model loading took |Loading model weights took ",
     "graph_captured": r"Graph capturing finished in ",
     "engine_config": r"Initializing an? (?:V1 )?LLM engine (?:\(v[^)]{1,40}\) )?with config: ",
@@ -56,12 +60,25 @@ _MESSAGE = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in _PA
 OPENERS = frozenset({"exception", "oom", "leak", "memory_profile"})
 _ERROR_LINE = re.compile(r"^\s*[\w.]{0,80}(?:Error|Exception|Warning): (.*)$", re.M)
 _ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory"})
+# An error line on its own (no traceback open): `ValueError: ...`, in backticks, or a repr `Error('...`.
+_ERROR_START = re.compile(r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])")
 
 
 def kind_of(line: str, start: int = 0) -> str | None:
     """The event kind of the message starting at `start`, None when it is none of them."""
     m = _MESSAGE.match(line, start)
     return m.lastgroup if m is not None else None
+
+
+def line_kind(line: str, start: int = 0) -> str | None:
+    """The kind of a line that opens no record: `kind_of`, else the oom / leak / not_enough_memory kind of an
+    error line (`ValueError: No available memory ...`) read on its own."""
+    kind = kind_of(line, start)
+    if kind is not None:
+        return kind
+    m = _ERROR_START.match(line, start)
+    named = kind_of(line, m.end()) if m is not None else None
+    return named if named in _ERROR_KINDS else None
 
 
 def error_kinds(text: str) -> list[str]:

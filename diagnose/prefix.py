@@ -6,9 +6,13 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
 - SGLang's stamp tag `[YYYY-mm-dd HH:MM:SS(.fff)( DPn)( TPn)...]` or `[HH:MM:SS TPn]`, preceded by any text
   without quotes (docker compose, Ray, kubectl, syslog); the tag closest to the message wins;
 - vLLM's `(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ` (the bracket is absent before 0.7);
-- Python's default logging format `YYYY-mm-dd HH:MM:SS,mmm - name - LEVEL - `;
-- at the start of the line only: `[gpu_id=N] ` / `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), a Python warning's
-  `file.py:N: UserWarning: `, a container runtime's `2025-11-11T04:06:27.123Z stdout F `.
+- Python's default logging format `YYYY-mm-dd HH:MM:SS,mmm - name - LEVEL - `, or FastChat's
+  `YYYY-mm-dd HH:MM:SS | LEVEL | name | ` (QAnything);
+- at the start of the line only: `[gpu_id=N] ` / `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), torch.distributed's
+  `[rankN]: `, a Python warning's `file.py:N: UserWarning: `, a container runtime's
+  `2025-11-11T04:06:27.123Z stdout F `, markdown bold `**` (a line pasted into an issue);
+- a vLLM prefix right after a stamp tag (Buildkite's `[2025-03-10T15:07:20Z] INFO 03-10 08:07:20 [core.py:302] `)
+  belongs to the prefix.
 
 Times are seconds on the log's clock: naive timestamps read as UTC. `HH:MM:SS` (SGLang 0.2.15-0.3.0) gives
 seconds within day 0 and vLLM's `MM-DD HH:MM:SS` seconds within the year 2000 (a leap year); `period` says how
@@ -33,9 +37,11 @@ _VLLM = re.compile(
     r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? "
     r"\[?[\w./-]{1,200}:\d+\] ?")
 _VLLM_PROCESS = re.compile(r"\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+")
-_PYLOG = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) - [\w.]{1,100} - [A-Z]{1,10} - ")
+_PYLOG = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}) - [\w.]{1,100} - [A-Z]{1,10} - "
+                    r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
 _START = re.compile(
-    r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|Rank (?P<rank>\d+): ?|[^\s:]{1,300}:\d+: \w{0,40}Warning: "
+    r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?"
+    r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP])? ")
 _RANK_PARTS = re.compile(r"(?<![A-Za-z])(DP|TP|PP|EP)(\d+)")
 _QUOTES = frozenset("\"'`")
@@ -126,6 +132,15 @@ def _vllm(line: str) -> Prefix | None:
     return Prefix(time, process_rank(m.group(1) or ""), m.end(), period)
 
 
+def _vllm_inside(line: str, outer: Prefix) -> Prefix:
+    """A vLLM prefix right after a stamp tag (Buildkite's `[2025-03-10T15:07:20Z] INFO 03-10 08:07:20 [core.py:302] `)
+    is part of the prefix: the message starts after it; the outer stamp (dated) keeps the time."""
+    inner = _VLLM.match(line, outer.start)
+    if inner is None:
+        return outer
+    return Prefix(outer.time, process_rank(inner.group(1) or "") or outer.rank, inner.end(), outer.period)
+
+
 def process_rank(process: str) -> str:
     """`EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, `APIServer` -> `""`."""
     return " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
@@ -134,8 +149,9 @@ def process_rank(process: str) -> str:
 def read_prefix(line: str) -> Prefix:
     """The time, rank and message start of `line`; `NO_PREFIX` parts where it has none."""
     found = _sglang(line) if "[" in line else None
-    if found is None and ":" in line:
-        found = _vllm(line)
+    if found is not None:
+        return _vllm_inside(line, found)
+    found = _vllm(line) if ":" in line else None
     if found is not None:
         return found
     m = _PYLOG.search(line)
@@ -149,8 +165,9 @@ def read_prefix(line: str) -> Prefix:
         return Prefix(None, process_rank(process.group(1)) if process else "", at, None)
     if m.group("gpu") is not None:
         return Prefix(None, f"GPU{m.group('gpu')}", m.end(), None)
-    if m.group("rank") is not None:
-        return Prefix(None, f"TP{m.group('rank')}", m.end(), None)
+    rank = m.group("rank") or m.group("torch")
+    if rank is not None:
+        return Prefix(None, f"TP{rank}", m.end(), None)
     if m.group("iso") is not None:
         iso = re.match(_TIME, m.group("iso").replace("T", " "))
         clock = _clock(*iso.groups()) if iso else None

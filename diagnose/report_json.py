@@ -8,6 +8,7 @@ from typing import Any
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.events import KINDS
 from toolkit.diagnose.findings import Finding
+from toolkit.diagnose.ideas import IDEAS, Change, Engine
 from toolkit.diagnose.timeline import distribution
 
 SCHEMA = "toolkit.diagnose/1"
@@ -21,15 +22,23 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def change_dict(c: Change, engine: Engine) -> dict[str, Any]:
+    """A typed change with its flag in `engine`'s words and how its idea moves."""
+    return {"idea": c.idea, "flag": IDEAS[c.idea].flag(engine), "move": IDEAS[c.idea].move, "value": c.value,
+            "direction": c.direction, "companions": [change_dict(x, engine) for x in c.companions]}
+
+
 def finding_dict(f: Finding) -> dict[str, Any]:
     ev = f.evidence
     return {
         "id": f.id, "rule": f.rule, "severity": f.severity, "title": f.title, "message": f.message,
         "flag": f.flag, "suggested": f.suggested, "current": f.current, "tradeoff": f.tradeoff,
-        "ranks": list(f.ranks),
+        "engine": f.engine, "change": change_dict(f.change, f.engine) if f.change else None,
+        "alternatives": [change_dict(a, f.engine) for a in f.alternatives], "action": f.action,
+        "ranks": list(f.ranks), "confidence": f.confidence,
         "evidence": {
             "count": ev.count, "total": ev.total, "fraction": _clean(ev.fraction),
-            "span": list(ev.span) if ev.span else None, "lines": list(ev.lines),
+            "span": list(ev.span) if ev.span else None, "seconds": _clean(ev.seconds), "lines": list(ev.lines),
             "facts": {k: _clean(v) for k, v in ev.facts.items()},
         },
     }

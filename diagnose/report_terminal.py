@@ -26,21 +26,24 @@ def _evidence(f: Finding) -> Text:
     parts = [f"evidence: {ev.count} of {ev.total} lines ({ev.fraction:.0%})" if ev.total
              else f"evidence: {ev.count} record{'s' if ev.count != 1 else ''}"]
     if ev.span:
-        parts.append(f"from {clock_text(ev.span[0])} to {clock_text(ev.span[1])}")
+        parts.append(f"from {clock_text(ev.span[0])} to {clock_text(ev.span[1])} ({ev.seconds:.0f} s)")
+    if f.ranks:
+        parts.append(f"on {len(f.ranks)} rank{'s' if len(f.ranks) != 1 else ''}")
     if ev.lines:
         parts.append("at lines " + ", ".join(map(str, ev.lines[:8])) + (" ..." if len(ev.lines) > 8 else ""))
     facts = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev.facts.items()
                       if v is not None)
-    return Text(safe(" ".join(parts) + (f"; {facts}" if facts else "")), style="dim")
+    confidence = f"; confidence: {f.confidence}"
+    return Text(safe(" ".join(parts) + (f"; {facts}" if facts else "") + confidence), style="dim")
 
 
 def _finding(f: Finding) -> Panel:
     body = [Text(safe(f.message))]
-    if f.flag:
-        change = f"{f.flag} {f.suggested or ''}".strip()
-        body.append(Text(safe(f"change: {change}" + (f"   (now: {f.current})" if f.current else "")), style="bold"))
-    elif f.suggested:
-        body.append(Text(safe(f"do: {f.suggested}"), style="bold"))
+    advice = f.advice()
+    if advice is not None:
+        kind, text = advice
+        now = f"   (now: {f.current})" if kind == "change" and f.current else ""
+        body.append(Text(safe(f"{kind}: {text}{now}"), style="bold"))
     if f.tradeoff:
         body.append(Text(safe(f"trade-off: {f.tradeoff}"), style="italic"))
     body.append(_evidence(f))

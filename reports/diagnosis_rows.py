@@ -32,9 +32,7 @@ def retractions(d: Diagnosis) -> int:
 
 def change(f: Finding) -> tuple[str, str] | None:
     """("change", "--flag value") or ("do", what to do), or None when the finding asks for nothing."""
-    if f.flag:
-        return "change", f"{f.flag} {f.suggested or ''}".strip()
-    return ("do", f.suggested) if f.suggested else None
+    return f.advice()
 
 
 def evidence_summary(f: Finding) -> str:

@@ -1,48 +1,24 @@
 """Server flags as `tune` handles them: parse a flag string, change one flag, write the command line, and turn a
-diagnose finding's advice into a change the launched engine understands (SGLang's names, or vLLM's).
+diagnose finding's typed change into a change the launched engine understands (SGLang's names, or vLLM's).
 
-Advice comes in SGLang's language (`--schedule-conservativeness 0.3`, `on (with --torch-compile-max-bs 32)`,
-`remove (graphs on)`, `4096 (or --enable-mixed-chunk)`): the first word is the value for the finding's flag,
-`with` pairs come along, `or` alternatives do not. A flag the engine has no name for is not actionable, so no
-flag is ever passed that the server would reject or ignore.
+A finding's change names an idea; its flag for the launched engine comes from diagnose's one table
+(`diagnose/ideas.py`). Its companions come along, its alternatives do not. An idea the engine has no flag for,
+or a value the engine's flag does not take, is not actionable, so no flag is ever passed that the server would
+reject or ignore.
 """
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, NamedTuple, Protocol
 
+from toolkit.diagnose.ideas import IDEAS, Change
+
 Value = str | bool  # True: a switch that is on
 Engine = Literal["sglang", "vllm"]
 ENGINES: tuple[str, ...] = ("sglang", "vllm")
-
-# Set by the launcher on every launch; advice never changes them.
-LAUNCH_FLAGS = frozenset({"--host", "--port", "--log-file"})
-
-# SGLang's name -> vLLM's name for the knobs the tuning guide turns (vLLM has no schedule conservativeness,
-# no radix-cache policy and no torch.compile switch of this kind, so advice about those stays SGLang-only).
-VLLM_NAMES = {
-    "--mem-fraction-static": "--gpu-memory-utilization",
-    "--max-running-requests": "--max-num-seqs",
-    "--chunked-prefill-size": "--max-num-batched-tokens",
-    "--cuda-graph-max-bs": "--max-cudagraph-capture-size",
-    "--disable-cuda-graph": "--enforce-eager",
-    "--kv-cache-dtype": "--kv-cache-dtype",
-    "--quantization": "--quantization",
-    "--tp-size": "--tensor-parallel-size",
-    "--dp-size": "--data-parallel-size",
-    "--context-length": "--max-model-len",
-    "--schedule-policy": "--scheduling-policy",
-}
-SGLANG_NAMES = {vllm: sglang for sglang, vllm in VLLM_NAMES.items()}
-
-_ON, _OFF, _PUSH = {"on", "true", "set", "yes"}, {"off", "remove", "false", "unset", "no"}, {"higher", "lower"}
-_VALUE = re.compile(r"-?\d+(\.\d+)?|[A-Za-z][\w.-]*")
-_WITH = re.compile(r"\bwith\s+((?:--[a-z][\w-]*(?:\s+[^\s,()-][^\s,()]*)?[\s,]*)+)")
-_PAIR = re.compile(r"(--[a-z][\w-]*)(?:\s+([^\s,()-][^\s,()]*))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +91,11 @@ class Advice(Protocol):
     id: str
     severity: str
     title: str
-    flag: str | None
-    suggested: str | None
+    change: Change | None
     current: str | None
 
 
-class Change(NamedTuple):
+class FlagChange(NamedTuple):
     """Set `flag` to `value` (None: remove it), with any `companions` the advice names alongside."""
 
     flag: str
@@ -184,15 +159,9 @@ def spec_of(flag: str, engine: Engine) -> Spec | None:
     return (VLLM_SPECS if engine == "vllm" else sglang_specs()).get(flag)
 
 
-def engine_flag(flag: str, engine: Engine) -> str | None:
-    """The engine's name for a flag diagnose names in SGLang's or vLLM's words (it uses the words of the engine
-    that wrote the log), or None when the engine has no such knob or tune must not touch it."""
-    if flag in LAUNCH_FLAGS:
-        return None
-    if engine == "vllm":
-        name = flag if flag in VLLM_SPECS else VLLM_NAMES.get(flag)
-    else:
-        name = flag if flag in sglang_specs() else SGLANG_NAMES.get(flag)
+def engine_flag(idea: str, engine: Engine) -> str | None:
+    """The engine's flag for a tuning idea, or None when the engine has no such knob (or does not take it)."""
+    name = IDEAS[idea].flag(engine)
     return name if name is not None and spec_of(name, engine) is not None else None
 
 
@@ -210,52 +179,44 @@ def accepts(spec: Spec, value: str) -> bool:
     return True
 
 
-def _value(word: str, spec: Spec) -> Value | None:
-    """The advice's first word as a value (None: remove the flag); `ValueError` when the flag cannot take it."""
-    low = word.lower()
+def _value(value: Value, spec: Spec) -> Value | None:
+    """The change's value for the flag (None: remove it); `ValueError` when the flag cannot take it.
+
+    NOTE: switching a valued flag off would hand back the server's default, not a tested value, so it is not taken."""
     if spec.kind == "switch":
-        if low in _ON | _OFF:
-            return True if low in _ON else None
-        raise ValueError(word)
-    if low in _ON | _OFF or not _VALUE.fullmatch(word) or not accepts(spec, word):
-        raise ValueError(word)
-    return word
+        if isinstance(value, bool):
+            return True if value else None
+        raise ValueError(value)
+    if isinstance(value, bool) or not accepts(spec, value):
+        raise ValueError(value)
+    return value
 
 
-def _companions(text: str, engine: Engine) -> tuple[tuple[str, Value], ...] | None:
-    pairs: list[tuple[str, Value]] = []
-    for group in _WITH.findall(text):
-        for flag, raw in _PAIR.findall(group):
-            name = engine_flag(flag, engine)
-            try:
-                value = _value(raw or "on", spec_of(name, engine)) if name is not None else None
-            except ValueError:
-                value = None
-            if value is None:
-                return None  # NOTE: half of a joint change is not the change the advice asked for
-            pairs.append((name, value))
-    return tuple(pairs)
+def _setting(change: Change, engine: Engine) -> tuple[str, Value | None] | None:
+    """(flag, value) of a change that carries a value, or None when the engine cannot take it."""
+    flag = engine_flag(change.idea, engine)
+    if flag is None or change.value is None:
+        return None
+    try:
+        return flag, _value(change.value, spec_of(flag, engine))
+    except ValueError:
+        return None
 
 
 def propose(advice: Advice, engine: Engine) -> Proposal | None:
-    """The finding's advice as a flag change for `engine`, or None when nothing the server accepts would follow.
-
-    NOTE: "remove" on a valued flag would hand back the server's default, not a tested value, so it is not taken."""
-    if not advice.flag or not advice.flag.startswith("--") or not advice.suggested:
+    """The finding's change as a flag change for `engine`, or None when nothing the server accepts would follow."""
+    change = advice.change
+    if change is None or not change.moves:
         return None
-    flag = engine_flag(advice.flag, engine)
-    companions = _companions(advice.suggested, engine)
-    if flag is None or companions is None:
-        return None
-    word = advice.suggested.split()[0].rstrip(",;")
-    spec = spec_of(flag, engine)
-    if word.lower() in _PUSH:
-        return Proposal(flag, None, 1 if word.lower() == "higher" else -1, companions) if spec.kind in (
-            "int", "float") else None
-    try:
-        return Proposal(flag, _value(word, spec), 0, companions)
-    except ValueError:
-        return None
+    companions = tuple(_setting(c, engine) for c in change.companions)
+    if any(c is None or c[1] is None for c in companions):
+        return None  # NOTE: half of a joint change is not the change the advice asked for
+    if change.direction:
+        flag = engine_flag(change.idea, engine)
+        numeric_knob = flag is not None and spec_of(flag, engine).kind in ("int", "float")
+        return Proposal(flag, None, change.direction, companions) if numeric_knob else None
+    setting = _setting(change, engine)
+    return Proposal(*setting, 0, companions) if setting is not None else None
 
 
 def numeric(value: Value | None) -> float | None:

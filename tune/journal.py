@@ -2,7 +2,8 @@
 
 Step line: `step`, `status` (baseline|kept|reverted|failed|interrupted), `flags` ({flag: value}, true for a
 switch), `command` (the launch line), `change` ({"flag", "from", "to", "text"} or null), `finding` (the one that
-drove the step: {"id", "severity", "title", "flag", "suggested", "current"} or null), `objective`, `unit`,
+drove the step: {"id", "severity", "title", "flag", "suggested", "current", "change"} or null; `change` is the
+finding's typed change as in `toolkit diagnose --format json`, docs/diagnose-json.md), `objective`, `unit`,
 `values` (one per repeat), `mean`, `spread` (sample standard deviation), `delta`, `relative`, `threshold` (the
 gain the noise rule asked for) and `against` (the step compared with), `error`, `verdict` (diagnose's line),
 `findings` (every finding of the step, with `message`, `tradeoff`, `evidence` text and `facts`), `records` (the
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 from toolkit.bench.output import clean
+from toolkit.diagnose.report_json import change_dict
 from toolkit.tune.flags import Advice, Value, show
 from toolkit.tune.loop import Result, Step
 from toolkit.tune.objective import UNITS
@@ -21,6 +23,7 @@ from toolkit.tune.objective import UNITS
 
 def finding_entry(f: Advice, full: bool = False) -> dict:
     entry = {k: getattr(f, k, None) for k in ("id", "severity", "title", "flag", "suggested", "current")}
+    entry["change"] = change_dict(f.change, getattr(f, "engine", "sglang")) if f.change is not None else None
     if full:
         entry |= {"message": getattr(f, "message", None), "tradeoff": getattr(f, "tradeoff", None)}
         if getattr(f, "evidence", None) is not None:

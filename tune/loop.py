@@ -7,7 +7,8 @@ A configuration is measured by a `Measure` callable (launch, run the workload R 
 when `max_steps` experiments or `max_time` seconds are spent, or on Ctrl-C (the best so far is kept). A step
 whose launch or run fails is reverted and the loop goes on.
 
-Push-until-it-breaks knobs (`--mem-fraction-static`, vLLM's `--gpu-memory-utilization`): the guide raises them in
+Push-until-it-breaks knobs (the ideas that move by `push` in diagnose's table: `--mem-fraction-static`, vLLM's
+`--gpu-memory-utilization`): the guide raises them in
 small increments until the server runs out of memory. Here each try moves the knob from the best value by
 `step * 2**k` (k = tries so far in that direction since the last kept change; a step below the noise is followed
 by a bigger one), never past the advice's own value, never to or past a value whose launch failed, at most
@@ -20,11 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
-from toolkit.tune.flags import Advice, Change, Engine, Flags, Proposal, numeric, propose
+from toolkit.diagnose.findings import rank_of
+from toolkit.diagnose.ideas import IDEAS
+from toolkit.tune.flags import Advice, Engine, FlagChange, Flags, Proposal, numeric, propose
 from toolkit.tune.objective import Comparison, NoiseRule, Sample, compare, sample_of
 
 Status = Literal["baseline", "kept", "reverted", "failed", "interrupted"]
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 class PushRule(NamedTuple):
@@ -33,10 +35,9 @@ class PushRule(NamedTuple):
     high: float
 
 
-PUSH_KNOBS = {
-    "--mem-fraction-static": PushRule(0.01, 0.05, 0.99),
-    "--gpu-memory-utilization": PushRule(0.01, 0.05, 0.99),
-}
+MEMORY_FRACTION_PUSH = PushRule(0.01, 0.05, 0.99)
+PUSH_KNOBS = {flag: MEMORY_FRACTION_PUSH for idea in IDEAS.values() if idea.move == "push"
+              for flag in (idea.sglang, idea.vllm) if flag is not None}
 PUSH_TRIES = 4
 
 
@@ -81,7 +82,7 @@ class Step:
     flags: Flags
     trial: Trial
     status: Status
-    change: Change | None = None
+    change: FlagChange | None = None
     finding: Advice | None = None
     comparison: Comparison | None = None
     against: int | None = None  # the step it was compared with (and changed)
@@ -116,7 +117,7 @@ class Push(NamedTuple):
 class Plan(NamedTuple):
     """A finding's change, the key that marks it tried, and the push it is (None for a plain change)."""
 
-    change: Change
+    change: FlagChange
     key: tuple
     push: Push | None = None
 
@@ -139,7 +140,7 @@ class _Memory:
 
 def ranked(findings: Sequence[Advice]) -> list[Advice]:
     """Most severe first; the diagnosis's own order within a severity."""
-    return sorted(findings, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
+    return sorted(findings, key=lambda f: -rank_of(f.severity))
 
 
 def _push(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memory) -> Push | None:
@@ -172,11 +173,11 @@ def plan_for(advice: Advice, flags: Flags, engine: Engine, memory: _Memory) -> P
         push = _push(proposal, advice, flags, memory)
         if push is None:
             return None
-        change = Change(proposal.flag, f"{push.value:g}", proposal.companions)
+        change = FlagChange(proposal.flag, f"{push.value:g}", proposal.companions)
         return Plan(change, (advice.id, proposal.flag, push.direction, push.value), push)
     if proposal.direction:
         return None  # NOTE: "higher"/"lower" without a value is only actionable for a push knob
-    change = Change(proposal.flag, proposal.value, proposal.companions)
+    change = FlagChange(proposal.flag, proposal.value, proposal.companions)
     if change.apply(flags).key == flags.key or (advice.current is not None and proposal.value == advice.current
                                                 and flags.get(proposal.flag) is None):
         return None

@@ -1,17 +1,20 @@
 """Rules: one module per finding, each `check(ctx) -> list[Finding]` with its thresholds at the top.
 
 `RULES` is the registry in report order; `run_rules` evaluates them all and never lets one rule's error stop
-the others (the error becomes an `info` finding so it is seen, not hidden). A rule that cannot judge says why
-with `ctx.cannot_judge(...)`; the verdict lists those. Each rule has its own context (so rules can run on
-`THREADS` threads); findings, notes and what could not be judged come back in registry order.
+the others (the error becomes an `info` finding so it is seen, not hidden). Rules name ideas, not flags; every
+finding is stamped with the engine that wrote the log, whose flags its advice is rendered in. A rule that cannot
+judge says why with `ctx.cannot_judge(...)`; the verdict lists those. Each rule has its own context (so rules
+can run on `THREADS` threads); findings, notes and what could not be judged come back in registry order.
 """
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.flags import engine_of
 from toolkit.diagnose.rules import (
     capacity,
     client,
@@ -26,6 +29,7 @@ from toolkit.diagnose.rules import (
     retraction,
     running_cap,
     schedule_policy,
+    speculative,
     throughput,
     torch_compile,
     usage,
@@ -51,6 +55,7 @@ RULES: dict[str, Rule] = {
     "parallelism": parallelism.check,
     "torch_compile": torch_compile.check,
     "fp8": fp8.check,
+    "speculative": speculative.check,
 }
 
 
@@ -69,7 +74,8 @@ def run_rules(ctx: Context) -> list[Finding]:
     for own in contexts:
         ctx.notes += own.notes
         ctx.unjudged += own.unjudged
-    return [finding for findings in found for finding in findings]
+    engine = engine_of(ctx.config)
+    return [replace(finding, engine=engine) for findings in found for finding in findings]
 
 
 def _run(rule: Rule, ctx: Context) -> list[Finding]:

@@ -3,7 +3,9 @@
 - `capacity.pool_bound` (warning): in >= 50% of steady load lines KV usage is >= 0.9 with requests waiting: the
   pool, not the scheduler, limits the batch. More KV memory first (SGLang: raise `--mem-fraction-static` toward
   6.5 GB left when more than 8 GB are left; vLLM: `--gpu-memory-utilization` up to 0.95), else an fp8 KV
-  cache, else smaller outputs (the client's `max_tokens`).
+  cache, else smaller outputs (the client's `max_tokens`). A short excerpt (fewer than 10 steady lines) gets the
+  finding when >= 75% of its load lines are full with a queue, at `low` confidence (1-3 lines, `info`) or
+  `medium` (4-9); with the memory fraction unknown it asks for more KV memory (higher), fp8 KV the alternative.
 - `capacity.context_exceeds_pool` (warning): `max_total_num_tokens` (vLLM: its KV cache size in tokens) is
   below the context length: one request at full context cannot fit. Suggest a context length the pool holds.
 - `capacity.pool_vs_concurrency` (info): the user asked for R concurrent requests (an explicit
@@ -14,15 +16,17 @@
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Evidence, Finding, evidence
+from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence
 from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction
-from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 FULL_USAGE = 0.9
 BOUND_FRACTION = 0.5
 SPARE_GB = 8.0
 TARGET_GB = 6.5
 VLLM_MAX_UTILIZATION = 0.95
+SHORT_FRACTION = 0.75  # a short excerpt: this share of its load lines full with a queue
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -30,15 +34,15 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _pool_bound(ctx: Context) -> Finding | None:
-    steady = ctx.steady_enough()
-    if steady is None:
-        return None
+    steady = ctx.steady()
+    if len(steady) < MIN_LINES:
+        return _pool_bound_short(ctx)
     full = steady.where((steady["queue_req"] > 0) & (steady["usage"] >= FULL_USAGE))
     fraction = len(full) / len(steady)
     if fraction < BOUND_FRACTION:
         return None
     cfg = ctx.config
-    name, suggested, current, tradeoff = _more_memory(ctx)
+    change, current, tradeoff = _more_memory(ctx)
     why = (f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines the KV pool was at least "
            f"{FULL_USAGE:.0%} used while requests waited (median usage {full.median('usage'):.2f}, queue "
            f"{full.median('queue_req'):.0f}): memory, not the scheduler, limits the batch.")
@@ -46,27 +50,53 @@ def _pool_bound(ctx: Context) -> Finding | None:
         "capacity.pool_bound", "warning", "KV pool full with requests waiting",
         f"{why} More KV memory, an fp8 KV cache ({flag(cfg, 'kv_dtype')} {fp8_kv(cfg)}), or shorter outputs "
         "(the client's max_tokens) let more requests run.",
-        evidence(full, len(steady), full_fraction=round(fraction, 3)), name, suggested, current, tradeoff,
-        full.ranks)
+        evidence(full, len(steady), full_fraction=round(fraction, 3)), change, current, tradeoff, full.ranks,
+        action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)")
 
 
-def _more_memory(ctx: Context) -> tuple[str | None, str | None, str | None, str]:
-    """(flag, suggested, current, trade-off): more KV memory where there is some, else fp8 KV, else outputs."""
+def _pool_bound_short(ctx: Context) -> Finding | None:
+    """A short excerpt (fewer than MIN_LINES steady lines) whose load lines nearly all (SHORT_FRACTION) show a full
+    pool and a queue: the same conclusion at `low` / `medium` confidence (low ones are `info`)."""
+    load = ctx.load_or_none()
+    full = load.where((load["queue_req"] > 0) & (load["usage"] >= FULL_USAGE)) if load is not None else None
+    if load is None or full is None or len(full) < SHORT_FRACTION * len(load):
+        ctx.steady_enough()  # notes why the load could not be judged
+        return None
+    change, current, tradeoff = _more_memory(ctx)
+    alternatives: tuple[Change, ...] = ()
+    if change is not None and change.idea == "kv_dtype" and ctx.config.mem_fraction_static is None:
+        change, alternatives, current = Change("kv_memory", direction=1), (change,), None
+        tradeoff = "Less headroom for activations (too high a value risks CUDA OOM); fp8 KV costs slight accuracy."
+    confidence = confidence_of(len(load), MIN_LINES)
+    tokens = full.median("token") if "token" in full else float("nan")
+    pool = f"; a pool of about {tokens / full.median('usage'):.0f} tokens" if tokens == tokens else ""
+    lines = f"{len(load)} line{'s' if len(load) != 1 else ''}"
+    return Finding(
+        "capacity.pool_bound", "info" if confidence == "low" else "warning", "KV pool full with requests waiting",
+        f"In {len(full)} of {len(load)} {ctx.load_word} lines the KV pool was at least {FULL_USAGE:.0%} used "
+        f"(median {full.median('usage'):.2f}{pool}) while {full.median('queue_req'):.0f} requests waited "
+        f"(median): memory limits the batch. A short excerpt ({lines}): confirm on a longer log.",
+        evidence(full, len(load), lines_read=len(load)), change, current, tradeoff, full.ranks, alternatives,
+        action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)",
+        confidence=confidence)
+
+
+def _more_memory(ctx: Context) -> tuple[Change | None, str | None, str]:
+    """(change, current, trade-off): more KV memory where there is some, else fp8 KV, else none (outputs)."""
     cfg = ctx.config
     mfs = cfg.mem_fraction_static
     if cfg.vllm:
         now, quoted = memory_fraction(cfg)
         if now is not None and now < VLLM_MAX_UTILIZATION:
-            return (flag(cfg, "kv_memory"), f"{min(VLLM_MAX_UTILIZATION, now + 0.05):.2f}", quoted,
+            return (Change("kv_memory", f"{min(VLLM_MAX_UTILIZATION, now + 0.05):.2f}"), quoted,
                     "Less memory left for activations and graphs: too high a value risks CUDA OOM.")
     avail, total = cfg.available_mem_gb, cfg.gpu_mem_gb
     if not cfg.vllm and mfs is not None and avail is not None and avail > SPARE_GB and total:
-        return (flag(cfg, "kv_memory"), f"{min(0.95, mfs + (avail - TARGET_GB) / total):.3f}", f"{mfs:g}",
+        return (Change("kv_memory", f"{min(0.95, mfs + (avail - TARGET_GB) / total):.3f}"), f"{mfs:g}",
                 "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")
     if "fp8" not in cfg.kv_cache_dtype:
-        return (flag(cfg, "kv_dtype"), fp8_kv(cfg), cfg.kv_cache_dtype, "Slight accuracy loss; check your evals.")
-    return (None, "client: lower max_tokens, or add GPUs (tensor parallelism)", None,
-            "Shorter outputs change what users get; more GPUs cost money.")
+        return Change("kv_dtype", fp8_kv(cfg)), cfg.kv_cache_dtype, "Slight accuracy loss; check your evals."
+    return None, None, "Shorter outputs change what users get; more GPUs cost money."
 
 
 def _pool_vs_context(ctx: Context) -> Finding | None:
@@ -85,17 +115,18 @@ def _pool_vs_context(ctx: Context) -> Finding | None:
             f"The KV pool holds {pool} tokens but the context length is {context}: a request that long can never "
             "run (SGLang retracts or aborts it; vLLM refuses to start).",
             Evidence(len(rows), None, None, lines, {"pool_tokens": pool, "context_len": context}),
-            flag(cfg, "context"), str(suggested), str(context),
+            Change("context", str(suggested)), str(context),
             "Longer prompts are rejected; more KV memory instead keeps them.")
     wanted = cfg.arg("max_num_seqs") if cfg.vllm else cfg.arg("max_running_requests")
     if not isinstance(wanted, int) or wanted <= fit:
         return None
-    cap, length = flag(cfg, "running_cap"), flag(cfg, "context")
     return Finding(
         "capacity.pool_vs_concurrency", "info", "The pool holds fewer full-context requests than asked for",
         f"The running cap is set to {wanted} requests of up to {context} tokens each, but the KV pool holds "
         f"{pool} tokens: {fit:.1f} requests at full context. Long requests will be retracted or wait.",
         Evidence(len(rows), None, None, lines, {"pool_tokens": pool, "context_len": context,
                                                 "full_context_requests": round(fit, 2), "asked": wanted}),
-        None, f"if requests run long: {cap} {max(1, int(fit))}, or {length} {pool // wanted}", str(wanted),
-        "A lower cap runs fewer short requests at once too; a shorter context length rejects longer prompts.")
+        None, str(wanted),
+        "A lower cap runs fewer short requests at once too; a shorter context length rejects longer prompts.",
+        alternatives=(Change("running_cap", str(max(1, int(fit)))), Change("context", str(pool // wanted))),
+        action="if requests run long")

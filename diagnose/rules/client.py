@@ -60,6 +60,6 @@ def _finding(run: BenchRun, why: str) -> Finding:
     return Finding(
         "client.bottleneck", "warning", "The client, not the server, was the bottleneck",
         f"{why} The server's numbers understate what it can do.",
-        Evidence(1, None, span, (), run.facts()), None,
-        "client: more concurrency / a faster client machine", None,
-        "None on the server; rerun the benchmark before tuning from it.")
+        Evidence(1, None, span, (), run.facts()),
+        tradeoff="None on the server; rerun the benchmark before tuning from it.",
+        action="client: more concurrency / a faster client machine")

@@ -51,6 +51,11 @@ class Context:
         self.cannot_judge(f"{len(steady)} steady {self.load_word} lines of {total} (needs {minimum})")
         return None
 
+    def load_or_none(self) -> Rows | None:
+        """Every load line (a short excerpt's, steady or not), None when there are none."""
+        load = self.timeline.load()
+        return load if len(load) else None
+
     def retraction_rate(self) -> tuple[int, float | None, str]:
         """(retractions, worst per-rank rate per busy minute or None without timestamps, that rank)."""
         from toolkit.diagnose.rules.retraction import per_rank_rates

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 from toolkit.diagnose.findings import Finding, evidence_events
+from toolkit.diagnose.flags import flag
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
 
@@ -21,7 +23,7 @@ def check(ctx: Context) -> list[Finding]:
         last = errors[-1] if errors else "a child process failed"
         out.append(Finding(
             "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
-            f"Last error: {last}", evidence_events(exceptions, error=last), None, None, None,
+            f"Last error: {last}", evidence_events(exceptions, error=last), None, None,
             "Read the traceback at the quoted line; the scheduler does not recover from it."))
     watchdog = tl.kind("watchdog")
     if watchdog:
@@ -31,21 +33,22 @@ def check(ctx: Context) -> list[Finding]:
             f"A forward pass ran longer than the watchdog allows ({timeout} s): the scheduler was stuck "
             "(a hang in NCCL, a kernel, or a huge batch).",
             evidence_events(watchdog, watchdog_timeout=timeout if isinstance(timeout, (int, float)) else None),
-            "--watchdog-timeout", None, str(timeout) if timeout is not None else None,
+            Change("watchdog"), str(timeout) if timeout is not None else None,
             "Raise it only if one forward pass legitimately takes that long; otherwise it hides a hang."))
     leaks = tl.kind("leak")
     if leaks:
         out.append(Finding(
             "crash.leak", "critical", f"KV cache leak detected ({len(leaks)}x)",
             "The idle check found KV slots that are neither free, cached nor owned by a request: a scheduler "
-            "bug; memory drains until restart.", evidence_events(leaks), None, None, None,
+            "bug; memory drains until restart.", evidence_events(leaks), None, None,
             "Restart to recover; --disable-radix-cache narrows down whether the cache is involved."))
     graph = tl.kind("graph_failed")
     if graph:
+        cgmb = ctx.config.cuda_graph_max_bs
         out.append(Finding(
             "crash.graph_capture", "critical", "CUDA graph capture failed",
             "Capturing decode graphs ran out of memory or hit an unsupported op.", evidence_events(graph),
-            "--cuda-graph-max-bs", str(max(1, (ctx.config.cuda_graph_max_bs or 16) // 2)),
-            str(ctx.config.cuda_graph_max_bs) if ctx.config.cuda_graph_max_bs else None,
-            "Fewer captured sizes: larger batches run without graphs. Lowering --mem-fraction-static also helps."))
+            Change("graph_max_bs", str(max(1, (cgmb or 16) // 2))), str(cgmb) if cgmb else None,
+            "Fewer captured sizes: larger batches run without graphs. Lowering "
+            f"{flag(ctx.config, 'kv_memory')} also helps."))
     return out

@@ -18,6 +18,7 @@ import numpy as np
 
 from toolkit.diagnose.findings import Evidence, Finding, evidence
 from toolkit.diagnose.flags import flag
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
 
 OFF_FRACTION = 0.2
@@ -55,13 +56,13 @@ def _not_used(ctx: Context, steady) -> list[Finding]:
         target = pow2_at_least(p90, MAX_SUGGESTED_BS)
         doublings = max(1, int(np.log2(target / cgmb)))
         mfs = ctx.config.mem_fraction_static
-        extra = f" and --mem-fraction-static {mfs - 0.02 * doublings:.2f}" if mfs else ""
+        pay = (Change("kv_memory", f"{mfs - 0.02 * doublings:.2f}"),) if mfs else ()
         return [Finding(
             "cuda_graph.not_used", "warning", "Decode ran without CUDA graphs",
             f"{frac:.0%} of {len(printed)} steady decode lines ran without a graph; their batches "
             f"(p90 {p90:.0f} requests) exceed cuda_graph_max_bs={cgmb}. Graphs remove launch overhead.",
             evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
-            "--cuda-graph-max-bs", f"{target}{extra}", str(cgmb),
+            Change("graph_max_bs", str(target), companions=pay), str(cgmb),
             "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks)]
     return [Finding(
         "cuda_graph.not_used", "warning", "Decode ran without CUDA graphs within the capture range",
@@ -69,7 +70,7 @@ def _not_used(ctx: Context, steady) -> list[Finding]:
         f"(p90 {p90:.0f}) are within cuda_graph_max_bs={cgmb}: another feature (speculative decoding, "
         "mixed chunks, a backend) disabled them for these steps.",
         evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
-        None, None, str(cgmb) if cgmb else None, None, off.ranks)]
+        None, str(cgmb) if cgmb else None, None, off.ranks)]
 
 
 def _ceiling(ctx: Context, steady) -> list[Finding]:
@@ -91,7 +92,7 @@ def _ceiling(ctx: Context, steady) -> list[Finding]:
         f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines the batch ran more than {cgmb} requests, "
         f"the largest captured graph{known}: those steps run without graphs and pay the launch overhead.",
         evidence(above, len(steady), p90_running=p90, captured_max=cgmb),
-        flag(ctx.config, "graph_max_bs"), str(target), str(cgmb),
+        Change("graph_max_bs", str(target)), str(cgmb),
         "Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.", above.ranks)]
 
 
@@ -104,7 +105,7 @@ def _disabled(ctx: Context, steady) -> list[Finding]:
         "cuda_graph.disabled", "warning", "CUDA graphs are disabled",
         f"{name} is set while the median steady batch is {median:.0f} requests; small decode "
         "batches are launch-bound and graphs speed them up.",
-        evidence(steady, len(steady), median_running=median), name, "remove (graphs on)",
+        evidence(steady, len(steady), median_running=median), Change("graphs_off", False),
         "set", "Graph capture takes start-up time and some GPU memory.", steady.ranks)]
 
 
@@ -127,5 +128,5 @@ def _capture_memory(ctx: Context) -> list[Finding]:
         "activations could use. Fewer captured batch sizes take less.",
         Evidence(len(rows), None, None, tuple(e.line for e in rows[:5]),
                  {"graph_gb": graphs, "left_gb": cfg.available_mem_gb, "kv_cache_gb": cfg.kv_mem_gb}),
-        flag(cfg, "graph_max_bs"), str(max(1, cgmb // 2)) if cgmb else None, str(cgmb) if cgmb else None,
+        Change("graph_max_bs", str(max(1, cgmb // 2)) if cgmb else None), str(cgmb) if cgmb else None,
         "Batches above the smaller maximum run without graphs (slower decode steps for them).")]

@@ -7,7 +7,8 @@ cache is not fp8 yet, and `--quantization fp8` when 16-bit weights take >= 40% o
 from __future__ import annotations
 
 from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.flags import flag, fp8_kv
+from toolkit.diagnose.flags import fp8_kv
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
 
@@ -38,7 +39,7 @@ def check(ctx: Context) -> list[Finding]:
         out.append(Finding(
             "fp8.kv_cache", "info", "Memory-bound: store the KV cache in fp8",
             f"The server is memory-bound: {why}. An fp8 KV cache holds twice the tokens in the same memory.",
-            evidence(full, len(steady), full_fraction=round(frac, 3)), flag(cfg, "kv_dtype"), fp8_kv(cfg),
+            evidence(full, len(steady), full_fraction=round(frac, 3)), Change("kv_dtype", fp8_kv(cfg)),
             cfg.kv_cache_dtype, "Slight accuracy loss; check your evals.", full.ranks))
     weights, gpu = cfg.weight_mem_gb, cfg.gpu_mem_gb
     sixteen_bit = cfg.dtype is None or "16" in cfg.dtype or cfg.dtype == "auto"
@@ -47,6 +48,6 @@ def check(ctx: Context) -> list[Finding]:
             "fp8.weights", "info", "Memory-bound with heavy weights: fp8 weights",
             f"{why}; the weights take {weights:.1f} of {gpu:.0f} GB per GPU. fp8 weights free about half of "
             "that for KV cache.", evidence(full, len(steady), weight_gb=weights, gpu_mem_gb=gpu),
-            "--quantization", "fp8", "none", "Slight accuracy loss; needs a GPU with fp8 support (Hopper+).",
+            Change("quantization", "fp8"), "none", "Slight accuracy loss; needs a GPU with fp8 support (Hopper+).",
             full.ranks))
     return out

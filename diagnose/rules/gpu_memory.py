@@ -10,6 +10,7 @@ The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_me
 from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
 LOW_GB = 5.0
@@ -30,11 +31,11 @@ def check(ctx: Context) -> list[Finding]:
         return []
     mfs, total = cfg.mem_fraction_static, cfg.gpu_mem_gb
     if mfs is not None and total:
-        suggested = f"{min(0.95, max(0.3, mfs + (avail - TARGET_GB) / total)):.3f}"
+        change = Change("kv_memory", f"{min(0.95, max(0.3, mfs + (avail - TARGET_GB) / total)):.3f}")
     elif mfs is not None:
-        suggested = f"{mfs + (0.02 if avail > GOOD_GB else -0.02):.3f}"
+        change = Change("kv_memory", f"{mfs + (0.02 if avail > GOOD_GB else -0.02):.3f}")
     else:
-        suggested = "higher" if avail > GOOD_GB else "lower"
+        change = Change("kv_memory", direction=1 if avail > GOOD_GB else -1)
     facts = {"available_gb": avail, "gpu_mem_gb": total, "mem_fraction_static": mfs}
     ev = Evidence(1, None, None, _startup_lines(ctx), facts)
     current = f"{mfs:g}" if mfs is not None else None
@@ -43,14 +44,14 @@ def check(ctx: Context) -> list[Finding]:
             "gpu_memory.too_little", "warning", f"Only {avail:.2f} GB GPU memory left after start-up",
             f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs "
             f"(good: {LOW_GB:g}-{GOOD_GB:g} GB). Large prefills or batches can hit CUDA OOM.",
-            ev, "--mem-fraction-static", suggested, current,
+            ev, change, current,
             "A smaller KV pool holds fewer tokens: fewer concurrent requests.")]
     severity = "warning" if avail >= HIGH_GB else "info"
     return [Finding(
         "gpu_memory.too_much", severity, f"{avail:.2f} GB GPU memory left unused",
         f"{avail:.2f} GB stay free after the KV pool and graphs (good: {LOW_GB:g}-{GOOD_GB:g} GB); the KV "
         "pool could be larger and hold more concurrent requests.",
-        ev, "--mem-fraction-static", suggested, current,
+        ev, change, current,
         "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")]
 
 

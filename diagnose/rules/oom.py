@@ -2,26 +2,42 @@
 
 - `oom.prefill` (critical, any count): lower `--chunked-prefill-size` (to 4096, or half of a smaller value).
 - `oom.decode` (critical, any count): lower `--max-running-requests` (to 3/4 of the p90 batch before the OOM).
+- `oom.graph_capture` (critical): a CUDA out-of-memory error while capturing CUDA graphs (its traceback names the
+  capture, or SGLang's `Capture cuda graph begin` has no end before it): halve the captured maximum
+  (`--cuda-graph-max-bs`, vLLM `--max-cudagraph-capture-size`); or lower the memory fraction by 0.05, or turn
+  graphs off (`--disable-cuda-graph`, vLLM `--enforce-eager`).
 - `oom.other` (critical): a CUDA out-of-memory error at run time: lower the static memory fraction by 0.05
-  (SGLang `--mem-fraction-static`, vLLM `--gpu-memory-utilization`) so activations have room.
-- `oom.startup` (critical): no room for the KV cache at start-up (SGLang `Not enough memory`, vLLM `No available
-  memory for the cache blocks` / `To serve at least one request with the model's max seq len`): raise the
-  memory fraction (+0.05), or for vLLM's max seq len error lower `--max-model-len` to the estimate it prints.
+  (SGLang `--mem-fraction-static`, vLLM `--gpu-memory-utilization`) so activations have room; when the
+  sampler or LoRA ran out, a lower running cap (`--max-running-requests`, vLLM `--max-num-seqs`) is the
+  alternative.
+- `oom.startup` (critical): no room for the KV cache at start-up (SGLang `Not enough memory`; vLLM `No available
+  memory for the cache blocks`, `# GPU blocks: 0`, a KV cache memory <= 0 GiB after profiling): raise the
+  memory fraction (+0.05). vLLM's max seq len errors (`The model's max seq len (N) is larger than ... KV cache
+  (M)`, `To serve at least one request with the model's max seq len (N)`): lower `--max-model-len` to what fits
+  (`diagnose.rules.kv_fit`), or raise `--gpu-memory-utilization` instead.
 """
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import numpy as np
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024
-_ESTIMATE = re.compile(r"estimated maximum model length is (\d{1,12})")
+NEAR = 200  # lines: an error record this close before an OOM line is its traceback
+_CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size, Capturing CUDA graphs
+_SAMPLER = re.compile(r"sampler|lora", re.I)
+_MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization")
+_SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
+         "kv_memory": "available KV cache memory <= 0", "memory_profile": "KV cache size <= 0 after profiling"}
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -34,36 +50,115 @@ def check(ctx: Context) -> list[Finding]:
     if "decode" in by_phase:
         out.append(_decode(ctx, by_phase.pop("decode")))
     other = [e for rows in by_phase.values() for e in rows]
+    capture = [e for e in other if _CAPTURE.search(_around(ctx, e)) or _capturing(ctx, e)]
+    if capture:
+        out.append(_capture(ctx, capture))
+    other = [e for e in other if e not in capture]
     if other:
-        mfs, quoted = memory_fraction(ctx.config)
-        out.append(Finding(
-            "oom.other", "critical", f"Out of memory ({len(other)}x)",
-            "The device ran out of memory while serving: the static memory (weights, KV cache, graphs) left "
-            "too little for activations.", evidence_events(other), flag(ctx.config, "kv_memory"),
-            f"{mfs - 0.05:.2f}" if mfs else "lower", quoted,
-            "A smaller KV cache holds fewer tokens: fewer concurrent requests."))
-    start = ctx.timeline.kind("not_enough_memory")
+        out.append(_other(ctx, other))
+    start = sorted(ctx.timeline.kind("not_enough_memory") + _no_cache(ctx), key=lambda e: e.line)
     if start:
         out.append(_startup(ctx, start))
     return out
 
 
+def _other(ctx: Context, rows: list[Event]) -> Finding:
+    sampler = any(_SAMPLER.search(_around(ctx, e)) for e in rows)
+    return Finding(
+        "oom.other", "critical", f"Out of memory ({len(rows)}x)",
+        "The device ran out of memory while serving: the static memory (weights, KV cache, graphs) left "
+        "too little for activations" + (" (the sampler's or LoRA's buffers grow with the running batch)."
+                                        if sampler else "."), evidence_events(rows),
+        _kv_memory(ctx, -1), memory_fraction(ctx.config)[1],
+        "A smaller KV cache holds fewer tokens: fewer concurrent requests.",
+        alternatives=(Change("running_cap", direction=-1),) if sampler else ())
+
+
+def _capture(ctx: Context, rows: list[Event]) -> Finding:
+    cap = ctx.config.cuda_graph_max_bs
+    return Finding(
+        "oom.graph_capture", "critical", f"Out of memory while capturing CUDA graphs ({len(rows)}x)",
+        f"Capturing CUDA graphs for batches up to {cap or '?'} ran out of memory: every captured size keeps "
+        "its own buffers, on top of the KV cache already allocated.",
+        evidence_events(rows, cuda_graph_max_bs=cap),
+        Change("graph_max_bs", str(max(1, cap // 2))) if cap else Change("graph_max_bs", direction=-1),
+        str(cap) if cap else None,
+        "Batches above the new maximum decode without graphs (slower); a smaller KV cache instead holds fewer "
+        "tokens; no graphs at all slows every decode step.",
+        tuple(sorted({e.rank for e in rows})), (_kv_memory(ctx, -1), Change("graphs_off", True)))
+
+
+def _around(ctx: Context, e: Event) -> str:
+    """The OOM's text and the error record right before it (the traceback an OOM line broke away from)."""
+    before = [x for x in ctx.timeline.kind("exception") if x.source == e.source and 0 < e.line - x.line <= NEAR]
+    return "\n".join([x.text for x in before[-1:]] + [e.text])
+
+
+def _capturing(ctx: Context, e: Event) -> bool:
+    """SGLang began capturing graphs before the OOM, did not say it finished, and served no batch since."""
+    marks = [x for kind in ("graph_begin", "graph_end") for x in ctx.timeline.kind(kind)
+             if x.source == e.source and x.line < e.line]
+    last = max(marks, key=lambda x: x.line) if marks else None
+    if last is None or last.kind != "graph_begin":
+        return False
+    served = (ctx.timeline.series(kind)["line"] for kind in ("decode", "prefill"))
+    return not any(((lines > last.line) & (lines < e.line)).any() for lines in served)
+
+
 def _startup(ctx: Context, rows: list[Event]) -> Finding:
-    estimate = next((int(m.group(1)) for e in rows if (m := _ESTIMATE.search(e.text))), None)
-    if ctx.config.vllm and estimate:
-        context = ctx.config.context_len
+    fit = next((f for e in rows if (f := kv_fit(e.text)) is not None), None)
+    if fit is not None:
+        return _context_fit(ctx, rows, fit)
+    change, quoted = _kv_memory(ctx, 1), memory_fraction(ctx.config)[1]
+    if ctx.config.vllm:
+        facts = {k: v for e in rows for k, v in e.fields.items() if k in _MEMORY_FACTS}
         return Finding(
-            "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",
-            f"vLLM needs room for one request at the full context ({context or '?'} tokens) and estimates "
-            f"that {estimate} fit in the memory left for the KV cache.", evidence_events(rows),
-            flag(ctx.config, "context"), str(estimate), str(context) if context else None,
-            "Longer requests are rejected; raising --gpu-memory-utilization instead keeps them.")
-    current, quoted = memory_fraction(ctx.config)
+            "oom.startup", "critical", "No memory left for the KV cache at start-up",
+            "vLLM found no room for KV cache blocks after the weights and the profiled activation peak "
+            f"({_said(rows)}): {flag(ctx.config, 'kv_memory')} is the share of the GPU it may use, and it was used "
+            "up before the cache.", evidence_events(rows, **facts), change, quoted,
+            "Less memory left for other processes on the GPU; if the weights alone do not fit, use more GPUs "
+            "(tensor parallelism) or a quantized model.")
     return Finding(
         "oom.startup", "critical", "Not enough memory for the KV cache at start-up",
         "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
-        flag(ctx.config, "kv_memory"), f"{min(0.98, current + 0.05):.2f}" if current else "higher", quoted,
+        change, quoted,
         "Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller dtype.")
+
+
+def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
+    context = ctx.config.context_len or fit.asked
+    return Finding(
+        "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",
+        f"vLLM needs room for one request at the full context ({context} tokens) and {fit.how}: {fit.fits} tokens "
+        "fit in the memory left for the KV cache.",
+        evidence_events(rows, max_model_len=context, fits=fit.fits), Change("context", str(fit.fits)), str(context),
+        f"Requests longer than {fit.fits} tokens are rejected; more KV memory ({flag(ctx.config, 'kv_memory')}, "
+        "or an fp8 KV cache) keeps more of the context instead.", alternatives=(_kv_memory(ctx, 1),))
+
+
+def _kv_memory(ctx: Context, direction: Literal[-1, 1]) -> Change:
+    """The static memory fraction 0.05 lower or higher (at most 0.98), or only the direction when it is unknown."""
+    current, _ = memory_fraction(ctx.config)
+    if not current:
+        return Change("kv_memory", direction=direction)
+    return Change("kv_memory", f"{min(0.98, current + 0.05 * direction):.2f}")
+
+
+def _no_cache(ctx: Context) -> list[Event]:
+    """vLLM start-up lines that show no room for any KV cache: 0 GPU blocks, a KV cache memory <= 0 GiB."""
+    tl = ctx.timeline
+    blocks = [e for e in tl.kind("gpu_blocks")
+              if e.fields.get("device") != "cpu" and e.fields.get("device_blocks") == 0]
+    memory = [e for kind in ("kv_memory", "memory_profile") for e in tl.kind(kind)
+              if isinstance(gb := e.fields.get("kv_cache_gb"), float) and gb <= 0]
+    return sorted(blocks + memory, key=lambda e: e.line)
+
+
+def _said(rows: list[Event]) -> str:
+    kinds = {e.kind for e in rows}
+    said = [words for kind, words in _SAID.items() if kind in kinds]
+    return ", ".join(said) or "the engine said so"
 
 
 def _prefill(ctx: Context, rows: list[Event]) -> Finding:
@@ -75,7 +170,7 @@ def _prefill(ctx: Context, rows: list[Event]) -> Finding:
         f"A prefill batch asked for {fields.get('requested', '?')} KV slots with "
         f"{fields.get('available_tokens', '?')} available. Smaller chunks bound the tokens one prefill needs.",
         evidence_events(rows, requested=fields.get("requested"), available=fields.get("available_tokens")),
-        flag(ctx.config, "prefill_budget"), str(suggested), str(current) if current else None,
+        Change("prefill_budget", str(suggested)), str(current) if current else None,
         "Long prompts take more, smaller prefill steps: slightly lower input throughput.",
         tuple(sorted({e.rank for e in rows})))
 
@@ -93,5 +188,6 @@ def _decode(ctx: Context, rows: list[Event]) -> Finding:
         "A decode step could not get KV slots even after retracting. Fewer concurrent requests leave room "
         "for every running request to finish.",
         evidence_events(rows, p90_running_before=p90, max_running_requests=cap),
-        flag(ctx.config, "running_cap"), str(max(1, suggested)) if suggested else None, str(cap) if cap else None,
+        Change("running_cap", str(max(1, suggested))) if suggested else Change("running_cap", direction=-1),
+        str(cap) if cap else None,
         "Fewer concurrent requests: lower throughput under heavy load.", tuple(sorted({e.rank for e in rows})))

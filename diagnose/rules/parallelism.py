@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding
 from toolkit.diagnose.flags import flag
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
 FITS_FRACTION = 0.5
@@ -25,5 +26,5 @@ def check(ctx: Context) -> list[Finding]:
         f"tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer all-reduce.",
         Evidence(len(rows), None, None, tuple(e.line for e in rows[:5]),
                  {"total_weight_gb": weights, "gpu_mem_gb": gpu, "tp_size": tp}),
-        dp, f"{tp} (with {tp_flag} 1)", f"1 (tp_size={tp})",
+        Change("dp", str(tp), companions=(Change("tp", "1"),)), f"1 (tp_size={tp})",
         "Each replica has a smaller KV pool and a single request decodes slower than with TP.")]

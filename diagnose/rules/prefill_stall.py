@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.timeline import prefill_time_share
 
@@ -43,5 +44,6 @@ def check(ctx: Context) -> list[Finding]:
         f"{len(dips) / len(steady):.0%} of {len(steady)} steady decode lines report less than half the median "
         f"gen throughput ({median:.0f} tok/s), and prefill takes about {share:.0%} of steady time.",
         evidence(dips, len(steady), median_throughput=round(median, 1), prefill_share=round(share, 3)),
-        "--chunked-prefill-size", f"{suggested} (or --enable-mixed-chunk)", str(chunk) if chunk else None,
-        "Smaller chunks prefill long prompts in more steps: higher TTFT for them.", dips.ranks)]
+        Change("prefill_budget", suggested), str(chunk) if chunk else None,
+        "Smaller chunks prefill long prompts in more steps: higher TTFT for them.", dips.ranks,
+        alternatives=(Change("mixed_chunk", True),))]

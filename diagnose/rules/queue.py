@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.flags import flag
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
 EMPTY_FRACTION = 0.9
@@ -40,7 +40,7 @@ def _empty(ctx: Context, steady) -> Finding | None:
         f"was {usage:.0%} used (median) and the batch ran {running:.0f} requests: the server could take more. "
         "If this was a benchmark, raise the client's request rate or concurrency.",
         evidence(empty, len(steady), median_usage=round(usage, 3), median_running=running),
-        flag=None, suggested="client: raise the request rate / --max-concurrency",
+        action="client: raise the request rate / --max-concurrency",
         tradeoff="More load raises latency once the pool or the running cap fills.", ranks=steady.ranks,
     )
 
@@ -59,8 +59,7 @@ def _long(ctx: Context, steady) -> Finding | None:
         + ("With lpm the queue is re-sorted by prefix match at every prefill; fcfs avoids that. " if lpm else "")
         + "Slow the client down or add replicas.",
         evidence(long, len(steady), max_queue=top),
-        flag="--schedule-policy" if lpm else flag(ctx.config, "dp"),
-        suggested="fcfs" if lpm else str(ctx.config.dp_size * 2),
+        change=Change("schedule_policy", "fcfs") if lpm else Change("dp", str(ctx.config.dp_size * 2)),
         current="lpm" if lpm else str(ctx.config.dp_size),
         tradeoff="fcfs gives up prefix-aware ordering (fewer cache hits)." if lpm
         else "Another replica needs its own GPUs.",

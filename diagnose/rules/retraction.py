@@ -21,6 +21,7 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
 FREQUENT_PER_MIN = 1.0
@@ -129,9 +130,9 @@ def check(ctx: Context) -> list[Finding]:
         return [Finding(
             "retraction.frequent", severity, title,
             f"{how}. A preempted request loses its KV cache and is recomputed later: the KV cache is too small "
-            "for the running batch. More KV memory, or fewer concurrent sequences (--max-num-seqs), helps.",
-            evidence_events(rows, **facts), flag(ctx.config, "kv_memory"),
-            f"{min(0.95, current + 0.05):.2f}", quoted,
+            f"for the running batch. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}"
+            "), helps.",
+            evidence_events(rows, **facts), Change("kv_memory", f"{min(0.95, current + 0.05):.2f}"), quoted,
             "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.",
             tuple(sorted(rates)))]
     current = ctx.config.schedule_conservativeness
@@ -142,7 +143,7 @@ def check(ctx: Context) -> list[Finding]:
         "decoded KV and re-prefills the request later; admission was too optimistic about how much the running "
         "requests would still decode.",
         evidence_events(rows, **facts),
-        flag="--schedule-conservativeness", suggested=f"{suggested:g}", current=f"{current:g}",
+        change=Change("admission", f"{suggested:g}"), current=f"{current:g}",
         tradeoff="A higher value admits fewer requests at once: lower peak batch and throughput, fewer retractions.",
         ranks=tuple(sorted(rates)),
     )]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Finding, evidence
 from toolkit.diagnose.flags import flag
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
 PINNED = 0.98
@@ -37,5 +38,5 @@ def check(ctx: Context) -> list[Finding]:
         f"{len(pinned) / len(steady):.0%} of {len(steady)} steady {ctx.load_word} lines ran {cap} requests (the "
         f"cap) with a queue waiting, while KV usage was only {usage:.2f}: the cap, not memory, limited the batch.",
         evidence(pinned, len(steady), max_running_requests=cap, median_usage=round(usage, 3)),
-        name, str(suggested), str(cap),
+        Change("running_cap", str(suggested)), str(cap),
         "Larger batches raise inter-token latency and KV pressure (watch retractions).", pinned.ranks)]

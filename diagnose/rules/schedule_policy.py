@@ -7,9 +7,10 @@
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Finding, evidence
 import numpy as np
 
+from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 HIGH_REUSE = 0.3
@@ -49,7 +50,7 @@ def check(ctx: Context) -> list[Finding]:
             f"{rate:.0%} of prefill tokens came from the radix cache and a queue formed in {queued:.0%} of "
             "steady decode lines; lpm admits requests that share cached prefixes first.",
             evidence(steady.where(steady["queue_req"] > 0), len(steady), hit_rate=round(rate, 3)),
-            "--schedule-policy", "lpm", "fcfs",
+            Change("schedule_policy", "lpm"), "fcfs",
             "lpm can starve requests without a cached prefix (longer tail TTFT).", steady.ranks)]
     median_queue = steady.median("queue_req")
     if policy == "lpm" and rate < NO_REUSE and median_queue >= LONG_QUEUE:
@@ -58,6 +59,6 @@ def check(ctx: Context) -> list[Finding]:
             f"Only {rate:.1%} of prefill tokens hit the cache while the queue held {median_queue:.0f} requests "
             "(median): matching every queued request against the radix tree costs time and reorders nothing.",
             evidence(steady.where(steady["queue_req"] >= LONG_QUEUE), len(steady), hit_rate=round(rate, 4)),
-            "--schedule-policy", "fcfs", "lpm", "No reordering by prefix if reuse appears later.",
+            Change("schedule_policy", "fcfs"), "lpm", "No reordering by prefix if reuse appears later.",
             steady.ranks)]
     return []

@@ -18,7 +18,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.flags import flag, memory_fraction
+from toolkit.diagnose.flags import memory_fraction
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context, pow2_at_least
 from toolkit.diagnose.series import Rows
 
@@ -113,7 +114,7 @@ def _finding(ctx: Context, rank: str, rows: Rows, onset: int) -> Finding:
     r_pre, r_post = float(np.nanmedian(running[before])), float(np.nanmedian(running[after]))
     u_post = float(np.nanmedian(usage[after])) if np.isfinite(usage[after]).any() else None
     times, lines = rows["time"], rows["line"]
-    cause, name, suggested, current, tradeoff = _cause(ctx, rank, rows, onset)
+    cause, change, current, tradeoff = _cause(ctx, rank, rows, onset)
     pool = f", with the KV pool {u_post:.0%} used" if u_post is not None else ""
     where = f" on {rank}" if rank else ""
     collapsed = rows.where(np.arange(len(rows)) >= onset).head(POST)
@@ -125,12 +126,12 @@ def _finding(ctx: Context, rank: str, rows: Rows, onset: int) -> Finding:
         evidence(collapsed, None, before_tok_s=round(x_pre, 1), after_tok_s=round(x_post, 1),
                  running_before=r_pre, running_after=r_post, usage_after=u_post,
                  onset_time=float(times[onset]) if np.isfinite(times[onset]) else None),
-        name, suggested, current, tradeoff, (rank,))
+        change, current, tradeoff, (rank,))
 
 
-def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, str | None, str | None, str | None, str | None]:
-    """(sentence, flag, suggested, current, trade-off) from what happened between the last good line and the
-    first slow one."""
+def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, Change | None, str | None, str | None]:
+    """(sentence, change, current, trade-off) from what happened between the last good line and the first slow
+    one."""
     cfg = ctx.config
     lines = rows["line"]
     start, stop = int(lines[onset - 1]), int(lines[min(onset + MIN_RUN - 1, len(rows) - 1)])
@@ -142,11 +143,11 @@ def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, str | 
         sentence = f"A {what} at line {between[0].line} came just before it."
         if cfg.vllm:
             mfs, quoted = memory_fraction(cfg)
-            return (sentence, flag(cfg, "kv_memory"), f"{min(0.95, (mfs or 0.9) + 0.05):.2f}", quoted,
+            return (sentence, Change("kv_memory", f"{min(0.95, (mfs or 0.9) + 0.05):.2f}"), quoted,
                     "Less memory for activations and graphs.")
         current = cfg.schedule_conservativeness
-        return (sentence + " Admitting less at once avoids running the pool out.", "--schedule-conservativeness",
-                f"{round(max(1.3, current * 1.3), 1):g}", f"{current:g}",
+        return (sentence + " Admitting less at once avoids running the pool out.",
+                Change("admission", f"{round(max(1.3, current * 1.3), 1):g}"), f"{current:g}",
                 "A higher value admits fewer requests at once: lower peak batch.")
     if np.isfinite(graph[onset - 1]) and graph[onset - 1] == 1 and np.nanmax(graph[onset:onset + MIN_RUN]) == 0:
         cgmb = cfg.cuda_graph_max_bs
@@ -154,8 +155,8 @@ def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, str | 
         sentence = f"Decode stopped using CUDA graphs at line {int(lines[onset])}."
         if cgmb and p90 > cgmb:
             return (sentence + f" The batch ({p90:.0f}) outgrew the captured maximum {cgmb}.",
-                    flag(cfg, "graph_max_bs"), str(pow2_at_least(p90, 1024)), str(cgmb),
+                    Change("graph_max_bs", str(pow2_at_least(p90, 1024))), str(cgmb),
                     "Graphs for larger batches take GPU memory.")
-        return sentence + " Something other than the batch size turned them off.", None, None, None, None
+        return sentence + " Something other than the batch size turned them off.", None, None, None
     return (f"Nothing in the log explains it: look at what changed around line {int(lines[onset])}.",
-            None, None, None, None)
+            None, None, None)

@@ -6,6 +6,7 @@ torch.compile off (vLLM compiles by default). Suggest `--torch-compile-max-bs` =
 from __future__ import annotations
 
 from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
 
 SMALL_MODEL_GB = 16.0
@@ -28,5 +29,5 @@ def check(ctx: Context) -> list[Finding]:
         f"The model's weights take {weights:.1f} GB and the median steady batch is {median:.0f} requests; "
         "torch.compile fuses the small kernels that dominate at this size.",
         evidence(steady, len(steady), total_weight_gb=weights, median_running=median),
-        "--enable-torch-compile", f"on (with --torch-compile-max-bs {bs})", "off",
+        Change("torch_compile", True, companions=(Change("torch_compile_max_bs", str(bs)),)), "off",
         "Compilation adds minutes to start-up; check output quality once.", steady.ranks)]

@@ -8,11 +8,17 @@ the reason), >= 50% show KV usage < 0.9, and retractions are not frequent.
   lower to suggest, so no finding.
 - vLLM: the per-step budgets limit the batch: `--max-num-batched-tokens` (tokens scheduled per step; raise it to
   twice its value, at least 8192) when the running batch is below `--max-num-seqs`.
+
+`usage.prefill_bound`: a short excerpt (fewer than 10 queued steady lines) whose every load line has >= 100
+requests waiting at a KV usage <= 0.1: the prefill budget limits admission. Raise it to twice its value, at least
+8192 (SGLang `--chunked-prefill-size`, with `--max-prefill-tokens` when that is lower; vLLM
+`--max-num-batched-tokens`), at `low` confidence (1-3 lines, `info`) or `medium` (4-9).
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.findings import Finding, confidence_of, evidence
 from toolkit.diagnose.flags import flag
+from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
 
@@ -21,6 +27,8 @@ LOW_FRACTION = 0.5
 SUGGESTED = 0.3
 MIN_SUGGESTED = 0.1
 MIN_BATCHED_TOKENS = 8192
+LONG_QUEUE = 100  # a short excerpt: hundreds waiting ...
+EMPTY_USAGE = 0.1  # ... at a nearly empty pool
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -30,9 +38,11 @@ def check(ctx: Context) -> list[Finding]:
     if cap:
         queued = queued.where(queued["running_req"] < 0.95 * cap)
     if len(queued) < MIN_LINES:
-        ctx.cannot_judge(f"{len(queued)} steady {ctx.load_word} lines with a queue below the running cap "
-                         f"(needs {MIN_LINES})")
-        return []
+        short = _prefill_bound_short(ctx)
+        if short is None:
+            ctx.cannot_judge(f"{len(queued)} steady {ctx.load_word} lines with a queue below the running cap "
+                             f"(needs {MIN_LINES})")
+        return [short] if short is not None else []
     low = queued.where(queued["usage"] < LOW_USAGE)
     fraction = len(low) / len(queued)
     _, rate, _ = ctx.retraction_rate()
@@ -52,10 +62,39 @@ def check(ctx: Context) -> list[Finding]:
         f"{where} Admission reserves room for every running request's remaining output; a lower "
         "conservativeness admits more.",
         evidence(low, len(queued), median_usage=round(usage, 3)),
-        flag="--schedule-conservativeness", suggested=f"{suggested:g}", current=f"{current:g}",
+        change=Change("admission", f"{suggested:g}"), current=f"{current:g}",
         tradeoff="Admitting more can run the pool out during decode: watch for retractions.",
         ranks=low.ranks,
     )]
+
+
+def _prefill_bound_short(ctx: Context) -> Finding | None:
+    """A short excerpt whose every load line has hundreds queued at a nearly empty pool: the prefill budget, not
+    memory, limits admission."""
+    load = ctx.load_or_none()
+    if load is None:
+        return None
+    waiting = load.where((load["queue_req"] >= LONG_QUEUE) & (load["usage"] <= EMPTY_USAGE))
+    if len(waiting) < len(load):
+        return None
+    cfg = ctx.config
+    current = cfg.chunked_prefill_size
+    suggested = max(MIN_BATCHED_TOKENS, 2 * current) if current else 2 * MIN_BATCHED_TOKENS
+    both = not cfg.vllm and cfg.max_prefill_tokens is not None and cfg.max_prefill_tokens < suggested
+    companions = (Change("max_prefill", str(suggested)),) if both else ()
+    change = Change("prefill_budget", str(suggested), companions=companions)
+    confidence = confidence_of(len(load), MIN_LINES)
+    return Finding(
+        "usage.prefill_bound", "info" if confidence == "low" else "warning", "Hundreds queued at a nearly empty pool",
+        f"Every one of {len(load)} {ctx.load_word} line{'s' if len(load) != 1 else ''} shows "
+        f"{load.median('queue_req'):.0f} requests waiting (median) with the KV pool at most {EMPTY_USAGE:.0%} used: "
+        f"memory is free, so the tokens admitted per prefill step ({flag(cfg, 'prefill_budget')}) limit how fast the "
+        "queue drains. A short excerpt (a burst being admitted looks the same for a few seconds): confirm on a "
+        "longer log.",
+        evidence(load, len(load), median_queue=load.median("queue_req"), median_usage=round(load.median("usage"), 3)),
+        change, str(current) if current else None,
+        "Larger prefill steps make the decode steps that share them slower (higher ITL) and need more activation "
+        "memory.", load.ranks, confidence=confidence)
 
 
 def _vllm(ctx: Context, low, queued, where: str, usage: float) -> Finding:
@@ -64,9 +103,9 @@ def _vllm(ctx: Context, low, queued, where: str, usage: float) -> Finding:
     return Finding(
         "usage.low_while_queued", "warning", "Requests waited while the KV cache had room",
         f"{where} The scheduler's per-step token budget, not memory, kept them waiting: each step schedules at "
-        "most --max-num-batched-tokens tokens of prefill and decode.",
+        f"most {flag(ctx.config, 'prefill_budget')} tokens of prefill and decode.",
         evidence(low, len(queued), median_usage=round(usage, 3)),
-        flag=flag(ctx.config, "prefill_budget"), suggested=str(suggested),
+        change=Change("prefill_budget", str(suggested)),
         current=str(current) if current else None,
         tradeoff="Larger steps prefill more per step: decode steps that share them take longer (higher ITL).",
         ranks=low.ranks,

@@ -26,7 +26,9 @@ STAMPS = ["[2025-11-11 04:06:27] ", "[2025-11-11 04:06:27 TP3] ", "[2025-11-11 0
           "[2025-11-11 04:06:27  TP0 ] ", "[2025-13-11 04:06:27] ", "[2025-02-31 04:06:27] ",
           "[2025-11-11 04:06:27 tp0] ", "[2025-11-11 04:06:27 DP0 PP1 ATTN_CP0 MOE_DP0 TP2 EP2] ",
           "sglang-1  | [2025-11-11 04:06:27 TP0] ", "[12:34:56 TP0] ", "[0000-01-01 00:00:00] ", "",
-          "[2025-11-11 04:06:27]", "(APIServer pid=1) INFO 11-11 04:06:27 [loggers.py:335] "]
+          "[2025-11-11 04:06:27]", "(APIServer pid=1) INFO 11-11 04:06:27 [loggers.py:335] ",
+          "[2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] ", "> ERROR 04-05 01:12:55 [core.py:390] ",
+          "[rank0]: ", "2024-04-27 10:13:05 | ERROR | stderr | ", "**"]
 BODIES = [
     lf.decode("0.4.9", running=233, token=370959, usage=0.82, throughput=4594.01, queue=317),
     lf.decode("0.5.5", running=3, token=9, usage=0.0, throughput=1.0, queue=0, it=51341),
@@ -50,10 +52,18 @@ BODIES = [
     "Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 10048, token usage: 0.00, #running-req: 0, "
     "#queue-req: 0, #pending-token: 0, #bootstrap-req: 0, #inflight-req: 1, cuda graph: False, "
     "input throughput (token/s): 178.18, est. prefill TFLOPS/s (per GPU): 9.90, fwd occupancy: nan%",
+    "Prefill batch. #new-seq: 1, #new-token: 1024, #cached-token: 0, token usage: 0.00, #unbootstrapped-req: 0, "
+    "#queue-req: 3, #transferring-req: 2, input throughput (token/s): 1234.50, ",
     lf.retract("0.4.9", k=1, old=0.5, new=1.0),
     "Scheduler hit an exception: Traceback (most recent call last):",
     '  File "scheduler.py", line 10, in run',
     "RuntimeError: Decode out of memory. Try to lower your batch size.",
+    "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be stored in KV "
+    "cache (1792).",
+    "`ValueError: No available memory for the cache blocks.`",
+    "OutOfMemoryError('CUDA out of memory. Tried to allocate 138.00 MiB.')",
+    "Preempted request cmpl-1-0 has been resumed!",
+    "Sequence group 7 is preempted in PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
     "max_total_num_tokens=665690, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, "
     "context_len=65536, available_gpu_mem=13.50 GB",
     "some other line",

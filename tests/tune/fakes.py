@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit.diagnose.ideas import Change
 from toolkit.tune.flags import Flags
 from toolkit.tune.launcher import LaunchError
 from toolkit.tune.loop import Trial
@@ -15,15 +16,14 @@ from toolkit.tune.loop import Trial
 class Advice:
     id: str
     severity: str
-    flag: str | None
-    suggested: str | None
+    change: Change | None
     current: str | None = None
     title: str = "a finding"
 
 
-LOW_USAGE = Advice("usage.low_while_queued", "warning", "--schedule-conservativeness", "0.3", "2")
-TRY_LPM = Advice("schedule_policy.try_lpm", "info", "--schedule-policy", "lpm", "fcfs")
-CLIENT = Advice("queue.empty", "warning", None, "client: raise the request rate / --max-concurrency")
+LOW_USAGE = Advice("usage.low_while_queued", "warning", Change("admission", "0.3"), "2")
+TRY_LPM = Advice("schedule_policy.try_lpm", "info", Change("schedule_policy", "lpm"), "fcfs")
+CLIENT = Advice("queue.empty", "warning", None)
 
 
 @dataclass

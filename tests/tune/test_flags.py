@@ -1,10 +1,11 @@
-"""Flags: parsing, changing and writing them; diagnose's advice as a change in SGLang's or vLLM's names."""
+"""Flags: parsing, changing and writing them; diagnose's typed changes as flag changes in SGLang's or vLLM's names."""
 from __future__ import annotations
 
 import pytest
 
 from tests.tune.fakes import Advice
-from toolkit.tune.flags import Change, Flags, engine_flag, launch_line, propose
+from toolkit.diagnose.ideas import Change
+from toolkit.tune.flags import FlagChange, Flags, engine_flag, launch_line, propose
 from toolkit.tune.launch import CommandLauncher, template_tokens
 
 
@@ -30,57 +31,71 @@ def test_a_stray_positional_is_a_clear_error():
         Flags.parse("--a 1 2")
 
 
-@pytest.mark.parametrize("flag, suggested, expected", [
-    ("--schedule-conservativeness", "0.3", ("--schedule-conservativeness", "0.3", ())),
-    ("--chunked-prefill-size", "4096 (or --enable-mixed-chunk)", ("--chunked-prefill-size", "4096", ())),
-    ("--enable-torch-compile", "on (with --torch-compile-max-bs 32)",
+@pytest.mark.parametrize("change, expected", [
+    (Change("admission", "0.3"), ("--schedule-conservativeness", "0.3", ())),
+    (Change("prefill_budget", "4096"), ("--chunked-prefill-size", "4096", ())),
+    (Change("torch_compile", True, companions=(Change("torch_compile_max_bs", "32"),)),
      ("--enable-torch-compile", True, (("--torch-compile-max-bs", "32"),))),
-    ("--disable-cuda-graph", "remove (graphs on)", ("--disable-cuda-graph", None, ())),
-    ("--cuda-graph-max-bs", "256 (and lower --mem-fraction-static with it)", ("--cuda-graph-max-bs", "256", ())),
-    ("--schedule-policy", "lpm", ("--schedule-policy", "lpm", ())),
+    (Change("graphs_off", False), ("--disable-cuda-graph", None, ())),
+    (Change("graph_max_bs", "256", companions=(Change("kv_memory", "0.83"),)),
+     ("--cuda-graph-max-bs", "256", (("--mem-fraction-static", "0.83"),))),
+    (Change("schedule_policy", "lpm"), ("--schedule-policy", "lpm", ())),
 ])
-def test_sglang_advice_becomes_a_change(flag, suggested, expected):
-    proposal = propose(Advice("x", "warning", flag, suggested), "sglang")
+def test_a_findings_typed_change_becomes_a_flag_change(change, expected):
+    proposal = propose(Advice("x", "warning", change), "sglang")
     assert (proposal.flag, proposal.value, proposal.companions) == expected
 
 
-@pytest.mark.parametrize("flag, suggested", [
-    (None, "client: raise the request rate / --max-concurrency"),
-    ("--watchdog-timeout", None),
-    ("--schedule-conservativeness", "a lot lower"),
-    ("--port", "30001"),
-    ("--max-running-requests", "remove"),
-    ("--no-such-flag", "1"),
+def test_alternatives_are_offered_in_the_advice_but_never_applied():
+    """The prefill-stall finding offers mixed chunks instead of smaller chunks: tune takes only the change."""
+    from toolkit.diagnose.findings import Evidence, Finding
+
+    finding = Finding("prefill_stall.throughput_dips", "warning", "t", "m", Evidence(),
+                      Change("prefill_budget", "4096"), alternatives=(Change("mixed_chunk", True),))
+    assert finding.suggested == "4096 (or --enable-mixed-chunk)"
+    assert propose(finding, "sglang") == ("--chunked-prefill-size", "4096", 0, ())
+
+
+@pytest.mark.parametrize("change", [
+    None,
+    Change("watchdog"),
+    Change("admission", "lots"),
+    Change("running_cap", False),
+    Change("torch_compile", True, companions=(Change("torch_compile_max_bs", "many"),)),
 ])
-def test_advice_that_names_nothing_the_server_accepts_is_not_actionable(flag, suggested):
-    assert propose(Advice("x", "warning", flag, suggested), "sglang") is None
+def test_a_change_the_server_does_not_accept_is_not_actionable(change):
+    assert propose(Advice("x", "warning", change), "sglang") is None
+
+
+def test_an_unknown_idea_is_an_error():
+    with pytest.raises(ValueError, match="unknown tuning idea"):
+        Change("no_such_idea", "1")
 
 
 def test_vllm_names_and_values():
-    assert engine_flag("--mem-fraction-static", "vllm") == "--gpu-memory-utilization"
-    assert engine_flag("--schedule-conservativeness", "vllm") is None
-    graphs = propose(Advice("x", "warning", "--disable-cuda-graph", "remove (graphs on)"), "vllm")
+    assert engine_flag("kv_memory", "vllm") == "--gpu-memory-utilization"
+    assert engine_flag("admission", "vllm") is None
+    graphs = propose(Advice("x", "warning", Change("graphs_off", False)), "vllm")
     assert (graphs.flag, graphs.value) == ("--enforce-eager", None)
-    assert propose(Advice("x", "info", "--schedule-policy", "lpm"), "vllm") is None
-    assert propose(Advice("x", "info", "--schedule-policy", "fcfs"), "vllm").flag == "--scheduling-policy"
-    assert propose(Advice("x", "warning", "--mem-fraction-static", "higher"), "vllm").direction == 1
-    assert propose(Advice("x", "warning", "--quantization", "remove"), "vllm") is None
+    assert propose(Advice("x", "info", Change("schedule_policy", "lpm")), "vllm") is None
+    assert propose(Advice("x", "info", Change("schedule_policy", "fcfs")), "vllm").flag == "--scheduling-policy"
+    assert propose(Advice("x", "warning", Change("kv_memory", direction=1)), "vllm").direction == 1
+    assert propose(Advice("x", "warning", Change("quantization", False)), "vllm") is None
 
 
-def test_advice_in_either_engines_words_becomes_the_launched_engines_flag():
-    """diagnose names flags in the words of the engine that wrote the log."""
-    seqs = Advice("running_cap.pinned", "warning", "--max-num-seqs", "512", "256")
+def test_one_idea_becomes_the_launched_engines_flag_whichever_engine_wrote_the_log():
+    seqs = Advice("running_cap.pinned", "warning", Change("running_cap", "512"), "256")
     assert propose(seqs, "vllm").flag == "--max-num-seqs" and propose(seqs, "sglang").flag == "--max-running-requests"
-    assert propose(Advice("x", "warning", "--gpu-memory-utilization", "0.95", "0.9 (default)"), "vllm").value == "0.95"
-    assert propose(Advice("x", "warning", "--kv-cache-dtype", "fp8"), "vllm").value == "fp8"
-    assert propose(Advice("x", "warning", "--kv-cache-dtype", "fp8"), "sglang") is None  # SGLang spells it fp8_e5m2
+    assert propose(Advice("x", "warning", Change("kv_memory", "0.95"), "0.9 (default)"), "vllm").value == "0.95"
+    assert propose(Advice("x", "warning", Change("kv_dtype", "fp8")), "vllm").value == "fp8"
+    assert propose(Advice("x", "warning", Change("kv_dtype", "fp8")), "sglang") is None  # SGLang spells it fp8_e5m2
 
 
 def test_a_change_describes_itself_against_the_flags_it_changes():
     before = Flags.parse("--schedule-conservativeness 2")
-    change = Change("--schedule-conservativeness", "0.3")
+    change = FlagChange("--schedule-conservativeness", "0.3")
     assert change.describe(before) == "--schedule-conservativeness 2 → 0.3"
-    assert Change("--enable-mixed-chunk", True).describe(before) == "--enable-mixed-chunk (default) → on"
+    assert FlagChange("--enable-mixed-chunk", True).describe(before) == "--enable-mixed-chunk (default) → on"
 
 
 def test_launch_templates_get_flags_port_and_host():
@@ -95,3 +110,20 @@ def test_launch_templates_get_flags_port_and_host():
     assert CommandLauncher().display(Flags.parse("--a 1")) == "toolkit serve --a 1"
     assert CommandLauncher().log_path(__import__("pathlib").Path("/o")).name == "server.log"
     assert CommandLauncher("sglang serve").log_path(__import__("pathlib").Path("/o")).name == "server.out"
+
+
+@pytest.mark.parametrize("scenario, rule_id", [
+    ("torch-compile-small-model", "torch_compile.small_model"),
+    ("cuda-graph-not-used-above-max", "cuda_graph.not_used"),
+    ("prefill-stall", "prefill_stall.throughput_dips"),
+    ("parallelism-dp-over-tp", "parallelism.dp_over_tp"),
+])
+def test_tune_and_the_corrected_command_apply_the_same_change(scenario, rule_id):
+    from tests.diagnose.test_golden_findings import SYNTHETIC
+    from toolkit.diagnose import analyze
+
+    diagnosis = analyze(lines=SYNTHETIC[scenario]())
+    finding = next(f for f in diagnosis.findings if f.id == rule_id)
+    proposal = propose(finding, "sglang")
+    for flag, value in ((proposal.flag, proposal.value), *proposal.companions):
+        assert (flag if value is True else f"{flag} {value}") in diagnosis.command

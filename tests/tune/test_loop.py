@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.tune.fakes import CLIENT, LOW_USAGE, TRY_LPM, Advice, World, flag
+from toolkit.diagnose.ideas import Change
 from toolkit.tune.flags import Flags
 from toolkit.tune.loop import Settings, Tuner
 from toolkit.tune.objective import NoiseRule, Sample, compare
@@ -50,8 +51,8 @@ def test_a_change_within_the_noise_is_reverted_and_never_tried_again():
 
 
 def test_the_most_severe_actionable_finding_drives_the_first_step():
-    findings = (TRY_LPM, Advice("oom.decode", "critical", "--max-running-requests", "12", "64"),
-                Advice("fp8.kv_cache", "warning", "--not-a-flag-anywhere", "fp8"), CLIENT)
+    findings = (TRY_LPM, Advice("oom.decode", "critical", Change("running_cap", "12"), "64"),
+                Advice("fp8.kv_cache", "warning", Change("kv_dtype", "fp8")), CLIENT)  # SGLang spells it fp8_e5m2
     world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
     result = Tuner(world, Settings(max_steps=1), clock=world.clock).run(START)
     assert result.steps[1].change.flag == "--max-running-requests" and result.steps[1].change.value == "12"
@@ -105,7 +106,7 @@ def doubling_world() -> World:
 
     def findings(flags: Flags) -> tuple[Advice, ...]:
         cap = int(flag(flags, "--max-running-requests", "2"))
-        return (Advice("running_cap.pinned", "warning", "--max-running-requests", str(cap * 2), str(cap)),)
+        return (Advice("running_cap.pinned", "warning", Change("running_cap", str(cap * 2)), str(cap)),)
 
     return World(objective, findings)
 
@@ -145,7 +146,7 @@ def test_ctrl_c_during_the_start_leaves_no_best():
 
 
 def test_a_push_knob_grows_its_step_until_it_helps_and_stops_where_the_launch_breaks():
-    more_memory = Advice("gpu_memory.too_much", "warning", "--mem-fraction-static", "higher", "0.8")
+    more_memory = Advice("gpu_memory.too_much", "warning", Change("kv_memory", direction=1), "0.8")
 
     def objective(flags: Flags) -> tuple[float, ...]:
         mfs = float(flag(flags, "--mem-fraction-static", "0.8"))
@@ -161,7 +162,7 @@ def test_a_push_knob_grows_its_step_until_it_helps_and_stops_where_the_launch_br
 
 
 def test_a_push_knob_stops_after_a_bounded_number_of_tries():
-    more_memory = Advice("gpu_memory.too_much", "warning", "--mem-fraction-static", "0.95", "0.8")
+    more_memory = Advice("gpu_memory.too_much", "warning", Change("kv_memory", "0.95"), "0.8")
     world = World(lambda flags: (100.0, 101.0), lambda flags: (more_memory,))
     result = Tuner(world, clock=world.clock).run(Flags.parse("--mem-fraction-static 0.8"))
     tried = [s.flags.get("--mem-fraction-static") for s in result.steps[1:]]
@@ -169,7 +170,7 @@ def test_a_push_knob_stops_after_a_bounded_number_of_tries():
 
 
 def test_vllm_advice_uses_vllm_names_and_skips_what_vllm_cannot_do():
-    findings = (LOW_USAGE, Advice("oom.decode", "warning", "--max-running-requests", "48", "64"))
+    findings = (LOW_USAGE, Advice("oom.decode", "warning", Change("running_cap", "48"), "64"))
     world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
     result = Tuner(world, Settings(engine="vllm"), clock=world.clock).run(Flags.parse("--max-num-seqs 64"))
     assert [s.change.flag for s in result.steps[1:]] == ["--max-num-seqs"]
@@ -177,7 +178,7 @@ def test_vllm_advice_uses_vllm_names_and_skips_what_vllm_cannot_do():
 
 
 def test_a_vllm_memory_push_starts_from_the_default_the_finding_quotes():
-    more_memory = Advice("capacity.pool_bound", "warning", "--gpu-memory-utilization", "higher", "0.9 (default)")
+    more_memory = Advice("capacity.pool_bound", "warning", Change("kv_memory", direction=1), "0.9 (default)")
     world = World(lambda flags: (100.0, 101.0), lambda flags: (more_memory,))
     result = Tuner(world, Settings(engine="vllm", max_steps=2), clock=world.clock).run(Flags())
     assert [s.flags.get("--gpu-memory-utilization") for s in result.steps[1:]] == ["0.91", "0.92"]

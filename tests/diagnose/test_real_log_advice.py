@@ -1,0 +1,307 @@
+"""Advice that holds on real logs (docs/log-formats.md §6.2, §9.5): vLLM's start-up KV cache errors in every
+prefix they are pasted with, the context that fits, no room for any KV cache, OOM while capturing CUDA graphs and
+in the sampler, and short excerpts that already show a problem (a full pool with a queue, hundreds queued at an
+empty pool) at low / medium confidence; each across its threshold on synthetic lines and on the corpus excerpts it
+was written for."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tests.diagnose import logfactory as lf
+from tests.diagnose.logfactory import Log, VllmLog
+from toolkit.diagnose import analyze
+from toolkit.diagnose.findings import Finding
+from toolkit.diagnose.report_json import to_dict
+from toolkit.diagnose.report_terminal import render
+from toolkit.diagnose.rules.kv_fit import kv_fit
+
+CORPUS = Path(__file__).parent / "real_logs"
+ARGS = dict(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, mem_fraction_static=0.85,
+            schedule_policy="fcfs", cuda_graph_max_bs=256)
+TRY = " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+MAX_SEQ_V0 = ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be "
+              "stored in KV cache (16816)." + TRY)
+MAX_SEQ_V1 = ("ValueError: To serve at least one request with the models's max seq len (1048576), (24.00 GiB KV "
+              "cache is needed, which is larger than the available KV cache memory (9.97 GiB)." + TRY)
+NO_BLOCKS = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`."
+PREFIXES = ["", "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ", "> ERROR 04-05 01:12:55 [core.py:390] ",
+            "[2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] ", "[rank0]: ",
+            "2024-04-27 10:13:05 | ERROR | stderr | ", "(EngineCore_DP0 pid=7) ERROR 11-21 23:10:29 [core.py:700] "]
+VLLM_FILE = '  File "/usr/lib/python3/dist-packages/vllm/v1/{}", line 30, in {}'
+CUDA_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+def found(lines: list[str], rule: str) -> list[Finding]:
+    return [f for f in analyze(lines=lines).findings if f.id == rule]
+
+
+# -- reading the lines -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize("body", [MAX_SEQ_V0, MAX_SEQ_V1, NO_BLOCKS, MAX_SEQ_V0.removeprefix("ValueError: ")[:-1],
+                                  f"`{NO_BLOCKS}`"])
+def test_vllm_kv_cache_errors_are_read_in_every_pasted_prefix(prefix: str, body: str) -> None:
+    d = analyze(lines=[prefix + body])
+    assert d.stats.kinds["not_enough_memory"] == 1 and d.config.engine == "vllm"
+
+
+def test_a_rank_prefixed_traceback_without_times_is_one_record_with_its_error() -> None:
+    lines = ["[rank0]: Traceback (most recent call last):",
+             '[rank0]:   File "/opt/vllm/vllm/worker/worker.py", line 493, in raise_if_cache_size_invalid',
+             '[rank0]:     raise ValueError("No available memory for the cache blocks. "',
+             "[rank0]: " + NO_BLOCKS]
+    d = analyze(lines=lines)
+    assert (d.stats.kinds["exception"], d.stats.kinds["not_enough_memory"], d.stats.other) == (1, 1, 0)
+    (f,) = [f for f in d.findings if f.id == "oom.startup"]
+    assert (f.flag, f.ranks) == ("--gpu-memory-utilization", ())
+
+
+@pytest.mark.parametrize("line", [
+    '    raise ValueError("No available memory for the cache blocks. "',  # a traceback's source line
+    "the issue: ValueError: No available memory for the cache blocks.",  # quoted mid-line
+    "ValueError: bad block size",  # an error that is no memory error
+])
+def test_lines_that_only_quote_a_memory_error_are_not_one(line: str) -> None:
+    assert analyze(lines=[line]).stats.kinds["not_enough_memory"] == 0
+
+
+@pytest.mark.parametrize("line,kind", [
+    ("OutOfMemoryError('CUDA out of memory. Tried to allocate 138.00 MiB.')", "oom"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "oom"),
+    ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB.", "oom"),
+    ("`RuntimeError: Decode out of memory. Try to lower your batch size.", "oom"),
+    ("ValueError: token_to_kv_pool_allocator memory leak detected! available_size=10, protected_size=0", "leak"),
+    ("Preempted request cmpl-1-0 has been resumed!", "preempt"),
+    ("**Sequence group cmpl-7 is preempted in PreemptionMode.RECOMPUTE mode because there is not enough KV cache "
+     "space.", "preempt"),
+])
+def test_error_lines_outside_a_traceback_are_read_by_the_kind_they_name(line: str, kind: str) -> None:
+    assert analyze(lines=[line]).stats.kinds[kind] == 1
+
+
+PD_PREFILL = ("[2025-06-24 10:00:00 DP0 TP0 EP0] Prefill batch. #new-seq: 1, #new-token: 1024, #cached-token: 0, "
+              "token usage: 0.00, #unbootstrapped-req: 0, #queue-req: 3, #transferring-req: 2, "
+              "input throughput (token/s): 1234.50, ")
+
+
+@pytest.mark.parametrize("line,read", [(PD_PREFILL, True),
+                                       (PD_PREFILL.replace("#unbootstrapped-req: 0, ", ""), False)])
+def test_a_pd_prefill_servers_line_without_running_req_is_read(line: str, read: bool) -> None:
+    d = analyze(lines=[line])
+    assert (d.stats.kinds["prefill"], d.stats.unread) == ((1, 0) if read else (0, 1))
+    if read:
+        rows = d.timeline.series("prefill")
+        assert rows["queue_req"].tolist() == [3.0] and rows.ranks == ("DP0 TP0 EP0",)
+
+
+# -- the context that fits ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,asked,fits", [
+    (MAX_SEQ_V0, 32768, 16640),  # 16816 rounded down to 256 tokens
+    (MAX_SEQ_V0.replace("16816", "256"), 32768, 256),
+    (MAX_SEQ_V0.replace("16816", "255"), 32768, 255),  # below one step: as printed
+    (MAX_SEQ_V1, 1048576, 435456),  # 1048576 x 9.97 / 24, rounded down
+    (MAX_SEQ_V1.replace("9.97 GiB).", "9.45 GiB). Based on the available memory, the estimated maximum model "
+                        "length is 5632."), 1048576, 5632),  # vLLM's own estimate
+])
+def test_the_context_that_fits_is_read_from_the_error(text: str, asked: int, fits: int) -> None:
+    fit = kv_fit(text)
+    assert fit is not None and (fit.asked, fit.fits) == (asked, fits)
+
+
+def test_max_seq_len_error_advises_the_context_that_fits_or_more_memory() -> None:
+    (f,) = found([MAX_SEQ_V0], "oom.startup")
+    assert (f.engine, f.flag, f.current) == ("vllm", "--max-model-len", "32768")
+    assert f.suggested == "16640 (or --gpu-memory-utilization 0.95)"
+    assert "16640 tokens fit" in f.message and f.tradeoff and f.confidence == "high"
+    assert f.evidence.facts["fits"] == 16640
+
+
+def test_no_cache_blocks_advises_more_gpu_memory() -> None:
+    (f,) = found(["vllm-1  | ERROR 11-18 18:07:28 engine.py:366] " + NO_BLOCKS], "oom.startup")
+    assert (f.flag, f.suggested, f.current) == ("--gpu-memory-utilization", "0.95", "0.9 (default)")
+
+
+@pytest.mark.parametrize("blocks,fires", [(0, True), (1, False)])
+def test_zero_gpu_blocks_at_start_up_is_no_room_for_the_kv_cache(blocks: int, fires: bool) -> None:
+    lines = ["INFO 04-27 10:11:03 llm_engine.py:70] Initializing an LLM engine with config: model='m', "
+             "max_seq_len=4096, tensor_parallel_size=1",
+             f"INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: {blocks}, # CPU blocks: 256"]
+    findings = found(lines, "oom.startup")
+    assert bool(findings) is fires
+    if fires:
+        assert (findings[0].flag, findings[0].suggested) == ("--gpu-memory-utilization", "0.95")
+        assert findings[0].evidence.facts["device_blocks"] == 0
+
+
+@pytest.mark.parametrize("gib,fires", [(-1.2, True), (0.0, True), (0.5, False)])
+def test_kv_cache_memory_at_or_below_zero_is_no_room_for_the_kv_cache(gib: float, fires: bool) -> None:
+    lines = VllmLog().start(kv_gb=gib, gpu_memory_utilization=0.8).lines
+    findings = found(lines, "oom.startup")
+    assert bool(findings) is fires
+    if fires:
+        assert (findings[0].flag, findings[0].suggested, findings[0].current) == (
+            "--gpu-memory-utilization", "0.85", "0.8")
+
+
+# -- OOM while capturing CUDA graphs, and in the sampler ---------------------------------------------------------
+
+def _sglang_oom(*, capture_ended: bool, frame: str) -> list[str]:
+    log = Log("0.4.9").add(lf.server_args(**ARGS), scheduler=False)
+    log.add("Capture cuda graph begin. This can take up to several minutes.", dt=1)
+    if capture_ended:
+        log.add("Capture cuda graph end. Time elapsed: 12.34 s", dt=1)
+    return log.add("Scheduler hit an exception: Traceback (most recent call last):\n"
+                   f'  File "cuda_graph_runner.py", line 1, in {frame}\n' + CUDA_OOM, dt=1).lines
+
+
+@pytest.mark.parametrize("ended,frame,rule", [
+    (False, "run", "oom.graph_capture"),  # capture began and never ended
+    (True, "capture_one_batch_size", "oom.graph_capture"),  # the traceback names the capture
+    (True, "replay", "oom.other"),  # graphs were captured: an OOM while serving
+])
+def test_sglang_oom_during_graph_capture_halves_the_captured_maximum(ended: bool, frame: str, rule: str) -> None:
+    findings = analyze(lines=_sglang_oom(capture_ended=ended, frame=frame)).findings
+    ids = {f.id for f in findings}
+    assert rule in ids and ({"oom.graph_capture", "oom.other"} - {rule}).isdisjoint(ids)
+    if rule == "oom.graph_capture":
+        (f,) = [f for f in findings if f.id == rule]
+        assert (f.flag, f.current) == ("--cuda-graph-max-bs", "256")
+        assert f.suggested == "128 (or --mem-fraction-static 0.80; or --disable-cuda-graph)"
+
+
+def _vllm_oom(source: str, frame: str) -> list[str]:
+    head = "(EngineCore_DP0 pid=7) ERROR 11-21 23:10:29 [core.py:700] "
+    return [head + "EngineCore failed to start.", head + "Traceback (most recent call last):",
+            head + VLLM_FILE.format(source, frame), head + CUDA_OOM]
+
+
+def test_vllm_oom_during_graph_capture_offers_the_capture_size_memory_and_eager() -> None:
+    (f,) = found(_vllm_oom("worker/gpu_model_runner.py", "capture_model"), "oom.graph_capture")
+    assert (f.engine, f.flag, f.current) == ("vllm", "--max-cudagraph-capture-size", "512")
+    assert f.suggested == "256 (or --gpu-memory-utilization 0.85; or --enforce-eager)"
+
+
+@pytest.mark.parametrize("source,alternative", [("sample/sampler.py", "--max-num-seqs"),
+                                                ("worker/gpu_model_runner.py", None)])
+def test_vllm_oom_in_the_sampler_offers_a_lower_running_cap(source: str, alternative: str | None) -> None:
+    (f,) = found(_vllm_oom(source, "forward"), "oom.other")
+    assert f.flag == "--gpu-memory-utilization"
+    assert (f.suggested == "0.85 (or --max-num-seqs lower)") is (alternative is not None)
+
+
+# -- short excerpts: confidence, not silence ---------------------------------------------------------------------
+
+def _decode_lines(n: int, *, queue: int | list[int] = 5, usage: float = 0.94) -> list[str]:
+    queues = queue if isinstance(queue, list) else [queue] * n
+    log = Log("0.5.5")
+    for q in queues[:n]:
+        log.add(lf.decode("0.5.5", running=6, token=int(usage * 2043), usage=usage, throughput=445.0, queue=q), dt=1)
+    return log.lines
+
+
+@pytest.mark.parametrize("n,confidence,severity", [(1, "low", "info"), (3, "low", "info"), (4, "medium", "warning"),
+                                                   (9, "medium", "warning")])
+def test_a_short_excerpt_with_a_full_pool_and_a_queue_gets_advice_with_its_confidence(
+        n: int, confidence: str, severity: str) -> None:
+    (f,) = found(_decode_lines(n), "capacity.pool_bound")
+    assert (f.confidence, f.severity, f.evidence.count) == (confidence, severity, n)
+    assert (f.flag, f.suggested) == ("--mem-fraction-static", "higher (or --kv-cache-dtype fp8_e5m2)")
+    assert "a pool of about 20" in f.message and len(f.ranks) == 1
+
+
+@pytest.mark.parametrize("lines", [_decode_lines(3, queue=0), _decode_lines(3, usage=0.89),
+                                   _decode_lines(3, queue=[5, 0, 5])])
+def test_a_short_excerpt_is_judged_only_when_every_line_shows_the_problem(lines: list[str]) -> None:
+    d = analyze(lines=lines)
+    assert not [f for f in d.findings if f.id == "capacity.pool_bound"]
+    assert d.verdict.startswith("NOT ENOUGH DATA")
+
+
+def test_a_short_vllm_excerpt_with_a_full_cache_and_waiting_requests_advises_more_gpu_memory() -> None:
+    lines = VllmLog().start().stats_series(5, running=18, waiting=40, usage=0.96, gen=1000.0).lines
+    (f,) = found(lines, "capacity.pool_bound")
+    assert (f.flag, f.suggested, f.confidence, f.severity) == ("--gpu-memory-utilization", "0.95", "medium", "warning")
+    assert f.evidence.seconds == 40.0
+
+
+def _queued_lines(n: int, *, queue: int = 300, usage: float = 0.05) -> list[str]:
+    log = Log("0.4.9").add(lf.server_args(**ARGS, chunked_prefill_size=2048, max_prefill_tokens=4096),
+                           scheduler=False)
+    for _ in range(n):
+        log.add(lf.decode("0.4.9", running=8, token=int(usage * 665690), usage=usage, throughput=400.0, queue=queue),
+                dt=1)
+    return log.lines
+
+
+@pytest.mark.parametrize("n,queue,usage,confidence", [(2, 300, 0.05, "low"), (5, 100, 0.1, "medium"),
+                                                       (2, 99, 0.05, None), (2, 300, 0.11, None)])
+def test_a_short_excerpt_with_hundreds_queued_at_an_empty_pool_raises_the_prefill_budget(
+        n: int, queue: int, usage: float, confidence: str | None) -> None:
+    findings = found(_queued_lines(n, queue=queue, usage=usage), "usage.prefill_bound")
+    assert [f.confidence for f in findings] == ([confidence] if confidence else [])
+    if confidence:
+        (f,) = findings
+        assert (f.flag, f.suggested, f.current) == ("--chunked-prefill-size", "8192 (with --max-prefill-tokens 8192)",
+                                                    "2048")
+        assert f.severity == ("info" if confidence == "low" else "warning")
+
+
+def test_a_short_vllm_excerpt_with_hundreds_waiting_at_an_empty_cache_raises_the_step_budget() -> None:
+    lines = VllmLog().start().stats_series(5, running=4, waiting=300, usage=0.02, gen=100.0).lines
+    (f,) = found(lines, "usage.prefill_bound")
+    assert (f.flag, f.suggested, f.confidence) == ("--max-num-batched-tokens", "16384", "medium")
+
+
+def test_confidence_and_seconds_are_in_the_json_and_the_terminal_report() -> None:
+    d = analyze(lines=_decode_lines(2))
+    (f,) = [x for x in to_dict(d)["findings"] if x["id"] == "capacity.pool_bound"]
+    assert f["confidence"] == "low" and f["evidence"]["seconds"] == 1.0 and f["evidence"]["count"] == 2
+    out = io.StringIO()
+    render(d, Console(file=out, width=200, color_system=None))
+    assert "confidence: low" in out.getvalue() and "(1 s) on 1 rank" in out.getvalue()
+    assert d.verdict.startswith("OK, with suggestions: KV pool full with requests waiting (1 info, low confidence)")
+
+
+def test_findings_on_enough_lines_or_printed_errors_have_high_confidence() -> None:
+    log = Log("0.4.9").start(**ARGS).decode_series(30, running=200, queue=8, usage=0.95)
+    assert {f.confidence for f in analyze(lines=log.lines).findings} == {"high"}
+
+
+# -- the corpus excerpts these rules were written for -----------------------------------------------------------
+
+@pytest.mark.parametrize("name,rule,flag,suggested,confidence", [
+    ("downstream/bonito-7-max-seq-len-kv", "oom.startup", "--max-model-len",
+     "16640 (or --gpu-memory-utilization 0.95)", "high"),
+    ("downstream/gptfuzz-27-max-seq-len-kv", "oom.startup", "--max-model-len",
+     "1792 (or --gpu-memory-utilization 0.95)", "high"),
+    ("downstream/product-catalog-10-max-seq-len-kv", "oom.startup", "--max-model-len",
+     "3584 (or --gpu-memory-utilization 0.95)", "high"),
+    ("downstream/tpu-inference-223-serve-one-request", "oom.startup", "--max-model-len",
+     "5632 (or --gpu-memory-utilization 0.95)", "high"),
+    ("vllm/vllm-16118-v1-quoted-serve-one-request", "oom.startup", "--max-model-len",
+     "435456 (or --gpu-memory-utilization 0.95)", "high"),
+    ("vllm/vllm-10517-max-seq-len-kv-29k", "oom.startup", "--max-model-len",
+     "23552 (or --gpu-memory-utilization 0.95)", "high"),
+    ("vllm/vllm-10439-compose-no-cache-blocks", "oom.startup", "--gpu-memory-utilization", "0.95", "high"),
+    ("downstream/qanything-302-v0-zero-gpu-blocks", "oom.startup", "--gpu-memory-utilization", "0.95", "high"),
+    ("vllm/vllm-9290-v0-multistep-cuda-oom", "oom.other", "--gpu-memory-utilization", "0.85", "high"),
+    ("sglang/sglang-14972-tiny-pool-full", "capacity.pool_bound", "--mem-fraction-static",
+     "higher (or --kv-cache-dtype fp8_e5m2)", "medium"),
+    ("vllm/vllm-43295-v1-mtp-kv-full", "capacity.pool_bound", "--gpu-memory-utilization", "0.95", "medium"),
+])
+def test_corpus_excerpts_get_the_advice_an_expert_gives(name: str, rule: str, flag: str, suggested: str,
+                                                        confidence: str) -> None:
+    findings = [f for f in analyze([CORPUS / f"{name}.log"]).findings if f.id == rule]
+    assert [(f.flag, f.suggested, f.confidence) for f in findings] == [(flag, suggested, confidence)]
+
+
+@pytest.mark.parametrize("name", ["downstream/tt-vllm-55-v0-heartbeat-kv-high",
+                                  "vllm/vllm-21809-v1-kv-filling-no-queue", "vllm/vllm-3094-v0-single-stats-pending",
+                                  "sglang/sglang-2255-chunked-prefill-queue"])
+def test_short_corpus_excerpts_without_a_queue_behind_a_full_pool_get_no_pool_advice(name: str) -> None:
+    assert not [f for f in analyze([CORPUS / f"{name}.log"]).findings if f.id == "capacity.pool_bound"]
