@@ -28,9 +28,8 @@ from toolkit.runtime.io_struct import (
     context_length_error,
     token_id_error,
 )
-from toolkit.runtime.launch import launch_scheduler, model_source
+from toolkit.runtime.launch import launch_scheduler
 from toolkit.runtime.logging_setup import configure_logging
-from toolkit.runtime.model_runner import check_tp_size
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 from toolkit.runtime.server_args import ServerArgs
 
@@ -74,7 +73,6 @@ class Engine:
         self._threads = torch.get_num_threads()
         self.followers: RankProcesses | None = None
         if args.tp_size > 1:
-            check_tp_size(model_source(args).config, args.tp_size)
             from toolkit.runtime.server.scheduler_process import run_scheduler_process
 
             self.followers = RankProcesses(ranks[1:], run_scheduler_process,

@@ -18,6 +18,7 @@ class FinishReason:
     kind: FinishKind
     matched: int | str | None = None  # the stop token id or stop string that ended the request
     message: str | None = None  # why an abort happened
+    code: str | None = None  # an abort the server chose for load, not the request's fault: "waiting_timeout"
 
     def to_json(self) -> dict[str, Any]:
         """SGLang's `meta_info.finish_reason`."""
@@ -26,6 +27,9 @@ class FinishReason:
         if self.kind == "abort":
             return {"type": "abort", "message": self.message}
         return {"type": "stop", "matched": self.matched}
+
+
+WAITING_TIMEOUT = "waiting_timeout"  # FinishReason.code: waited past --queue-timeout before it was scheduled
 
 
 # ---- front end → scheduler ----
@@ -106,10 +110,6 @@ class FlushCacheResult:
 @dataclass(frozen=True)
 class SchedulerFailed:
     message: str
-
-
-ToScheduler = GenerateInput | AbortRequest | FlushCacheRequest | ShutdownRequest | DrainRequest
-FromScheduler = SchedulerReady | BatchOutput | FlushCacheResult | SchedulerFailed
 
 
 # ---- checks both sides apply ----

@@ -1,5 +1,5 @@
-"""Everything between parsed flags and a ready scheduler: device defaults, this rank's device and threads, its TP
-group, model, tokenizer, log lines."""
+"""Everything between parsed flags and a ready scheduler: this rank's device and threads, its device defaults
+(`device_defaults`), its TP group, model, tokenizer, log lines."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,42 +8,17 @@ from collections.abc import Callable
 
 import torch
 
+from toolkit.runtime.device_defaults import with_device_defaults
 from toolkit.runtime.distributed.group import TPGroup
 from toolkit.runtime.distributed.topology import RankInfo
-from toolkit.runtime.memory.device import resolve_device, total_memory_mib
-from toolkit.runtime.memory.planning import CPU_CHUNKED_PREFILL_SIZE, cuda_defaults, default_page_size
+from toolkit.runtime.memory.device import resolve_device
 from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
 from toolkit.runtime.model_loader.tokenizer import load_tokenizer
 from toolkit.runtime.model_runner import ModelRunner, check_tp_size
 from toolkit.runtime.scheduler.scheduler import Scheduler
-from toolkit.runtime.server_args import ServerArgs
+from toolkit.runtime.server_args import ResolvedArgs, ServerArgs
 
 logger = logging.getLogger("runtime")
-
-
-def with_device_defaults(args: ServerArgs) -> ServerArgs:
-    """Fill the flags SGLang derives from the device's memory (docs/scheduling.md §4)."""
-    device = resolve_device(args.device)
-    args = args.replace(page_size=args.page_size or default_page_size(device.type))
-    if device.type != "cuda":
-        if args.base_gpu_id:
-            raise ValueError(f"--base-gpu-id {args.base_gpu_id}: the device is {device.type}; GPU ids need CUDA")
-        # NOTE: overlap off on a CPU: the host's work in a second thread takes a core from the forward's OpenMP
-        # team, whose every op then waits at its barrier (measured: benchmarks/results/vs_vllm_cpu.json).
-        return args.replace(
-            device="cpu",
-            chunked_prefill_size=args.chunked_prefill_size or CPU_CHUNKED_PREFILL_SIZE,
-            disable_cuda_graph=True,
-            disable_overlap_schedule=args.disable_overlap_schedule is not False,
-        )
-    defaults = cuda_defaults(total_memory_mib(device), args.tp_size)
-    return args.replace(
-        device="cuda",
-        chunked_prefill_size=args.chunked_prefill_size or defaults.chunked_prefill_size,
-        cuda_graph_max_bs=args.cuda_graph_max_bs or defaults.cuda_graph_max_bs,
-        mem_fraction_static=args.mem_fraction_static or defaults.mem_fraction_static,
-        disable_overlap_schedule=bool(args.disable_overlap_schedule),
-    )
 
 
 def model_source(args: ServerArgs) -> ModelSource:
@@ -61,7 +36,7 @@ def eos_token_ids(source: ModelSource, tokenizer) -> frozenset[int]:
 
 @dataclasses.dataclass
 class LaunchedScheduler:
-    args: ServerArgs
+    args: ResolvedArgs
     source: ModelSource
     tokenizer: object
     runner: ModelRunner

@@ -14,19 +14,13 @@ from toolkit.runtime.attention.base import AttentionBackend
 from toolkit.runtime.attention.registry import create_backend, resolve_backend_name
 from toolkit.runtime.cuda_graph_runner import CompiledReplay, CudaGraphRunner, capture_batch_sizes
 from toolkit.runtime.cpu_threads import CpuThreadPolicy
-from toolkit.runtime.memory.device import available_memory_gib, resolve_device, total_memory_mib
+from toolkit.runtime.device_defaults import with_device_defaults
+from toolkit.runtime.memory.device import available_memory_gib, resolve_device
 from toolkit.runtime.forward_batch import ForwardBatch
 from toolkit.runtime.memory.allocator import TokenAllocator
 from toolkit.runtime.memory.kv_pool import KVPool
 from toolkit.runtime.memory.req_to_token import ReqToTokenPool
-from toolkit.runtime.memory.planning import (
-    PoolPlan,
-    cuda_defaults,
-    default_page_size,
-    plan_cpu_pool,
-    plan_cuda_pool,
-    req_to_token_pool_size,
-)
+from toolkit.runtime.memory.planning import PoolPlan, plan_cpu_pool, plan_cuda_pool, req_to_token_pool_size
 from toolkit.runtime.model_loader.config import ModelConfig
 from toolkit.runtime.model_loader.errors import ModelLoadError
 from toolkit.runtime.model_loader.loader import ModelSource, resolve_model_source
@@ -127,12 +121,12 @@ def build_model(config: ModelConfig, max_positions: int, device: torch.device, d
 class ModelRunner:
     """`tp`: this rank's TP group (None for one device): the model holds this rank's shard and the KV pool its KV
     heads, sized from the smallest rank's memory. `host_processes`: scheduler processes sharing this host's CPU
-    RAM budget."""
+    RAM budget. Arguments not yet resolved get the device's defaults here (`device_defaults`)."""
 
     def __init__(self, args: ServerArgs, source: ModelSource | None = None,
                  tp: TPGroup | None = None, host_processes: int = 1) -> None:
+        self.args = args = with_device_defaults(args)
         self.device = resolve_device(args.device)
-        self.args = args = args.replace(page_size=args.page_size or default_page_size(self.device.type))
         self.tp = tp
         self.host_processes = host_processes
         self.cpu_threads = CpuThreadPolicy() if self.device.type == "cpu" else None
@@ -140,7 +134,6 @@ class ModelRunner:
             args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
         )
         self.config = self.source.config
-        check_tp_size(self.config, tp.size if tp is not None else 1)
         self.quantization = resolve_quantization(args.quantization, self.config)
         self.dtype = resolve_dtype(args.dtype, self.config, self.device)
         if self.device.type == "cpu":
@@ -206,7 +199,7 @@ class ModelRunner:
         args = self.args
         if self.device.type == "cuda":
             plan = plan_cuda_pool(
-                self.avail_before_weights, self.avail_after_weights, args.mem_fraction_static or 0.88,
+                self.avail_before_weights, self.avail_after_weights, args.mem_fraction_static,
                 self.kv_bytes_per_token, args.page_size, args.max_total_tokens,
             )
         else:
@@ -254,9 +247,7 @@ class ModelRunner:
             sizes = capture_batch_sizes(args.cuda_graph_bs, args.torch_compile_max_bs, self.req_to_token_pool.size)
             compile_sizes = sizes
         else:
-            defaults = cuda_defaults(total_memory_mib(self.device), args.tp_size)
-            max_bs = args.cuda_graph_max_bs or defaults.cuda_graph_max_bs
-            sizes = capture_batch_sizes(args.cuda_graph_bs, max_bs, self.req_to_token_pool.size)
+            sizes = capture_batch_sizes(args.cuda_graph_bs, args.cuda_graph_max_bs, self.req_to_token_pool.size)
             compile_sizes = [bs for bs in sizes if bs <= args.torch_compile_max_bs] if args.enable_torch_compile else []
         runner = CudaGraphRunner(
             self.model, self.attn_backend, self.kv_pool, self.req_to_token_pool, self.device, sizes, compile_sizes,

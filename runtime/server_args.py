@@ -1,7 +1,9 @@
 """The one set of server arguments, shared by `toolkit serve`, the offline `Engine` and the scheduler.
 
-Flag names and meanings follow SGLang. `resolve_defaults` fills the values SGLang derives from the
-device (docs/scheduling.md §4) once the device memory is known; everything else is a plain default here.
+Flag names and meanings follow SGLang. Each field declares its flag once (`flag(...)`: group, help, choices,
+aliases, lower bound, whether the device fills it); argparse, `validate`, `--help` and the README table's test
+derive from that. The defaults SGLang derives from the device are filled once, into a frozen `ResolvedArgs`
+(`runtime/device_defaults.py`, docs/scheduling.md §4), which the model runner and the scheduler receive.
 """
 from __future__ import annotations
 
@@ -10,19 +12,35 @@ import dataclasses
 import difflib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
-SchedulePolicy = Literal["fcfs", "lpm", "dfs-weight", "lof", "random"]
-SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
-ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "torch_native", "triton", "flashinfer")
-DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
-LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "gguf", "dummy")
-KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8_e5m2", "fp8_e4m3")
-LOAD_BALANCE_METHODS: tuple[str, ...] = ("round_robin", "shortest_queue", "minimum_tokens")
-SAMPLING_BACKENDS: tuple[str, ...] = ("pytorch",)
-SECRET_FIELDS: tuple[str, ...] = ("api_key",)
 REDACTED = "***"
+FLAG = "flag"  # the key of a field's `Flag` in its metadata
+
+MODEL = "Model and tokenizer"
+HTTP = "HTTP server"
+MEMORY = "Memory and scheduling"
+KERNELS = "Kernels and optimizations"
+PARALLELISM = "Parallelism"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a `ServerArgs` field appears on the command line. `from_device`: None here until the device fills it,
+    on any device or only with CUDA (`ResolvedArgs` checks it was)."""
+
+    group: str
+    help: str
+    choices: tuple[str, ...] | None = None
+    aliases: tuple[str, ...] = ()
+    minimum: int | None = None
+    from_device: Literal["any", "cuda"] | None = None
+    secret: bool = False
+
+
+def flag(default: Any, group: str, help: str, **spec: Any) -> Any:
+    return field(default=default, metadata={FLAG: Flag(group, help, **spec)})
 
 
 def redacted(secret: str | None) -> str | None:
@@ -30,97 +48,127 @@ def redacted(secret: str | None) -> str | None:
     return None if secret is None else REDACTED
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, frozen=True)
 class ServerArgs:
-    # Model
-    model_path: str | None = None
-    tokenizer_path: str | None = None
-    served_model_name: str | None = None
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    context_length: int | None = None
-    load_format: str = "auto"
-    chat_template: str | None = None
-    json_model_override_args: str = "{}"
-    device: str = "auto"
-    random_seed: int | None = None
-    quantization: str | None = None
-    # HTTP
-    host: str = "127.0.0.1"
-    port: int = 30000
-    api_key: str | None = None
-    enable_metrics: bool = False
-    enable_cache_report: bool = False
-    log_requests: bool = False
-    log_level: str = "info"
-    stream_interval: int = 1
-    log_file: str | None = None
-    # Memory and scheduling
-    mem_fraction_static: float | None = None
-    max_running_requests: int | None = None
-    max_total_tokens: int | None = None
-    chunked_prefill_size: int | None = None
-    max_prefill_tokens: int = 16384
-    schedule_policy: str = "fcfs"
-    schedule_conservativeness: float = 1.0
-    page_size: int | None = None  # None: the device's default (1 with CUDA, 16 on a CPU)
-    disable_radix_cache: bool = False
-    enable_mixed_chunk: bool = False
-    disable_overlap_schedule: bool | None = None  # None: the device's default (on with CUDA, off on a CPU)
-    decode_log_interval: int = 40
-    watchdog_timeout: float = 300.0
-    allow_auto_truncate: bool = False
-    # Kernels
-    attention_backend: str = "auto"
-    sampling_backend: str | None = None
-    disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int | None = None
-    cuda_graph_bs: list[int] | None = None
-    enable_torch_compile: bool = False
-    torch_compile_max_bs: int = 32
-    # Parallelism
-    tp_size: int = 1
-    dp_size: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    dist_init_addr: str | None = None
-    dist_timeout: int | None = None
-    load_balance_method: str = "round_robin"
-    base_gpu_id: int = 0
+    model_path: str | None = flag(
+        None, MODEL, "Model folder (config.json + safetensors), a .gguf file, or a preset name with --load-format "
+        "dummy. Default: the embedded SmolLM2-135M-Instruct.")
+    tokenizer_path: str | None = flag(None, MODEL, "Tokenizer folder or .gguf file (default: the model's).")
+    served_model_name: str | None = flag(
+        None, MODEL, "The model name reported by /v1/models (default: derived from --model-path).")
+    dtype: str = flag(
+        "auto", MODEL, "Weight and activation dtype. auto: float32 for a float32 checkpoint; else on CUDA float16 "
+        "for a float16 checkpoint and bfloat16 otherwise, on a CPU bfloat16 where oneDNN multiplies it natively and "
+        "float32 elsewhere.", choices=("auto", "float32", "bfloat16", "float16"))
+    kv_cache_dtype: str = flag(
+        "auto", MODEL, "KV cache dtype: auto (the model's), or fp8_e5m2 / fp8_e4m3 (one byte per value: twice the "
+        "tokens per GB; scale 1.0, or the checkpoint's per-layer k_scale/v_scale).",
+        choices=("auto", "fp8_e5m2", "fp8_e4m3"))
+    context_length: int | None = flag(None, MODEL, "Maximum context length (default: the model's).", minimum=1)
+    load_format: str = flag("auto", MODEL, "auto, safetensors, gguf, or dummy (random weights for the config).",
+                            choices=("auto", "safetensors", "gguf", "dummy"))
+    chat_template: str | None = flag(None, MODEL, "A Jinja chat template file or string overriding the tokenizer's.")
+    json_model_override_args: str = flag("{}", MODEL, "JSON dict overriding fields of the model config.")
+    device: str = flag("auto", MODEL, "auto picks CUDA when available, else CPU.", choices=("auto", "cpu", "cuda"),
+                       from_device="any")
+    random_seed: int | None = flag(None, MODEL, "Seed for dummy weights and sampling.")
+    quantization: str | None = flag(
+        None, MODEL, "fp8: linear weights in float8 e4m3 with per-channel scales (bf16/fp16 checkpoints are "
+        "quantized at load; fp8 checkpoints load as they are). GEMMs run in fp8 on CUDA (sm89+), dequantized per "
+        "GEMM elsewhere.", choices=("fp8",))
+
+    host: str = flag("127.0.0.1", HTTP, "Bind address (default 127.0.0.1).")
+    port: int = flag(30000, HTTP, "HTTP port.")
+    api_key: str | None = flag(None, HTTP, "Require `Authorization: Bearer KEY` on every endpoint but /health.",
+                               secret=True)
+    enable_metrics: bool = flag(False, HTTP, "Expose Prometheus metrics at /metrics.")
+    enable_cache_report: bool = flag(False, HTTP, "Report cached prompt tokens in usage.prompt_tokens_details.")
+    log_requests: bool = flag(False, HTTP, "Log each request's inputs and outputs.")
+    log_level: str = flag("info", HTTP, "Logging level.", choices=("debug", "info", "warning", "error", "critical"))
+    stream_interval: int = flag(1, HTTP, "Stream every N tokens.", minimum=1)
+    log_file: str | None = flag(None, HTTP, "Also write the log to this file.")
+
+    mem_fraction_static: float | None = flag(None, MEMORY, "Fraction of device memory for weights and KV pool.",
+                                             from_device="cuda")
+    max_running_requests: int | None = flag(None, MEMORY, "Cap on concurrently running requests.", minimum=1)
+    max_queued_requests: int | None = flag(
+        None, MEMORY, "Cap on the requests waiting to be scheduled: a request that would make the waiting queue "
+        "longer gets 503 at once, with Retry-After (per DP replica; default: no cap).", minimum=0)
+    queue_timeout: float | None = flag(
+        None, MEMORY, "Seconds a request may wait in the queue before it is first scheduled; past that it is "
+        "aborted and answered 503 (SGLang's SGLANG_REQ_WAITING_TIMEOUT; default: no limit).")
+    max_total_tokens: int | None = flag(None, MEMORY, "Cap on the KV pool size in tokens.", minimum=1)
+    chunked_prefill_size: int | None = flag(None, MEMORY, "Max tokens per prefill chunk; -1 disables chunking.",
+                                            from_device="any")
+    max_prefill_tokens: int = flag(
+        16384, MEMORY, "Token budget of one prefill batch (the first request may exceed it).", minimum=1)
+    schedule_policy: str = flag(
+        "fcfs", MEMORY, "Waiting-queue order: fcfs, lpm (longest prefix match), dfs-weight, lof, random.",
+        choices=("fcfs", "lpm", "dfs-weight", "lof", "random"))
+    schedule_conservativeness: float = flag(
+        1.0, MEMORY, "Scales the new-token ratio; higher admits fewer requests (fewer retractions).")
+    page_size: int | None = flag(
+        None, MEMORY, "Tokens per KV page. Default: 1 with CUDA (SGLang's); 16 on a CPU, where a request's decode "
+        "tokens then sit together in its pages for the in-place decode kernel.", minimum=1, from_device="any")
+    disable_radix_cache: bool = flag(False, MEMORY, "Disable the radix prefix cache.")
+    enable_mixed_chunk: bool = flag(False, MEMORY, "Let decode requests ride along in prefill batches.")
+    disable_overlap_schedule: bool | None = flag(
+        None, MEMORY, "Run each step to the end before scheduling the next. The default with CUDA overlaps the "
+        "host's work with the forward of the step in flight; on a CPU, where the forward already uses every core, "
+        "overlap is off unless --enable-overlap-schedule.", from_device="any")
+    decode_log_interval: int = flag(40, MEMORY, "Log a `Decode batch.` line every N decode steps.", minimum=1)
+    watchdog_timeout: float = flag(300.0, MEMORY, "Seconds a forward pass may take before the watchdog kills the "
+                                   "server.")
+    allow_auto_truncate: bool = flag(False, MEMORY, "Truncate prompts longer than the context instead of rejecting "
+                                     "them.")
+
+    attention_backend: str = flag("auto", KERNELS, "auto, torch_native, triton or flashinfer.",
+                                  choices=("auto", "torch_native", "triton", "flashinfer"))
+    sampling_backend: str | None = flag(
+        None, KERNELS, "pytorch (the only sampler here: torch ops on the device; SGLang's flashinfer sampling "
+        "kernels are not implemented, so that value is refused).", choices=("pytorch",))
+    disable_cuda_graph: bool = flag(False, KERNELS, "Run decode eagerly.")
+    cuda_graph_max_bs: int | None = flag(None, KERNELS, "Largest decode batch captured in a CUDA graph.",
+                                         from_device="cuda")
+    cuda_graph_bs: list[int] | None = flag(None, KERNELS, "Explicit list of batch sizes to capture.")
+    enable_torch_compile: bool = flag(False, KERNELS, "torch.compile the decode path.")
+    torch_compile_max_bs: int = flag(32, KERNELS, "Largest batch compiled with torch.compile.")
+
+    tp_size: int = flag(
+        1, PARALLELISM, "Tensor parallel size (alias --tp): the model is sharded over this many ranks "
+        "(torch.distributed: NCCL on CUDA, gloo on CPU).", aliases=("--tp", "--tensor-parallel-size"), minimum=1)
+    dp_size: int = flag(
+        1, PARALLELISM, "Data parallel size: this many engine replicas (each its own TP group) behind the HTTP "
+        "server.", aliases=("--data-parallel-size",), minimum=1)
+    load_balance_method: str = flag(
+        "round_robin", PARALLELISM, "How requests are routed to the DP replicas: round_robin, shortest_queue "
+        "(fewest open requests), minimum_tokens (fewest tokens held by open requests).",
+        choices=("round_robin", "shortest_queue", "minimum_tokens"))
+    nnodes: int = flag(1, PARALLELISM, "Number of nodes the TP group spans; start `toolkit serve` once per node "
+                       "with its --node-rank.", minimum=1)
+    node_rank: int = flag(0, PARALLELISM, "This node's rank; node 0 serves HTTP.")
+    dist_init_addr: str | None = flag(
+        None, PARALLELISM, "HOST:PORT where node 0's TP rank 0 listens for the other ranks (needed with "
+        "--nnodes > 1).")
+    dist_timeout: int | None = flag(
+        None, PARALLELISM, "Seconds to wait for every TP rank to join the group (default 300).", minimum=1)
+    base_gpu_id: int = flag(
+        0, PARALLELISM, "First GPU of this node (CUDA): rank r of replica d uses base + d * ranks-per-node + r.",
+        minimum=0)
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Reject values SGLang would reject, naming the flag."""
-        _check_choice("--dtype", self.dtype, DTYPES)
-        _check_choice("--load-format", self.load_format, LOAD_FORMATS)
-        _check_choice("--schedule-policy", self.schedule_policy, SCHEDULE_POLICIES)
-        _check_choice("--attention-backend", self.attention_backend, ATTENTION_BACKENDS)
-        _check_choice("--kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
-        _check_choice("--load-balance-method", self.load_balance_method, LOAD_BALANCE_METHODS)
-        if self.sampling_backend is not None:
-            _check_choice("--sampling-backend", self.sampling_backend, SAMPLING_BACKENDS)
-        _check_choice("--device", self.device, ("auto", "cpu", "cuda"))
-        if self.quantization not in (None, "fp8"):
-            raise ValueError(f"--quantization {self.quantization}: supported values are fp8")
-        if self.page_size is not None and self.page_size < 1:
-            raise ValueError(f"--page-size must be >= 1, got {self.page_size}")
+        for f, spec in flag_fields():
+            _check_flag(f.name, getattr(self, f.name), spec)
         if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
             raise ValueError(f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
         if self.schedule_conservativeness <= 0:
             raise ValueError(f"--schedule-conservativeness must be > 0, got {self.schedule_conservativeness}")
-        if self.decode_log_interval < 1:
-            raise ValueError(f"--decode-log-interval must be >= 1, got {self.decode_log_interval}")
-        if self.stream_interval < 1:
-            raise ValueError(f"--stream-interval must be >= 1, got {self.stream_interval}")
-        if self.max_prefill_tokens < 1:
-            raise ValueError(f"--max-prefill-tokens must be >= 1, got {self.max_prefill_tokens}")
-        for flag, value in (("--max-running-requests", self.max_running_requests),
-                            ("--max-total-tokens", self.max_total_tokens),
-                            ("--context-length", self.context_length)):
-            if value is not None and value < 1:
-                raise ValueError(f"{flag} must be >= 1, got {value}")
+        if self.queue_timeout is not None and not self.queue_timeout > 0:
+            raise ValueError(f"--queue-timeout must be > 0 seconds, got {self.queue_timeout}")
         if self.chunked_prefill_size is not None and self.chunked_prefill_size == 0:
             raise ValueError("--chunked-prefill-size must be positive, or -1 to disable chunking")
         try:
@@ -130,13 +178,6 @@ class ServerArgs:
         self._validate_parallelism()
 
     def _validate_parallelism(self) -> None:
-        for flag, value in (("--tp-size", self.tp_size), ("--dp-size", self.dp_size), ("--nnodes", self.nnodes)):
-            if value < 1:
-                raise ValueError(f"{flag} must be >= 1, got {value}")
-        if self.base_gpu_id < 0:
-            raise ValueError(f"--base-gpu-id must be >= 0, got {self.base_gpu_id}")
-        if self.dist_timeout is not None and self.dist_timeout < 1:
-            raise ValueError(f"--dist-timeout must be >= 1 second, got {self.dist_timeout}")
         if not 0 <= self.node_rank < self.nnodes:
             raise ValueError(f"--node-rank {self.node_rank}: must be in [0, --nnodes {self.nnodes})")
         if self.dist_init_addr is not None:
@@ -164,9 +205,6 @@ class ServerArgs:
     def model_overrides(self) -> dict[str, Any]:
         return json.loads(self.json_model_override_args)
 
-    def replace(self, **changes: Any) -> ServerArgs:
-        return dataclasses.replace(self, **changes)
-
     def __repr__(self) -> str:
         """The dataclass form (the `server_args=` log line reads it) with every secret shown as '***'."""
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -179,6 +217,38 @@ class ServerArgs:
         return tuple(value for name in SECRET_FIELDS if (value := getattr(self, name)))
 
 
+@dataclass(repr=False, frozen=True)
+class ResolvedArgs(ServerArgs):
+    """`ServerArgs` with the device's defaults filled (`device_defaults.with_device_defaults`): the device is `cpu`
+    or `cuda` and every `from_device` field the device fills holds a value."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"resolved arguments name no device: --device {self.device}")
+        unfilled = [f.name for f, spec in flag_fields() if getattr(self, f.name) is None
+                    and spec.from_device in ("any", self.device)]
+        if unfilled:
+            raise ValueError(f"the device's defaults were not filled: {', '.join(unfilled)}")
+
+
+def flag_fields() -> tuple[tuple[dataclasses.Field, Flag], ...]:
+    """Every `ServerArgs` field with its flag, in `--help` order."""
+    return tuple((f, f.metadata[FLAG]) for f in dataclasses.fields(ServerArgs))
+
+
+def defaults() -> dict[str, Any]:
+    """Each argument's value when no flag sets it (None where the device or the model decides)."""
+    return {f.name: f.default for f, _ in flag_fields()}
+
+
+def cli_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+SECRET_FIELDS: tuple[str, ...] = tuple(f.name for f, spec in flag_fields() if spec.secret)
+
+
 def split_host_port(address: str) -> tuple[str, int]:
     """`--dist-init-addr HOST:PORT` (IPv6 hosts in brackets) as (host, port); a clear error otherwise."""
     host, sep, port = address.rpartition(":")
@@ -188,120 +258,16 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{flag} {value!r}: expected one of {', '.join(choices)}")
+def _check_flag(name: str, value: Any, spec: Flag) -> None:
+    if value is None:
+        return
+    if spec.choices is not None and value not in spec.choices:
+        raise ValueError(f"{cli_flag(name)} {value!r}: expected one of {', '.join(spec.choices)}")
+    if spec.minimum is not None and value < spec.minimum:
+        raise ValueError(f"{cli_flag(name)} must be >= {spec.minimum}, got {value}")
 
 
 # ---- argparse, grouped the way `python -m sglang.launch_server --help` groups its flags ----
-
-_GROUPS: dict[str, tuple[str, ...]] = {
-    "Model and tokenizer": (
-        "model_path", "tokenizer_path", "served_model_name", "dtype", "kv_cache_dtype", "context_length",
-        "load_format", "chat_template", "json_model_override_args", "device", "random_seed", "quantization",
-    ),
-    "HTTP server": (
-        "host", "port", "api_key", "enable_metrics", "enable_cache_report", "log_requests", "log_level",
-        "stream_interval", "log_file",
-    ),
-    "Memory and scheduling": (
-        "mem_fraction_static", "max_running_requests", "max_total_tokens", "chunked_prefill_size",
-        "max_prefill_tokens", "schedule_policy", "schedule_conservativeness", "page_size", "disable_radix_cache",
-        "enable_mixed_chunk", "disable_overlap_schedule", "decode_log_interval", "watchdog_timeout",
-        "allow_auto_truncate",
-    ),
-    "Kernels and optimizations": (
-        "attention_backend", "sampling_backend", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs",
-        "enable_torch_compile", "torch_compile_max_bs",
-    ),
-    "Parallelism": ("tp_size", "dp_size", "load_balance_method", "nnodes", "node_rank", "dist_init_addr",
-                    "dist_timeout", "base_gpu_id"),
-}
-
-_HELP: dict[str, str] = {
-    "model_path": "Model folder (config.json + safetensors), a .gguf file, or a preset name with "
-                  "--load-format dummy. Default: the embedded SmolLM2-135M-Instruct.",
-    "tokenizer_path": "Tokenizer folder or .gguf file (default: the model's).",
-    "served_model_name": "The model name reported by /v1/models (default: derived from --model-path).",
-    "dtype": "Weight and activation dtype. auto: bfloat16 unless the model is float32.",
-    "kv_cache_dtype": "KV cache dtype: auto (the model's), or fp8_e5m2 / fp8_e4m3 (one byte per value: twice the "
-                      "tokens per GB; scale 1.0, or the checkpoint's per-layer k_scale/v_scale).",
-    "context_length": "Maximum context length (default: the model's).",
-    "load_format": "auto, safetensors, gguf, or dummy (random weights for the config).",
-    "chat_template": "A Jinja chat template file or string overriding the tokenizer's.",
-    "json_model_override_args": "JSON dict overriding fields of the model config.",
-    "device": "auto picks CUDA when available, else CPU.",
-    "random_seed": "Seed for dummy weights and sampling.",
-    "quantization": "fp8: linear weights in float8 e4m3 with per-channel scales (bf16/fp16 checkpoints are "
-                    "quantized at load; fp8 checkpoints load as they are). GEMMs run in fp8 on CUDA (sm89+), "
-                    "dequantized per GEMM elsewhere.",
-    "host": "Bind address (default 127.0.0.1).",
-    "port": "HTTP port.",
-    "api_key": "Require `Authorization: Bearer KEY` on every endpoint but /health.",
-    "enable_metrics": "Expose Prometheus metrics at /metrics.",
-    "enable_cache_report": "Report cached prompt tokens in usage.prompt_tokens_details.",
-    "log_requests": "Log each request's inputs and outputs.",
-    "log_level": "Logging level.",
-    "stream_interval": "Stream every N tokens.",
-    "log_file": "Also write the log to this file.",
-    "mem_fraction_static": "Fraction of device memory for weights and KV pool.",
-    "max_running_requests": "Cap on concurrently running requests.",
-    "max_total_tokens": "Cap on the KV pool size in tokens.",
-    "chunked_prefill_size": "Max tokens per prefill chunk; -1 disables chunking.",
-    "max_prefill_tokens": "Token budget of one prefill batch (the first request may exceed it).",
-    "schedule_policy": "Waiting-queue order: fcfs, lpm (longest prefix match), dfs-weight, lof, random.",
-    "schedule_conservativeness": "Scales the new-token ratio; higher admits fewer requests (fewer retractions).",
-    "page_size": "Tokens per KV page. Default: 1 with CUDA (SGLang's); 16 on a CPU, where a request's decode "
-                 "tokens then sit together in its pages for the in-place decode kernel.",
-    "disable_radix_cache": "Disable the radix prefix cache.",
-    "enable_mixed_chunk": "Let decode requests ride along in prefill batches.",
-    "disable_overlap_schedule": "Run each step to the end before scheduling the next. The default with CUDA "
-                                "overlaps the host's work with the forward of the step in flight; on a CPU, where "
-                                "the forward already uses every core, overlap is off unless "
-                                "--enable-overlap-schedule.",
-    "decode_log_interval": "Log a `Decode batch.` line every N decode steps.",
-    "watchdog_timeout": "Seconds a forward pass may take before the watchdog kills the server.",
-    "allow_auto_truncate": "Truncate prompts longer than the context instead of rejecting them.",
-    "attention_backend": "auto, torch_native, triton or flashinfer.",
-    "sampling_backend": "pytorch (the only sampler here: torch ops on the device; SGLang's flashinfer sampling "
-                        "kernels are not implemented, so that value is refused).",
-    "disable_cuda_graph": "Run decode eagerly.",
-    "cuda_graph_max_bs": "Largest decode batch captured in a CUDA graph.",
-    "cuda_graph_bs": "Explicit list of batch sizes to capture.",
-    "enable_torch_compile": "torch.compile the decode path.",
-    "torch_compile_max_bs": "Largest batch compiled with torch.compile.",
-    "tp_size": "Tensor parallel size (alias --tp): the model is sharded over this many ranks (torch.distributed: "
-               "NCCL on CUDA, gloo on CPU).",
-    "dp_size": "Data parallel size: this many engine replicas (each its own TP group) behind the HTTP server.",
-    "load_balance_method": "How requests are routed to the DP replicas: round_robin, shortest_queue (fewest open "
-                           "requests), minimum_tokens (fewest tokens held by open requests).",
-    "nnodes": "Number of nodes the TP group spans; start `toolkit serve` once per node with its --node-rank.",
-    "node_rank": "This node's rank; node 0 serves HTTP.",
-    "dist_init_addr": "HOST:PORT where node 0's TP rank 0 listens for the other ranks (needed with --nnodes > 1).",
-    "dist_timeout": "Seconds to wait for every TP rank to join the group (default 300).",
-    "base_gpu_id": "First GPU of this node (CUDA): rank r of replica d uses base + d * ranks-per-node + r.",
-}
-
-_CHOICES: dict[str, Sequence[str]] = {
-    "dtype": DTYPES,
-    "load_format": LOAD_FORMATS,
-    "schedule_policy": SCHEDULE_POLICIES,
-    "attention_backend": ATTENTION_BACKENDS,
-    "kv_cache_dtype": KV_CACHE_DTYPES,
-    "load_balance_method": LOAD_BALANCE_METHODS,
-    "sampling_backend": SAMPLING_BACKENDS,
-    "device": ("auto", "cpu", "cuda"),
-    "log_level": ("debug", "info", "warning", "error", "critical"),
-    "quantization": ("fp8",),
-}
-
-
-# SGLang's short spellings of a few flags.
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "tp_size": ("--tp", "--tensor-parallel-size"),
-    "dp_size": ("--data-parallel-size",),
-}
-
 
 class SuggestingArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose error for an unknown flag names the closest known flags."""
@@ -311,10 +277,10 @@ class SuggestingArgumentParser(argparse.ArgumentParser):
             unknown = [a.split("=", 1)[0] for a in message.split(":", 1)[1].split() if a.startswith("-")]
             known = [opt for action in self._actions for opt in action.option_strings]
             hints = []
-            for flag in unknown:
-                close = difflib.get_close_matches(flag, known, n=3, cutoff=0.6)
+            for flag_name in unknown:
+                close = difflib.get_close_matches(flag_name, known, n=3, cutoff=0.6)
                 if close:
-                    hints.append(f"{flag}: did you mean {' or '.join(close)}?")
+                    hints.append(f"{flag_name}: did you mean {' or '.join(close)}?")
             if hints:
                 message = message + "\n" + "\n".join(hints)
         self.print_usage(sys.stderr)
@@ -326,35 +292,37 @@ def _field_type(f: dataclasses.Field) -> str:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    fields = {f.name: f for f in dataclasses.fields(ServerArgs)}
-    for title, names in _GROUPS.items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            _add_argument(group, fields[name])
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f, spec in flag_fields():
+        if spec.group not in groups:
+            groups[spec.group] = parser.add_argument_group(spec.group)
+        _add_argument(groups[spec.group], f, spec)
 
 
-def _add_argument(group: argparse._ArgumentGroup, f: dataclasses.Field) -> None:
-    flags = ("--" + f.name.replace("_", "-"), *_ALIASES.get(f.name, ()))
+def _add_argument(group: argparse._ArgumentGroup, f: dataclasses.Field, spec: Flag) -> None:
+    flags = (cli_flag(f.name), *spec.aliases)
     kind = _field_type(f)
-    help_text = _HELP.get(f.name, "")
-    default = f.default if f.default is not dataclasses.MISSING else None
     if kind == "bool":
-        group.add_argument(*flags, action="store_true", help=help_text)
+        group.add_argument(*flags, action="store_true", help=spec.help)
         return
     if kind == "bool|None":  # a flag pair: --disable-X sets True, its --enable-X twin False, neither the default
-        enable = "--enable-" + f.name.removeprefix("disable_").replace("_", "-")
-        group.add_argument(*flags, dest=f.name, action="store_const", const=True, default=None, help=help_text)
-        group.add_argument(enable, dest=f.name, action="store_const", const=False,
+        group.add_argument(*flags, dest=f.name, action="store_const", const=True, default=None, help=spec.help)
+        group.add_argument(enable_twin(f.name), dest=f.name, action="store_const", const=False,
                            help=f"The opposite of {flags[0]}, on any device.")
         return
     if kind.startswith("list[int]"):
-        group.add_argument(*flags, type=int, nargs="+", default=default, help=help_text)
+        group.add_argument(*flags, type=int, nargs="+", default=f.default, help=spec.help)
         return
     caster = int if kind.startswith("int") else float if kind.startswith("float") else str
     group.add_argument(
-        *flags, dest=f.name, type=caster, default=default, choices=_CHOICES.get(f.name), metavar=f.name.upper(),
-        help=f"{help_text} (default: {default})" if default is not None else help_text,
+        *flags, dest=f.name, type=caster, default=f.default, choices=spec.choices, metavar=f.name.upper(),
+        help=f"{spec.help} (default: {f.default})" if f.default is not None else spec.help,
     )
+
+
+def enable_twin(name: str) -> str:
+    """`--enable-X`, the flag that sets a `disable_X: bool | None` field to False."""
+    return cli_flag("enable_" + name.removeprefix("disable_"))
 
 
 def build_parser(prog: str = "toolkit serve") -> SuggestingArgumentParser:
@@ -387,4 +355,3 @@ def default_served_model_name(args: ServerArgs) -> str:
         return EMBEDDED_MODEL_NAME
     path = Path(args.model_path)
     return path.stem if path.suffix == ".gguf" else path.name or str(path)
-

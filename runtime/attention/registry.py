@@ -38,10 +38,6 @@ def _flashinfer(device: torch.device) -> AttentionBackend:
 _BACKENDS: dict[str, BackendFactory] = {"torch_native": _torch_native, "triton": _triton, "flashinfer": _flashinfer}
 
 
-def register_backend(name: str, factory: BackendFactory) -> None:
-    _BACKENDS[name] = factory
-
-
 def flashinfer_available() -> bool:
     """FlashInfer can run here: it is importable, and its kernels are prebuilt (flashinfer-jit-cache) or nvcc is on
     the PATH to build them at first use (without either, `auto` would pick a backend that fails mid-request)."""
@@ -56,9 +52,7 @@ def resolve_backend_name(name: str, device: torch.device) -> str:
         return name
     if device.type != "cuda":
         return "torch_native"
-    if flashinfer_available() and "flashinfer" in _BACKENDS:
-        return "flashinfer"
-    return "triton" if "triton" in _BACKENDS else "torch_native"
+    return "flashinfer" if flashinfer_available() else "triton"
 
 
 def create_backend(name: str, device: torch.device) -> AttentionBackend:

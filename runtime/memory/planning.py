@@ -137,6 +137,7 @@ def cuda_defaults(gpu_mem_mib: float, tp_size: int = 1, pp_size: int = 1) -> Dev
 
 
 def default_max_running_requests(max_total_num_tokens: int, context_len: int) -> int:
+    """The scheduler's cap when `--max-running-requests` is unset: SGLang's min(half the pool, request pool)."""
     return min(max_total_num_tokens // 2, req_to_token_pool_size(max_total_num_tokens, context_len))
 
 

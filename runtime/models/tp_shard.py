@@ -33,10 +33,6 @@ class AttentionShard:
         return cls(heads, rank * heads, 1, rank // (size // kv))
 
 
-def kv_heads_per_rank(config: ModelConfig, tp_size: int) -> int:
-    return max(1, config.num_key_value_heads // tp_size)
-
-
 def tp_size_error(config: ModelConfig, tp_size: int) -> str | None:
     """Why `tp_size` cannot shard this model, or None when it can."""
     heads, kv = config.num_attention_heads, config.num_key_value_heads

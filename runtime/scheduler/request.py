@@ -31,7 +31,6 @@ class Req:
     is_chunked: int = 0  # > 0 while a prefill chunk is in flight and more chunks follow
     already_computed: int = 0
     cached_tokens: int = 0
-    is_retracted: bool = False
     finished_reason: FinishReason | None = None
     to_abort: str | None = None
     # outputs
@@ -89,7 +88,6 @@ class Req:
         self.last_node = None
         self.extend_input_len = 0
         self.req_pool_idx = None
-        self.is_retracted = True
         self.already_computed = 0
 
     @property

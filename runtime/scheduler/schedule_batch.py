@@ -145,7 +145,6 @@ class ScheduleBatch:
             req.cached_tokens += prefix_len - req.already_computed
             req.already_computed = seq_len
             req.kv_allocated = seq_len
-            req.is_retracted = False
         self.out_cache_loc = slots
 
     def prepare_for_decode(self, memory: KVMemory) -> DecodeInputs:

@@ -21,6 +21,7 @@ import torch
 
 from toolkit.runtime.forward_batch import ForwardMode
 from toolkit.runtime.io_struct import (
+    WAITING_TIMEOUT,
     AbortRequest,
     DrainRequest,
     FinishReason,
@@ -31,6 +32,7 @@ from toolkit.runtime.io_struct import (
     context_length_error,
     token_id_error,
 )
+from toolkit.runtime.memory.planning import default_max_running_requests
 from toolkit.runtime.memory.prefix_cache import PrefixCache
 from toolkit.runtime.memory.radix_cache import NoPrefixCache, RadixCache
 from toolkit.runtime.memory.request_cache import RequestCache
@@ -44,7 +46,7 @@ from toolkit.runtime.scheduler.request import Req
 from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims
 from toolkit.runtime.scheduler.schedule_batch import KVMemory, ScheduleBatch
 from toolkit.runtime.scheduler.stats_log import SchedulerStats, StatsLogger
-from toolkit.runtime.server_args import ServerArgs
+from toolkit.runtime.server_args import ResolvedArgs
 
 logger = logging.getLogger("runtime")
 
@@ -61,7 +63,7 @@ class _Launched:
 class Scheduler:
     def __init__(
         self,
-        args: ServerArgs,
+        args: ResolvedArgs,
         runner: ModelRunner,
         eos_token_ids: frozenset[int] = frozenset(),
         decode_text: Callable[[list[int]], str] | None = None,
@@ -77,9 +79,8 @@ class Scheduler:
         self.req_cache = RequestCache(self.tree_cache, runner.req_to_token_pool, runner.allocator)
         self.policy = SchedulePolicy(args.schedule_policy, self.tree_cache, seed=args.random_seed or 0)
         self.ratio = NewTokenRatio.from_conservativeness(args.schedule_conservativeness)
-        self.max_running_requests = min(
-            args.max_running_requests or self.max_total_num_tokens // 2, runner.req_to_token_pool.size
-        )
+        self.max_running_requests = args.max_running_requests or default_max_running_requests(
+            self.max_total_num_tokens, self.context_len)
         self.chunked_prefill_size = args.chunked_prefill_size if args.chunked_prefill_enabled else None
         self.waiting: list[Req] = []
         self.running = ScheduleBatch([])
@@ -153,6 +154,8 @@ class Scheduler:
             self._drain()
         if self._aborts_pending:
             self._apply_aborts()
+        if self.args.queue_timeout is not None and self.waiting:
+            self._abort_on_queue_timeout(time.perf_counter())
         batch = self._next_batch()
         if batch is None:
             self._drain()
@@ -456,6 +459,22 @@ class Scheduler:
             self.chunked_req = None
             self.req_cache.release_paused(chunked)
             self._finish_unscheduled(chunked, chunked.to_abort)
+
+    def _abort_on_queue_timeout(self, now: float) -> None:
+        """SGLang's waiting timeout: a request still waiting for its first schedule after --queue-timeout seconds
+        is aborted (the front end answers it 503); one summary line per step that times any out."""
+        limit = self.args.queue_timeout
+        expired = [r for r in self.waiting if r.first_token_time is None and now - r.created_time > limit]
+        if not expired:
+            return
+        gone = set(map(id, expired))
+        self.waiting = [r for r in self.waiting if id(r) not in gone]
+        message = f"the request waited more than {limit:g} s in the queue (--queue-timeout); retry later"
+        for req in expired:
+            req.finished_reason = FinishReason("abort", message=message, code=WAITING_TIMEOUT)
+            self._emit(req, None)
+        logger.info(f"Queue timeout: aborted {len(expired)} requests that waited more than {limit:g} s, "
+                    f"#queue-req: {len(self.waiting)}")
 
     def _finish_running(self, req: Req) -> None:
         req.check_finished()

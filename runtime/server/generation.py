@@ -46,7 +46,14 @@ def choice_params(params: SamplingParams, sample: int) -> SamplingParams:
     return dataclasses.replace(params, seed=params.seed + sample)
 
 
+def sequences(plan: GenerationPlan) -> int:
+    """How many scheduler requests the plan makes: one per (prompt, sample)."""
+    return sum(plan.params_for(p).n for p in range(len(plan.prompts)))
+
+
 def _streams(manager: TokenizerManager, plan: GenerationPlan, stream: bool) -> list[tuple[Choice, AsyncIterator[Chunk]]]:
+    """Admit the plan (raises Overloaded, before anything is sent, when the waiting queue is full) and submit it."""
+    manager.admit(sequences(plan))
     streams = []
     for p, ids in enumerate(plan.prompts):
         params = plan.params_for(p)
@@ -82,9 +89,27 @@ async def collect(manager: TokenizerManager, plan: GenerationPlan) -> list[Choic
         await _stop(manager, tasks, [c for c, _ in streams])
 
 
-async def stream(manager: TokenizerManager, plan: GenerationPlan) -> AsyncIterator[tuple[Choice, Chunk]]:
-    """Chunks of every choice, interleaved in arrival order; each choice is updated before it is yielded."""
-    streams = _streams(manager, plan, stream=True)
+class Stream:
+    """A plan admitted and submitted at construction, its chunks (every choice's, interleaved in arrival order, each
+    choice updated before it is yielded) read later: a shed request raises before the caller sends a response, and
+    `aclose` aborts an admitted one whose response never starts."""
+
+    def __init__(self, manager: TokenizerManager, plan: GenerationPlan) -> None:
+        self.manager = manager
+        self.streams = _streams(manager, plan, stream=True)
+        self.chunks = _merged(manager, self.streams)
+
+    def __aiter__(self) -> AsyncIterator[tuple[Choice, Chunk]]:
+        return self.chunks
+
+    async def aclose(self) -> None:
+        await self.chunks.aclose()
+        for choice, _ in self.streams:  # NOTE: a generator never started runs no `finally`
+            self.manager.abort(choice.rid)
+
+
+async def _merged(manager: TokenizerManager,
+                  streams: list[tuple[Choice, AsyncIterator[Chunk]]]) -> AsyncIterator[tuple[Choice, Chunk]]:
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(choice: Choice, chunks: AsyncIterator[Chunk]) -> None:

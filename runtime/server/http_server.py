@@ -1,8 +1,9 @@
 """The aiohttp application: routes, API-key auth, OpenAI-style errors, SGLang-style access log lines.
 
 What a client can see when things go wrong: a 4xx naming the field (`protocol`), 413 for an oversized body, 503
-with a plain sentence when the scheduler is gone or the server is shutting down, and for anything else a 500 with
-an error id whose traceback is in the log — never a traceback, a path or an exception's text in a response.
+with a plain sentence when the scheduler is gone or the server is shutting down, 503 with `Retry-After` when the
+server sheds the request (`admission`), and for anything else a 500 with an error id whose traceback is in the
+log — never a traceback, a path or an exception's text in a response.
 """
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from toolkit.runtime.server import native_api, openai_api
+from toolkit.runtime.server.admission import Overloaded
 from toolkit.runtime.server.limits import MAX_BODY_BYTES
 from toolkit.runtime.server.protocol import RequestError
+from toolkit.runtime.server.sse import overloaded_error
 from toolkit.runtime.server.state import STATE, ServerState
 from toolkit.runtime.server.tokenizer_manager import SchedulerGone
 
@@ -40,6 +43,10 @@ async def errors_middleware(request: web.Request, handler) -> web.StreamResponse
                                         code="request_too_large"))
     except SchedulerGone as exc:
         return _json_error(RequestError(503, str(exc), kind="server_error"))
+    except Overloaded as exc:
+        response = _json_error(overloaded_error(exc))
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response
     except ConnectionResetError:
         logger.info(f"the client of {request.method} {request.path} disconnected before the response")
         return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
@@ -97,8 +104,10 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_post("/generate", native_api.generate)
     app.router.add_get("/health", native_api.health)
     app.router.add_get("/health_generate", native_api.health_generate)
-    app.router.add_get("/get_model_info", native_api.get_model_info)
-    app.router.add_get("/get_server_info", native_api.get_server_info)
+    for prefix in ("/get_", "/"):  # NOTE: SGLang's newer names (what sglang-router asks) and the older ones
+        app.router.add_get(f"{prefix}model_info", native_api.get_model_info)
+        app.router.add_get(f"{prefix}server_info", native_api.get_server_info)
+    app.router.add_get("/get_load", native_api.get_load)
     app.router.add_post("/flush_cache", native_api.flush_cache)
     app.router.add_get("/flush_cache", native_api.flush_cache)
     app.router.add_get("/metrics", native_api.metrics)

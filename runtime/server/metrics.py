@@ -31,6 +31,7 @@ SCHEDULER_GAUGES: dict[str, tuple[str, str]] = {
 
 
 TOTAL = "all"  # the dp_rank label of the totals over every replica
+QUEUE_REJECT_REASONS = ("queue_full", "waiting_timeout")  # SGLang's `reason` label values
 
 
 class RequestMetrics:
@@ -60,6 +61,11 @@ class RequestMetrics:
         self.num_requests = self._family(Counter, "sglang:num_requests", "Finished requests.")
         self.num_aborted = self._family(Counter, "sglang:num_aborted_requests", "Aborted requests.")
         self.retracted_total = self._family(Counter, "sglang:num_retracted_requests", "Retracted requests, cumulative.")
+        rejected = Counter("sglang:num_queue_rejected_requests", "Requests shed by the waiting queue (503): "
+                           "reason queue_full (--max-queued-requests) or waiting_timeout (--queue-timeout).",
+                           [*names, "reason"], registry=self.registry)
+        self.queue_rejected = {reason: [rejected.labels(**labels, reason=reason) for labels in self._series]
+                               for reason in QUEUE_REJECT_REASONS}
         self.ttft = self._family(Histogram, "sglang:time_to_first_token_seconds", "Time to first token.",
                                  buckets=TTFT_BUCKETS)
         self.itl = self._family(Histogram, "sglang:inter_token_latency_seconds", "Time between tokens.",
@@ -113,6 +119,16 @@ class RequestMetrics:
     def on_abort(self, dp_rank: int = 0) -> None:
         for child in self._observed(self.num_aborted, dp_rank):
             child.inc()
+
+    def on_queue_rejected(self, reason: str, dp_rank: int | None = None) -> None:
+        """A request shed with 503; `dp_rank` None: refused by the front end before any replica was chosen."""
+        family = self.queue_rejected[reason]
+        if self.replicas == 1:
+            family[0].inc()
+            return
+        if dp_rank is not None:
+            family[dp_rank].inc()
+        family[-1].inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

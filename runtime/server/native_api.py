@@ -1,9 +1,10 @@
-"""SGLang-native endpoints: /generate, /health, /health_generate, /get_model_info, /get_server_info,
-/flush_cache, /metrics."""
+"""SGLang-native endpoints: /generate, /health, /health_generate, /model_info and /server_info (also under their
+older names /get_model_info, /get_server_info), /get_load, /flush_cache, /metrics. sglang-router registers a worker
+from /server_info and /model_info (`model_path`, `served_model_name`, `tokenizer_path`, `is_generation`), probes
+/health and reads /get_load for load-aware policies (docs/fleets-and-overload.md)."""
 from __future__ import annotations
 
 import asyncio
-
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ from aiohttp import web
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 from toolkit.runtime.server import generation
+from toolkit.runtime.server.admission import queued
 from toolkit.runtime.server.generation import Choice
 from toolkit.runtime.server.protocol import RequestError, parse_generate
 from toolkit.runtime.server.sse import parse_request, sse_response
@@ -80,12 +82,19 @@ async def health_generate(request: web.Request) -> web.Response:
     return web.Response(text="")
 
 
+def _model_path(state: ServerState) -> str:
+    """What the model is registered under: --model-path, or the served name for the embedded model."""
+    return state.args.model_path or state.served_model_name
+
+
 async def get_model_info(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE]
     return web.json_response({
-        "model_path": state.args.model_path or state.served_model_name, "tokenizer_path": state.tokenizer_path,
-        "served_model_name": state.served_model_name, "is_generation": True,
-        "model_class": state.ready.model_class, "context_len": state.ready.context_len,
+        "model_path": _model_path(state), "tokenizer_path": state.tokenizer_path,
+        "served_model_name": state.served_model_name, "is_generation": True, "preferred_sampling_params": None,
+        "weight_version": "default", "has_image_understanding": False, "has_audio_understanding": False,
+        "architectures": [state.ready.model_class], "model_class": state.ready.model_class,
+        "context_len": state.ready.context_len, "vocab_size": state.ready.vocab_size,
     })
 
 
@@ -94,6 +103,9 @@ async def get_server_info(request: web.Request) -> web.Response:
     args = {**state.ready.server_args, "api_key": redacted(state.args.api_key)}
     return web.json_response({
         **args,
+        "model_path": _model_path(state),
+        "served_model_name": state.served_model_name,
+        "tokenizer_path": state.tokenizer_path,
         "version": __version__,
         "max_total_num_tokens": state.ready.max_total_num_tokens,
         "max_running_requests": state.ready.max_running_requests,
@@ -116,6 +128,19 @@ def _replicas(state: ServerState) -> list[dict[str, Any]]:
         "num_running_reqs": replica.stats.get("num_running_reqs"),
         "num_queue_reqs": replica.stats.get("num_queue_reqs"),
     } for replica in state.manager.replicas]
+
+
+async def get_load(request: web.Request) -> web.Response:
+    """Each DP replica's load, as sglang-router reads it: requests open on it (`num_reqs`), those waiting to be
+    scheduled (`num_waiting_reqs`, the estimate --max-queued-requests checks), KV tokens in use (`num_tokens`)."""
+    state: ServerState = request.app[STATE]
+    return web.json_response([{
+        "dp_rank": replica.dp_rank,
+        "num_reqs": replica.load.open_requests,
+        "num_running_reqs": replica.stats.get("num_running_reqs", 0),
+        "num_waiting_reqs": queued(replica.load.open_requests, replica.stats.get("num_running_reqs", 0)),
+        "num_tokens": replica.stats.get("num_used_tokens", 0),
+    } for replica in state.manager.replicas])
 
 
 async def flush_cache(request: web.Request) -> web.Response:

@@ -126,7 +126,8 @@ class Server:
         try:
             self._install_signal_handlers()
             manager = TokenizerManager(self.endpoints, None, None, self.args.stream_interval,
-                                       self.args.load_balance_method, log_requests=self.args.log_requests)
+                                       self.args.load_balance_method, log_requests=self.args.log_requests,
+                                       max_queued_requests=self.args.max_queued_requests)
             ready = await self._wait_ready(manager)
             tokenizer = load_fast_tokenizer(ready.tokenizer_folder)
             load_chat_template(tokenizer, self.args.chat_template)

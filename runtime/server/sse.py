@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from toolkit.runtime.server import generation
-from toolkit.runtime.server.generation import Choice
+from toolkit.runtime.server.admission import Overloaded
+from toolkit.runtime.server.generation import Choice, Stream
 from toolkit.runtime.server.protocol import GenerationPlan, RequestError, ValidationContext, decode_body
 from toolkit.runtime.server.tokenizer_manager import Chunk, SchedulerGone
 
@@ -24,6 +24,11 @@ async def parse_request(request: web.Request, parse: Callable[[dict, ValidationC
     return await asyncio.to_thread(lambda: parse(decode_body(raw), ctx))
 
 
+def overloaded_error(exc: Overloaded) -> RequestError:
+    """The OpenAI-style body of a shed request: 503, type server_error, code queue_full / waiting_timeout."""
+    return RequestError(503, exc.message, kind="server_error", code=exc.reason)
+
+
 def encode_event(payload: Any) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
     return f"data: {data}\n\n".encode()
@@ -37,14 +42,20 @@ async def sse_response(
     head: dict[str, Any],
     usage: Callable[[list[Choice]], dict[str, Any]] | None = None,
 ) -> web.StreamResponse:
-    """Stream every choice's chunks; then the usage chunk (if asked for) and [DONE]. When the scheduler goes away
-    or the server shuts down, the stream still ends properly: an error event, then [DONE]."""
+    """Stream every choice's chunks; then the usage chunk (if asked for) and [DONE]. A request shed at admission gets
+    its 503 before any header (Overloaded propagates); when the scheduler goes away, the server shuts down or the
+    request times out in the queue, the stream still ends properly: an error event, then [DONE]."""
+    chunks = Stream(state.manager, plan)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
+    try:
+        await response.prepare(request)
+    except BaseException:
+        await chunks.aclose()
+        raise
     choices: dict[int, Choice] = {}
     try:
         try:
-            async for choice, chunk in generation.stream(state.manager, plan):
+            async for choice, chunk in chunks:
                 choices[choice.index] = choice
                 await response.write(encode_event(event(choice, chunk)))
             if plan.include_usage and usage is not None:
@@ -52,8 +63,10 @@ async def sse_response(
         except SchedulerGone as exc:
             error = RequestError(503, str(exc), kind="server_error")
             await response.write(encode_event(error.body()))
+        except Overloaded as exc:
+            await response.write(encode_event(overloaded_error(exc).body()))
         await response.write(encode_event("[DONE]"))
         await response.write_eof()
     except ConnectionResetError:
-        pass  # NOTE: the client left; generation.stream() has aborted its requests
+        pass  # NOTE: the client left; the Stream has aborted its requests
     return response

@@ -17,6 +17,7 @@ import zmq
 import zmq.asyncio
 
 from toolkit.runtime.io_struct import (
+    WAITING_TIMEOUT,
     AbortRequest,
     BatchOutput,
     FinishReason,
@@ -29,6 +30,7 @@ from toolkit.runtime.io_struct import (
     TokenOutput,
 )
 from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.server.admission import Overloaded, ShedLog, ShedReason, over_limit, queue_full_message, queued
 from toolkit.runtime.server.detokenizer import IncrementalDetokenizer
 from toolkit.runtime.server.ipc import IpcEndpoints
 from toolkit.runtime.server.load_balance import LoadBalancer, ReplicaLoad
@@ -104,8 +106,11 @@ SCHEDULER_FAILED = "the scheduler process failed; the error is in the server log
 
 class TokenizerManager:
     def __init__(self, endpoints: IpcEndpoints | list[IpcEndpoints], tokenizer, metrics: RequestMetrics | None,
-                 stream_interval: int, load_balance_method: str = "round_robin", log_requests: bool = False) -> None:
+                 stream_interval: int, load_balance_method: str = "round_robin", log_requests: bool = False,
+                 max_queued_requests: int | None = None) -> None:
         self.tokenizer = tokenizer
+        self.max_queued_requests = max_queued_requests
+        self.shed_log = ShedLog()
         self.log_requests = log_requests
         self.metrics = metrics
         self.stream_interval = stream_interval
@@ -176,6 +181,25 @@ class TokenizerManager:
         return aborted
 
     # ---- requests ----
+    @property
+    def waiting_requests(self) -> int:
+        """The requests waiting to be scheduled, over every replica, as the front end sees them (`admission`)."""
+        return sum(queued(r.load.open_requests, r.stats.get("num_running_reqs", 0)) for r in self.replicas)
+
+    def admit(self, sequences: int) -> None:
+        """Raise Overloaded when `sequences` more requests would make the waiting queue exceed
+        --max-queued-requests; call it before submitting any of them."""
+        waiting = self.waiting_requests
+        if over_limit(waiting, sequences, self.max_queued_requests, len(self.replicas)):
+            for _ in range(sequences):
+                self._shed("queue_full")
+            raise Overloaded("queue_full", queue_full_message(self.max_queued_requests, waiting))
+
+    def _shed(self, reason: ShedReason, dp_rank: int | None = None) -> None:
+        self.shed_log.count(reason)
+        if self.metrics:
+            self.metrics.on_queue_rejected(reason, dp_rank)
+
     def generate(self, input_ids: list[int], params: SamplingParams, return_logprob: bool = False,
                  top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None) -> AsyncIterator[Chunk]:
         """Submit one generation; iterate its chunks (one per `stream_interval` tokens when streaming)."""
@@ -212,6 +236,9 @@ class TokenizerManager:
                 item = await state.queue.get()
                 if isinstance(item, Exception):
                     raise item
+                reason = item.finished_reason
+                if reason is not None and reason.code == WAITING_TIMEOUT:
+                    raise Overloaded("waiting_timeout", reason.message or "the request waited too long in the queue")
                 yield item
                 if item.finished_reason is not None:
                     return
@@ -240,6 +267,7 @@ class TokenizerManager:
     def _dispatch(self, message: object, dp_rank: int = 0) -> None:
         replica = self.replicas[dp_rank]
         if isinstance(message, BatchOutput):
+            self.shed_log.flush()
             replica.stats = message.stats
             if self.metrics:
                 self.metrics.on_scheduler_stats(message.stats, dp_rank)
@@ -308,7 +336,9 @@ class TokenizerManager:
         else:
             text = state.detokenizer.finish(last.finished_reason, ids)
             self._close(state)
-            if self.metrics:
+            if last.finished_reason.code == WAITING_TIMEOUT:
+                self._shed("waiting_timeout", state.replica)
+            elif self.metrics:
                 self.metrics.on_finish(now - state.created, last, state.replica)
         if state.logged_text is not None:
             state.logged_text.append(text)

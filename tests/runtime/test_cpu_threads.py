@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from toolkit.runtime.cpu_threads import decode_threads
-from toolkit.runtime.launch import with_device_defaults
+from toolkit.runtime.device_defaults import with_device_defaults
 from toolkit.runtime.server_args import ServerArgs, parse_server_args
 
 

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from toolkit.runtime.io_struct import GenerateInput
+from toolkit.runtime.memory.planning import default_max_running_requests
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engine
 from tests.runtime.tiny_models import make_tiny_model
@@ -45,3 +46,11 @@ def test_running_batch_never_exceeds_the_cap_while_requests_queue(folder, overla
     assert lines and max(int(m.group(1)) for m in lines) == CAP
     assert any(int(m.group(1)) == CAP and int(m.group(2)) > 0 for m in lines)
     assert engine.check_memory()
+
+
+def test_without_the_flag_the_cap_is_the_planning_rule(folder):
+    engine = tiny_engine(folder, max_running_requests=None, max_total_tokens=16384)
+    runner = engine.runner
+    expected = default_max_running_requests(runner.max_total_num_tokens, runner.context_len)
+    assert engine.scheduler.max_running_requests == expected
+    assert expected < runner.req_to_token_pool.size  # NOTE: the request table has a row for every running request
