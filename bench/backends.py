@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from toolkit.bench.datasets import Prompt
+from toolkit.bench.outcome import SHED
 from toolkit.bench.sse import StreamError
 
 Backend = Literal["sglang", "openai", "openai-chat"]
 BACKENDS: tuple[str, ...] = ("sglang", "openai", "openai-chat")
+CHAT_BACKENDS: tuple[str, ...] = ("openai-chat",)  # the dialects that take a conversation (multi-turn runs)
 ENDPOINTS = {"sglang": "/generate", "openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 # SGLang's bench_serving names for the same dialects.
 ALIASES = {"sglang-native": "sglang", "sglang-oai": "openai", "sglang-oai-chat": "openai-chat", "vllm": "openai",
@@ -36,10 +38,10 @@ def _sglang_body(prompt: Prompt, opts: RequestOptions) -> dict:
     return {**body, "sampling_params": sampling, "stream": True}
 
 
-def _openai_body(prompt: Prompt, opts: RequestOptions) -> dict:
+def _openai_body(prompt: Prompt, opts: RequestOptions, messages: list[dict] | None = None) -> dict:
     body: dict = {"model": opts.model}
     if opts.backend == "openai-chat":
-        body["messages"] = [{"role": "user", "content": prompt.text}]
+        body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt.text}]
     else:
         body["prompt"] = prompt.text
     body.update(temperature=0.0, max_tokens=prompt.output_len, stream=True)
@@ -55,6 +57,13 @@ def request_body(prompt: Prompt, opts: RequestOptions) -> bytes:
     return json.dumps(_merge(body, opts.extra_body)).encode()
 
 
+def chat_body(messages: list[dict], prompt: Prompt, opts: RequestOptions) -> bytes:
+    """A chat request for a whole conversation; `prompt` (its last user turn) gives the output length."""
+    if opts.backend not in CHAT_BACKENDS:
+        raise ValueError(f"backend {opts.backend!r} takes no conversation; use one of {', '.join(CHAT_BACKENDS)}")
+    return json.dumps(_merge(_openai_body(prompt, opts, messages), opts.extra_body)).encode()
+
+
 @dataclass(slots=True)
 class StreamTokens:
     """Token-bearing events of one response. A count is None where the server did not say how many tokens."""
@@ -64,6 +73,7 @@ class StreamTokens:
     texts: list[str] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the server took from its prefix cache, where it says
 
     def add(self, t: float, count: int | None, text: str) -> None:
         if count == 0 or (count is None and not text):
@@ -73,12 +83,18 @@ class StreamTokens:
         self.texts.append(text)
 
 
+SHED_CODES = (503, "503", "queue_full", "waiting_timeout")  # an in-stream error that means the server shed load
+
+
 def _check_error(obj: object) -> None:
     if not isinstance(obj, dict):
         raise StreamError("malformed_response", f"event is not a JSON object: {str(obj)[:80]}")
     if "error" in obj:
         error = obj["error"]
-        raise StreamError("server_error", str(error.get("message", error) if isinstance(error, dict) else error))
+        if not isinstance(error, dict):
+            raise StreamError("server_error", str(error))
+        kind = SHED if error.get("code", obj.get("code")) in SHED_CODES else "server_error"
+        raise StreamError(kind, str(error.get("message", error)))
 
 
 def _read_sglang(events: list[tuple[float, object]]) -> StreamTokens:
@@ -91,6 +107,7 @@ def _read_sglang(events: list[tuple[float, object]]) -> StreamTokens:
         tokens.add(t, count, text[len(seen_text):])
         seen_text, seen_tokens = text, seen_tokens if done is None else done
         tokens.prompt_tokens = meta.get("prompt_tokens", tokens.prompt_tokens)
+        tokens.cached_tokens = meta.get("cached_tokens", tokens.cached_tokens)
         tokens.completion_tokens = done if done is not None else tokens.completion_tokens
     return tokens
 
@@ -115,6 +132,8 @@ def _read_openai(events: list[tuple[float, object]], chat: bool) -> StreamTokens
             seen_tokens = done
             tokens.completion_tokens = done
             tokens.prompt_tokens = usage.get("prompt_tokens", tokens.prompt_tokens)
+            details = usage.get("prompt_tokens_details") or {}
+            tokens.cached_tokens = details.get("cached_tokens", tokens.cached_tokens)
     return tokens
 
 

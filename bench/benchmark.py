@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from toolkit.bench.backends import Backend, RequestOptions, request_body
+from toolkit.bench.backends import Backend, RequestOptions, chat_body, request_body
 from toolkit.bench.client import Client, auth_headers
 from toolkit.bench.outcome import RequestOutcome
 from toolkit.bench.runner import Progress, Runner, RunResult
@@ -55,20 +56,37 @@ async def _warm_up(client: Client, bodies: list[bytes]) -> int:
     return sum(not o.ok for o in outcomes)
 
 
+def _warmup_bodies(workload: Workload, options: RequestOptions, count: int) -> list[bytes]:
+    if workload.turns == 1:
+        return [request_body(p, options) for p in workload.prompts[:count]]
+    # NOTE: sessions' last user turns are never sent first in a conversation, so the warm-up fills no prefix that
+    # a session's first turn would then be served from.
+    return [request_body(s.prompts[-1], options) for s in workload.sessions[:count]]
+
+
+async def _send(runner: Runner, workload: Workload, options: RequestOptions) -> RunResult:
+    if workload.turns > 1:
+        body_of = functools.partial(chat_body, opts=options)
+        return await runner.run_sessions(workload.sessions, workload.offsets, body_of, workload.think_time)
+    bodies = [request_body(p, options) for p in workload.prompts]
+    return await runner.run(bodies, workload.offsets, [p.input_len for p in workload.prompts])
+
+
 async def measure(target: Target, settings: RunSettings, workload: Workload, tokenizer=None,
                   on_tick: Callable[[Progress], None] | None = None) -> Measurement:
     """Warm-up requests first, then the workload on its schedule, sampling `/metrics` alongside when asked."""
     options = target.options
-    bodies = [request_body(p, options) for p in workload.prompts]
+    # NOTE: a multi-turn run keeps every reply's text: the session's next turn sends it back.
+    keep_text = settings.keep_text or workload.turns > 1
     client = Client(target.base_url, target.backend, api_key=target.api_key,
-                    request_timeout=settings.request_timeout, tokenizer=tokenizer, keep_text=settings.keep_text)
+                    request_timeout=settings.request_timeout, tokenizer=tokenizer, keep_text=keep_text)
     scraper = MetricsScraper(target.base_url, auth_headers(target.api_key), settings.scrape_interval)
     async with client:
-        warmup_failures = await _warm_up(client, bodies[: settings.warmup_requests])
+        warmup_failures = await _warm_up(client, _warmup_bodies(workload, options, settings.warmup_requests))
         scraping = asyncio.ensure_future(scraper.run()) if settings.scrape_metrics else None
         try:
             runner = Runner(client, max_concurrency=settings.max_concurrency, on_tick=on_tick)
-            run = await runner.run(bodies, workload.offsets, [p.input_len for p in workload.prompts])
+            run = await _send(runner, workload, options)
             client.settle()
         finally:
             if scraping is not None:

@@ -34,6 +34,12 @@ def bench(
                                     rich_help_panel=_LOAD),
     duration: float = typer.Option(None, help="Seconds of arrivals per run, instead of --num-prompts.",
                                    rich_help_panel=_LOAD),
+    turns: int = typer.Option(1, help="Multi-turn chat (--backend openai-chat): each arrival starts a session of "
+                                       "this many turns, each sending the conversation so far with the server's "
+                                       "real replies; --rate and --num-prompts then count sessions.",
+                              rich_help_panel=_LOAD),
+    think_time: float = typer.Option(0.0, help="Seconds a session waits after a reply before its next turn.",
+                                     rich_help_panel=_LOAD),
     sweep: bool = typer.Option(False, help="Find the saturation throughput (rate inf), then run at 25/50/75/90% "
                                            "of it.", rich_help_panel=_LOAD),
     find_max_rate: bool = typer.Option(False, help="Find the highest rate whose run meets every --slo bound "
@@ -42,6 +48,11 @@ def bench(
     slo_attainment: float = typer.Option(0.9, help="--find-max-rate: the fraction of requests that must meet "
                                                    "every --slo bound for a run to pass.", rich_help_panel=_LOAD),
     search_runs: int = typer.Option(8, help="--find-max-rate: most runs, the saturation run included.",
+                                    rich_help_panel=_LOAD),
+    repeats: int = typer.Option(1, min=1, help="Run each rate N times, the i-th with --seed + i, and report each "
+                                               "metric's mean and 95% confidence interval.", rich_help_panel=_LOAD),
+    early_stop: bool = typer.Option(True, help="--sweep or a rate list: skip the higher rates once a run shows the "
+                                               "server past saturation (TTFT growing, completions behind).",
                                     rich_help_panel=_LOAD),
     max_concurrency: int = typer.Option(None, min=1, help="Most requests in flight at once.",
                                         rich_help_panel=_LOAD),
@@ -78,6 +89,9 @@ def bench(
     scrape_metrics: bool = typer.Option(False, help="Sample the server's /metrics during the run.",
                                         rich_help_panel=_OUT),
     scrape_interval: float = typer.Option(1.0, help="Seconds between /metrics samples.", rich_help_panel=_OUT),
+    slice_seconds: float = typer.Option(10.0, help="Width of the time slices each record reports (rates, "
+                                                   "throughput, TTFT/ITL p50/p99; running/queued with "
+                                                   "--scrape-metrics).", rich_help_panel=_OUT),
     server_log: str = typer.Option(None, help="The server's log file, recorded with the run's time window.",
                                    rich_help_panel=_OUT),
     output_file: Path = typer.Option(None, help="Append one JSON record per run (JSONL).", rich_help_panel=_OUT),
@@ -99,11 +113,14 @@ def bench(
     options = BenchOptions(
         base_url=base_url or f"http://{host}:{port}", backend=backend, api_key=api_key, model=model,
         tokenizer=tokenizer, extra_request_body=extra_request_body, dataset=spec, rate=rate, arrival=arrival,
-        burstiness=burstiness, num_prompts=num_prompts, duration=duration, sweep=sweep,
-        find_max_rate=find_max_rate, slo_attainment=slo_attainment, search_runs=search_runs,
+        burstiness=burstiness, num_prompts=num_prompts, duration=duration, turns=turns, think_time=think_time,
+        sweep=sweep,
+        find_max_rate=find_max_rate, slo_attainment=slo_attainment, search_runs=search_runs, repeats=repeats,
+        early_stop=early_stop,
         max_concurrency=max_concurrency, warmup_requests=warmup_requests, request_timeout=request_timeout,
         ignore_eos=ignore_eos, slo=tuple(slo), scrape_metrics=scrape_metrics, scrape_interval=scrape_interval,
-        server_log=server_log, output_file=output_file, output_details=output_details, progress=progress,
+        slice_seconds=slice_seconds, server_log=server_log, output_file=output_file, output_details=output_details,
+        progress=progress,
     )
     raise typer.Exit(run(options))
 

@@ -7,7 +7,7 @@ from time import perf_counter
 from toolkit.bench.accounting import token_counts
 from toolkit.bench.backends import ENDPOINTS, Backend, StreamTokens, read_tokens
 from toolkit.bench.http import HttpClient, ProtocolError
-from toolkit.bench.outcome import CANCELLED, RequestOutcome
+from toolkit.bench.outcome import CANCELLED, SHED, RequestOutcome
 from toolkit.bench.sse import StreamError, split_events
 
 
@@ -41,7 +41,8 @@ class Client:
             response = await self.http.post(self.path, body, self.timeout)
             if response.status != 200:
                 message = response.body.decode("utf-8", "replace").strip()
-                out.fail(f"http_{response.status}", message, response.times[-1] if response.times else perf_counter())
+                kind = SHED if response.status == 503 else f"http_{response.status}"
+                out.fail(kind, message, response.times[-1] if response.times else perf_counter())
                 return
             self._account(out, response.times, response.chunks)
         except asyncio.CancelledError:
@@ -73,6 +74,7 @@ class Client:
             out.token_counts, out.output_len = token_counts(tokens, None)
         if tokens.prompt_tokens:
             out.input_len = tokens.prompt_tokens
+        out.cached_tokens = tokens.cached_tokens
         if self.keep_text:
             out.text = "".join(tokens.texts)
         out.ended = times[-1]

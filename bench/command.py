@@ -12,15 +12,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from toolkit.bench import eventloop
 from toolkit.bench.arrivals import ARRIVALS
-from toolkit.bench.backends import ALIASES, BACKENDS
+from toolkit.bench.backends import ALIASES, BACKENDS, CHAT_BACKENDS
 from toolkit.bench.benchmark import RunSettings, Target, measure
 from toolkit.bench.datasets import DATASETS, DatasetError, DatasetSpec
 from toolkit.bench.max_rate import DEFAULT_ATTAINMENT, DEFAULT_RUNS, Bracket, SearchSettings, find_max_rate, meets_slo
 from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
 from toolkit.bench.output import append_record, print_summary
 from toolkit.bench.record import build_record
+from toolkit.bench.stats import repeat_summary
 from toolkit.bench.sweep import Step, sweep
 from toolkit.bench.target import TargetError, resolve_model
+from toolkit.bench.timeline import DEFAULT_SLICE_SECONDS
 from toolkit.bench.workload import LoadSpec, build_workload
 
 
@@ -40,10 +42,14 @@ class BenchOptions:
     burstiness: float = 1.0
     num_prompts: int | None = None
     duration: float | None = None
+    turns: int = 1
+    think_time: float = 0.0
     sweep: bool = False
     find_max_rate: bool = False
     slo_attainment: float = DEFAULT_ATTAINMENT
     search_runs: int = DEFAULT_RUNS
+    repeats: int = 1
+    early_stop: bool = True
     max_concurrency: int | None = None
     warmup_requests: int = 1
     request_timeout: float | None = None
@@ -51,6 +57,7 @@ class BenchOptions:
     slo: tuple[str, ...] = ()
     scrape_metrics: bool = False
     scrape_interval: float = 1.0
+    slice_seconds: float = DEFAULT_SLICE_SECONDS
     server_log: str | None = None
     output_file: Path | None = None
     output_details: bool = False
@@ -72,18 +79,38 @@ def check_options(opts: BenchOptions) -> None:
         raise UsageError("--sweep finds its own rates; drop --rate")
     if opts.find_max_rate:
         _check_search(opts)
+    if opts.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {opts.repeats}")
     if opts.num_prompts is not None and opts.duration is not None:
         raise UsageError("give --num-prompts or --duration, not both")
     positive = (("--duration", opts.duration), ("--burstiness", opts.burstiness),
                 ("--request-timeout", opts.request_timeout), ("--scrape-interval", opts.scrape_interval),
+                ("--slice-seconds", opts.slice_seconds),
                 ("--trace-time-scale", opts.dataset.trace_time_scale))
     for flag, value in positive:
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
+    _check_turns(opts)
     if opts.dataset.random_input_len < 1 or opts.dataset.random_output_len < 1:
         raise UsageError("--random-input-len and --random-output-len must be at least 1")
     if not 0.0 <= opts.dataset.random_range_ratio <= 1.0:
         raise UsageError(f"--random-range-ratio must be within [0, 1], got {opts.dataset.random_range_ratio}")
+
+
+def _check_turns(opts: BenchOptions) -> None:
+    if opts.turns < 1:
+        raise UsageError(f"--turns must be at least 1, got {opts.turns}")
+    if not opts.think_time >= 0:
+        raise UsageError(f"--think-time must be 0 or more seconds, got {opts.think_time}")
+    if opts.turns == 1:
+        if opts.think_time > 0:
+            raise UsageError("--think-time is the pause between a session's turns; it needs --turns 2 or more")
+        return
+    if opts.backend not in CHAT_BACKENDS:
+        raise UsageError(f"--turns {opts.turns} sends whole conversations, which only a chat API takes: use "
+                         f"--backend {' or '.join(CHAT_BACKENDS)} (not {opts.backend})")
+    if opts.dataset.name == "trace":
+        raise UsageError("--turns: a trace replays single requests; use a dataset of prompts for the user turns")
 
 
 def _check_search(opts: BenchOptions) -> None:
@@ -95,6 +122,8 @@ def _check_search(opts: BenchOptions) -> None:
         raise UsageError("--find-max-rate takes at most one --rate: the first rate to try")
     if not 0.0 < opts.slo_attainment <= 1.0:
         raise UsageError(f"--slo-attainment must be within (0, 1], got {opts.slo_attainment}")
+    if opts.repeats > 1:
+        raise UsageError("--find-max-rate judges each probe by one run; drop --repeats")
     if opts.search_runs < 2:
         raise UsageError(f"--search-runs must be at least 2, got {opts.search_runs}")
 
@@ -128,6 +157,8 @@ class _LiveProgress:
 
     def __call__(self, progress) -> None:
         detail = f"sent {progress.sent}  failed {progress.failed}"
+        if progress.shed:
+            detail += f"  shed {progress.shed}"
         self.bar.update(self.task, total=progress.total, completed=progress.done, detail=detail)
         self.bar.refresh()
 
@@ -143,7 +174,7 @@ def _config(opts: BenchOptions, target: Target, settings: RunSettings) -> dict:
         "random_output_len": spec.random_output_len, "random_range_ratio": spec.random_range_ratio,
         "burstiness": opts.burstiness, "max_concurrency": settings.max_concurrency, "seed": spec.seed,
         "warmup_requests": settings.warmup_requests, "request_timeout": settings.request_timeout,
-        "ignore_eos": target.ignore_eos,
+        "ignore_eos": target.ignore_eos, "turns": opts.turns,
     }
 
 
@@ -177,7 +208,8 @@ def prepare(opts: BenchOptions, console: Console, tokenizer=None) -> Prepared:
 def measure_step(step: Step, opts: BenchOptions, prepared: Prepared, console: Console) -> dict:
     """One run at `step.rate`; returns its record (not yet printed or written)."""
     target, settings = prepared.target, prepared.settings
-    load = LoadSpec(step.rate, opts.arrival, opts.burstiness, opts.num_prompts, opts.duration, opts.dataset.seed)
+    load = LoadSpec(step.rate, opts.arrival, opts.burstiness, opts.num_prompts, opts.duration, opts.dataset.seed,
+                    opts.turns, opts.think_time)
     if step.role == "saturation":
         load = replace(load, duration=None)
     with console.status("preparing prompts"):
@@ -187,14 +219,36 @@ def measure_step(step: Step, opts: BenchOptions, prepared: Prepared, console: Co
         with _LiveProgress(console, label) as live:
             measured = eventloop.run(measure(target, settings, workload, prepared.tokenizer, on_tick=live))
     else:
-        console.print(f"{label}: sending {len(workload)} requests")
+        sessions = f" in {len(workload.offsets)} sessions" if workload.turns > 1 else ""
+        console.print(f"{label}: sending {len(workload)} requests{sessions}")
         measured = eventloop.run(measure(target, settings, workload, prepared.tokenizer))
     record = build_record(_config(opts, target, settings), measured, workload, slo_ms=prepared.slo_ms,
                           max_concurrency=settings.max_concurrency, server_log=opts.server_log,
-                          details=opts.output_details)
+                          details=opts.output_details, slice_seconds=opts.slice_seconds)
     if step.role in ("rate", "saturation") and not opts.find_max_rate:
         record["sweep"] = {"role": step.role, "step": step.index}
     return record
+
+
+def measure_configuration(step: Step, opts: BenchOptions, prepared: Prepared, console: Console,
+                          emit: Callable[[dict], object]) -> dict:
+    """`--repeats N` runs of one step, the i-th with seed + i (fresh prompts and arrivals, so no repeat is served
+    from another's prefix cache). Every repeat but the last goes to `emit` at once; the last is returned with the
+    `repeats` summary (means and 95 % intervals), for the caller to annotate and emit."""
+    runs: list[dict] = []
+    for i in range(opts.repeats):
+        if runs:
+            emit(runs[-1])
+        seeded = replace(opts, dataset=replace(opts.dataset, seed=opts.dataset.seed + i))
+        record = measure_step(step, seeded, prepared, console)
+        runs.append(record)
+        if opts.repeats > 1:
+            record["repeat"] = {"index": i, "count": opts.repeats, "seed": seeded.dataset.seed}
+        if record.get("interrupted"):
+            break
+    if opts.repeats > 1:
+        runs[-1]["repeats"] = repeat_summary(runs)
+    return runs[-1]
 
 
 def _emit(record: dict, opts: BenchOptions, console: Console) -> dict:
@@ -265,8 +319,13 @@ def run(opts: BenchOptions, console: Console | None = None) -> int:
             bracket, records = search_max_rate(opts, prepared, console, lambda r: _emit(r, opts, console))
             console.print(_search_line(bracket, opts), highlight=False)
         else:
-            records = sweep(lambda step: _emit(measure_step(step, opts, prepared, console), opts, console),
-                            rates, opts.sweep)
+            records = []
+
+            def emit(record: dict) -> None:
+                records.append(_emit(record, opts, console))
+
+            sweep(lambda step: measure_configuration(step, opts, prepared, console, emit), rates, opts.sweep,
+                  emit, opts.early_stop)
     except (UsageError, DatasetError, TargetError, ValueError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2

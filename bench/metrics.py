@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolkit.bench.outcome import CANCELLED, RequestOutcome
+from toolkit.bench.outcome import CANCELLED, SHED, RequestOutcome
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 
@@ -54,8 +54,20 @@ def distribution(name: str, seconds: list[float]) -> dict[str, float | None]:
     return {k: float(v) for k, v in zip(keys, values)}
 
 
+NOT_FAILURES = (None, CANCELLED, SHED)  # a request the server shed for load is counted apart, not as failed
+
+
 def error_counts(outcomes: list[RequestOutcome]) -> dict[str, int]:
-    return dict(Counter(o.error for o in outcomes if o.error not in (None, CANCELLED)))
+    return dict(Counter(o.error for o in outcomes if o.error not in NOT_FAILURES))
+
+
+def cache_hits(done: list[RequestOutcome]) -> dict[str, float | int | None]:
+    """Prompt tokens the server served from its prefix cache, and their share of the prompt tokens of the requests
+    it reported them for (SGLang: `--enable-cache-report`); null when no response said."""
+    reported = [o for o in done if o.cached_tokens is not None]
+    cached, prompts = sum(o.cached_tokens for o in reported), sum(o.input_len for o in reported)
+    return {"cached_tokens": cached if reported else None,
+            "cache_hit_rate": cached / prompts if reported and prompts else None}
 
 
 def summarize(outcomes: list[RequestOutcome], duration: float, slo_ms: dict[str, float] | None = None) -> dict:
@@ -67,7 +79,8 @@ def summarize(outcomes: list[RequestOutcome], duration: float, slo_ms: dict[str,
     summary = {
         "num_requests": len(sent),
         "completed": len(done),
-        "failed": sum(o.error not in (None, CANCELLED) for o in sent),
+        "failed": sum(o.error not in NOT_FAILURES for o in sent),
+        "shed": sum(o.error == SHED for o in sent),
         "cancelled": sum(o.error == CANCELLED for o in sent),
         "errors": error_counts(sent),
         "duration": duration,
@@ -79,6 +92,7 @@ def summarize(outcomes: list[RequestOutcome], duration: float, slo_ms: dict[str,
         "total_throughput": (input_tokens + output_tokens) * per_s,
         "concurrency": sum(m.e2e for m in done) * per_s,
     }
+    summary |= cache_hits([o for o in sent if o.ok])
     summary |= distribution("ttft", [m.ttft for m in done])
     summary |= distribution("tpot", [m.tpot for m in done if m.tpot is not None])
     summary |= distribution("itl", [gap for m in done for gap in m.itls])

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CANCELLED = "cancelled"
+SHED = "shed"  # the server refused the request for load: HTTP 503, or an in-stream error with code 503
 
 
 @dataclass(slots=True)
@@ -22,9 +23,12 @@ class RequestOutcome:
     token_times: list[float] = field(default_factory=list)
     token_counts: list[int] = field(default_factory=list)
     output_len: int = 0
+    cached_tokens: int | None = None
     error: str | None = None
     message: str = ""
     text: str = ""
+    session: int | None = None  # multi-turn runs: the conversation and its 0-based turn
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -3,29 +3,52 @@
 Record schema (one JSON object per run; numbers that could not be measured are null):
 - run configuration: `tool`, `version`, `backend`, `base_url`, `model`, `tokenizer`, `dataset_name`,
   `dataset_path`, `random_input_len`, `random_output_len`, `random_range_ratio`, `request_rate` (req/s, or the
-  string "inf"), `arrival` (poisson|constant|gamma|trace), `burstiness`, `max_concurrency`, `seed`,
-  `warmup_requests`, `warmup_failures`, `request_timeout`, `ignore_eos`,
+  string "inf"; sessions/s in a multi-turn run), `turns` (1: single requests), `arrival`
+  (poisson|constant|gamma|trace), `burstiness`, `max_concurrency`, `seed`, `warmup_requests`, `warmup_failures`,
+  `request_timeout`, `ignore_eos`,
   `sweep` ({"role": "saturation"|"rate", "step": i}, only when a command runs several rates);
   `search` (only with `--find-max-rate`: {"role": "saturation"|"probe", "step": i, "meets_slo": bool, and after
   each answered probe the bracket so far: "max_rate" (highest passing rate or null), "bracket_hi" (lowest failing
   rate or null), "probes"});
 - SGLang bench_serving names: `duration` (s, first send to last response), `completed`, `total_input_tokens`,
   `total_output_tokens`, `request_throughput`, `input_throughput`, `output_throughput`, `total_throughput`,
-  `concurrency` (mean requests in flight), and for each of ttft, tpot, itl and e2e_latency the keys
-  `mean_X_ms`, `median_X_ms`, `p90_X_ms`, `p99_X_ms`, `std_X_ms`, `max_X_ms`;
-- outcome counts: `num_requests` (sent), `failed`, `cancelled` (stopped by Ctrl-C), `errors` ({kind: count}, kinds
-  `http_<status>`, `timeout`, `connection`, `malformed_response`, `server_error`, `empty_response`), `interrupted`;
+  `concurrency` (mean requests in flight), `cached_tokens` (prompt tokens the server said it took from its prefix
+  cache: `usage.prompt_tokens_details.cached_tokens` or `meta_info.cached_tokens`; null when no response said) and
+  `cache_hit_rate` (their share of those responses' prompt tokens), and for each of ttft, tpot, itl and
+  e2e_latency the keys `mean_X_ms`, `median_X_ms`, `p90_X_ms`, `p99_X_ms`, `std_X_ms`, `max_X_ms`;
+- outcome counts: `num_requests` (sent), `failed`, `shed` (refused by the server for load: HTTP 503, or an in-stream
+  error with code 503 / queue_full / waiting_timeout; not counted in `failed`), `cancelled` (stopped by Ctrl-C),
+  `errors` ({kind: count} of the failed, kinds `http_<status>`, `timeout`, `connection`, `malformed_response`,
+  `server_error`, `empty_response`), `interrupted`;
 - goodput (with `--slo`): `slo` ({"ttft"|"tpot"|"e2e": ms}), `goodput` (req/s meeting every SLO),
   `slo_attainment` (fraction of sent requests meeting every SLO);
 - client verdict: `scheduled_rate`, `achieved_rate` (req/s as sent), `dispatch_ratio`, `send_lag_p50_ms`,
   `send_lag_p99_ms`, `send_lag_max_ms`, `concurrency_wait_p99_ms`, `send_lag_limit_ms` (the lag past which
   the client counts as the bottleneck: 10 ms, or a tenth of the mean scheduled gap when longer),
-  `client_bottleneck`, `client_verdict`;
+  `client_bottleneck`, `client_verdict`, `shed_verdict` (a sentence when the server shed load, else null);
 - the window, for cutting server logs: `started_at`, `ended_at` (unix seconds), `started_at_iso`, `ended_at_iso`
   (local time with offset), `server_log` (the `--server-log` path or null);
 - server side: `scraped_metrics` ([{"t": unix seconds, "metrics": {sample name: value}}]), `scrape_error`;
+- over time (rules in `bench.timeline`): `steady` (null for a burst; else the window `t0`, `t1` in seconds from
+  the run start and `started_at`, `ended_at` in unix seconds, `requests` sent and `completed` in it,
+  `request_throughput`, `output_throughput`, and the ttft/tpot/itl/e2e_latency keys above over the requests sent
+  in it); `slice_seconds`; `slices` ([{"t0", "t1", "sent", "completed", "request_rate", "output_throughput",
+  "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", and with `--scrape-metrics` where the server has the
+  gauges "running", "queued"}]);
+- `--repeats N` (N > 1): `repeat` ({"index", "count", "seed"}) on every repeat's record, and on the last one
+  `repeats` ({"count", "seeds", "confidence": 0.95, "metrics": {key: {"mean", "ci_low", "ci_high", "half_width",
+  "std", "n"}}}: Student-t intervals over the repeats, keys in `bench.stats.REPEAT_METRICS`);
+- several rates (`--sweep`, a rate list): `stopped_early` ({"rate", "reason", "skipped": [rates]}) on the run that
+  showed the server past saturation (rule in `bench.sweep`), and on the last record `pareto` ({"x":
+  "per_user_output_throughput", "y": "output_throughput", "points", "front": [{"request_rate",
+  "per_user_output_throughput", "output_throughput"}]}: rule in `bench.pareto`);
+- multi-turn chat (`--turns T`, T > 1; rule in `bench.conversation`): `sessions` (sessions started), `think_time`
+  (s), `skipped_turns` (turns not sent because an earlier turn of their session failed), `by_turn` ([{"turn" (from
+  1), "requests", "completed", "mean_ttft_ms", "cached_tokens", "cache_hit_rate"}]), `cache_hit_rate_first_turn`,
+  `cache_hit_rate_later_turns` (server-reported, as `cache_hit_rate`; null when unreported);
 - `requests` (only with `--output-details`): one row per request with `index`, `scheduled_ms`, `send_lag_ms`,
-  `sent_at`, `input_len`, `output_len`, `ttft_ms`, `tpot_ms`, `e2e_ms`, `itl_ms` (list), `error`, `message`, `text`.
+  `sent_at`, `input_len`, `output_len`, `ttft_ms`, `tpot_ms`, `e2e_ms`, `itl_ms` (list), `error`, `message`, `text`,
+  `cached_tokens`, and in a multi-turn run `session` (from 0) and `turn` (from 1).
 """
 from __future__ import annotations
 
@@ -73,7 +96,10 @@ def request_row(out: RequestOutcome, run: RunResult) -> dict:
         "error": out.error,
         "message": out.message or None,
         "text": out.text,
+        "cached_tokens": out.cached_tokens,
     }
+    if out.session is not None:
+        row |= {"session": out.session, "turn": out.turn + 1}
     if out.ok:
         m = request_metrics(out)
         row |= {"ttft_ms": _ms(m.ttft), "tpot_ms": _ms(m.tpot), "e2e_ms": _ms(m.e2e),
@@ -113,22 +139,29 @@ def summary_table(record: dict) -> Table:
     rows = [
         ("Requests completed / sent", f"{record['completed']} / {record['num_requests']}"),
         ("Failed", escape(f"{record['failed']}  {record['errors'] or ''}".rstrip())),
+        ("Shed by the server (503)", f"{record.get('shed', 0)}"),
         ("Duration (s)", _fmt(record["duration"])),
         ("Request throughput (req/s)", _fmt(record["request_throughput"])),
         ("Input / output throughput (tok/s)",
          f"{_fmt(record['input_throughput'], 1)} / {_fmt(record['output_throughput'], 1)}"),
         ("Mean concurrency", _fmt(record["concurrency"])),
     ]
+    if record.get("cache_hit_rate") is not None:
+        rows.append(("Prefix cache hit rate (server-reported)", _fmt(record["cache_hit_rate"], 3)))
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e_latency", "E2E")):
         stats = "  ".join(f"{s} {_fmt(record[f'{s}_{name}_ms'])}" for s in ("mean", "median", "p90", "p99", "max"))
         rows.append((f"{label} (ms)", stats))
     if "goodput" in record:
         rows.append(("Goodput (req/s) / SLO attainment",
                      f"{_fmt(record['goodput'])} / {_fmt(record['slo_attainment'], 3)}"))
+    if record.get("steady"):
+        st = record["steady"]
+        rows.append(("Steady window (s) / output tok/s / TTFT p99 (ms)",
+                     f"{st['t0']:.1f}-{st['t1']:.1f} / {_fmt(st['output_throughput'], 1)} / {_fmt(st['p99_ttft_ms'])}"))
     rows.append(("Send lag p50 / p99 (ms)", f"{_fmt(record['send_lag_p50_ms'])} / {_fmt(record['send_lag_p99_ms'])}"))
     for label, value in rows:
         table.add_row(label, value)
-    table.caption = escape(record["client_verdict"])
+    table.caption = escape(" ".join(filter(None, (record["client_verdict"], record.get("shed_verdict")))))
     table.caption_justify = "left"
     return table
 
@@ -141,3 +174,43 @@ def print_summary(console: Console, record: dict) -> None:
         console.print(f"[yellow]{record['warmup_failures']} of {record['warmup_requests']} warm-up requests failed[/]")
     if record.get("scrape_error"):
         console.print(f"[yellow]--scrape-metrics: {escape(record['scrape_error'])}[/]")
+    if record.get("repeats"):
+        console.print(repeats_table(record["repeats"]))
+    if record.get("stopped_early"):
+        stop = record["stopped_early"]
+        skipped = ", ".join(f"{r:g}" for r in stop["skipped"])
+        console.print(f"[yellow]Stopped early at rate {stop['rate']:g} req/s, past saturation: "
+                      f"{escape(stop['reason'])}; skipped rates {skipped} req/s.[/]")
+    if record.get("pareto"):
+        console.print(pareto_line(record["pareto"]), highlight=False)
+    if record.get("by_turn"):
+        console.print(turns_line(record), highlight=False)
+
+
+REPEATED = (("request_throughput", "Request throughput (req/s)"), ("output_throughput", "Output throughput (tok/s)"),
+            ("median_ttft_ms", "TTFT p50 (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"), ("median_tpot_ms", "TPOT p50 (ms)"),
+            ("p99_tpot_ms", "TPOT p99 (ms)"), ("median_itl_ms", "ITL p50 (ms)"))
+
+
+def repeats_table(repeats: dict) -> Table:
+    table = Table(title=f"Over {repeats['count']} repeats: mean and 95% confidence interval", title_justify="left")
+    for column in ("metric", "mean", "95% CI", "std"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for key, label in REPEATED:
+        m = repeats["metrics"].get(key)
+        if m is not None:
+            table.add_row(label, _fmt(m["mean"]), f"{_fmt(m['ci_low'])} .. {_fmt(m['ci_high'])}", _fmt(m["std"]))
+    return table
+
+
+def pareto_line(pareto: dict) -> str:
+    runs = "; ".join(f"rate {p['request_rate']}: {p['per_user_output_throughput']:.1f} per user, "
+                     f"{p['output_throughput']:.1f} total" for p in pareto["front"])
+    return f"Pareto front (output tok/s per user vs total output tok/s) over {pareto['points']} runs: {runs or '-'}"
+
+
+def turns_line(record: dict) -> str:
+    turns = "; ".join(f"turn {t['turn']}: TTFT {_fmt(t['mean_ttft_ms'])} ms, cache hit {_fmt(t['cache_hit_rate'], 3)}"
+                      for t in record["by_turn"])
+    return (f"{record['sessions']} sessions of {record['turns']} turns (think time {record['think_time']:g} s, "
+            f"{record['skipped_turns']} turns skipped after a failed one): {turns}")

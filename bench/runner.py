@@ -5,27 +5,33 @@ import asyncio
 import contextlib
 import gc
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from time import perf_counter, time
 
 import numpy as np
 
 from toolkit.bench.client import Client
-from toolkit.bench.outcome import CANCELLED, RequestOutcome
+from toolkit.bench.conversation import Session, assistant, user
+from toolkit.bench.datasets import Prompt
+from toolkit.bench.outcome import CANCELLED, SHED, RequestOutcome
 
 _START_LEAD_S = 0.01
 _TICK_S = 0.25
 
+Launch = Callable[[int, float], Coroutine]  # (arrival index, dispatch time) -> what to run for that arrival
+BodyOf = Callable[[list[dict], Prompt], bytes]  # (messages so far, the turn's prompt) -> request body
+
 
 @dataclass(slots=True)
 class Progress:
-    """Counters the ticker hands to the progress display; requests `done` include the `failed` ones."""
+    """Counters the ticker hands to the progress display; requests `done` include the `failed` and `shed` ones."""
 
     total: int
     sent: int = 0
     done: int = 0
     failed: int = 0
+    shed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,17 @@ class RunResult:
     interrupted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class SessionRun:
+    """What every session of a multi-turn run shares."""
+
+    body_of: BodyOf
+    think_time: float
+    semaphore: asyncio.Semaphore | None
+    progress: Progress
+    outcomes: list[RequestOutcome]
+
+
 class Runner:
     """Sends prepared bodies on an absolute schedule through one `Client`, at most `max_concurrency` at a time."""
 
@@ -50,18 +67,43 @@ class Runner:
         self.on_tick = on_tick
         self.interrupted = False
         self._tasks: set[asyncio.Task] = set()
+        self._start = 0.0
 
     async def run(self, bodies: list[bytes], offsets: np.ndarray, input_lens: list[int]) -> RunResult:
         """Send `bodies[i]` at `offsets[i]` seconds after the start and wait for every response (or Ctrl-C)."""
         outcomes = [RequestOutcome(i, float(o), n) for i, (o, n) in enumerate(zip(offsets, input_lens))]
-        progress = Progress(total=len(outcomes))
+        progress, semaphore = Progress(total=len(outcomes)), self._semaphore()
+
+        def launch(i: int, now: float):
+            outcomes[i].dispatched = now
+            return self._one(bodies[i], outcomes[i], semaphore, progress)
+
+        return await self._drive(offsets, launch, outcomes, progress)
+
+    async def run_sessions(self, sessions: list[Session], offsets: np.ndarray, body_of: BodyOf,
+                           think_time: float) -> RunResult:
+        """Start `sessions[i]` at `offsets[i]`; each sends its turns in order, turn k+1 `think_time` seconds after
+        the reply to turn k ended, with that reply in its messages. A failed turn ends its session."""
+        progress = Progress(total=sum(len(s.prompts) for s in sessions))
+        run = SessionRun(body_of, think_time, self._semaphore(), progress, [])
+
+        def launch(i: int, now: float):
+            return self._session(sessions[i], float(offsets[i]), run)
+
+        return await self._drive(offsets, launch, run.outcomes, progress)
+
+    def _semaphore(self) -> asyncio.Semaphore | None:
+        return asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else None
+
+    async def _drive(self, offsets: np.ndarray, launch: Launch, outcomes: list[RequestOutcome],
+                     progress: Progress) -> RunResult:
         # NOTE: objects alive before the run leave the collector's view, so no full collection over a big heap
         # (a loaded tokenizer, torch) pauses the loop mid-run and delays the timestamps of arriving tokens.
         gc.collect()
         gc.freeze()
-        start = perf_counter() + _START_LEAD_S
+        self._start = start = perf_counter() + _START_LEAD_S
         started_at = time() + _START_LEAD_S
-        dispatcher = asyncio.ensure_future(self._dispatch(bodies, outcomes, start, progress))
+        dispatcher = asyncio.ensure_future(self._dispatch(offsets, launch, start))
         ticker = asyncio.ensure_future(self._tick(progress))
         with self._ctrl_c(dispatcher):
             with contextlib.suppress(asyncio.CancelledError):
@@ -74,23 +116,38 @@ class Runner:
         end = max((o.ended for o in outcomes if o.ended), default=start)
         return RunResult(outcomes, start, started_at, started_at + (end - start), end - start, self.interrupted)
 
-    async def _dispatch(self, bodies, outcomes, start: float, progress: Progress) -> None:
-        loop, semaphore = asyncio.get_running_loop(), None
-        if self.max_concurrency:
-            semaphore = asyncio.Semaphore(self.max_concurrency)
-        i, count = 0, len(outcomes)
+    async def _dispatch(self, offsets: np.ndarray, launch: Launch, start: float) -> None:
+        loop = asyncio.get_running_loop()
+        i, count = 0, len(offsets)
         while i < count:
-            delay = start + outcomes[i].scheduled - perf_counter()
+            delay = start + offsets[i] - perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             now = perf_counter()
             # NOTE: every request whose time has come goes out now, so a late wake-up never shifts later sends.
-            while i < count and start + outcomes[i].scheduled <= now:
-                outcomes[i].dispatched = now
-                task = loop.create_task(self._one(bodies[i], outcomes[i], semaphore, progress))
+            while i < count and start + offsets[i] <= now:
+                task = loop.create_task(launch(i, now))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 i += 1
+
+    async def _session(self, session: Session, offset: float, run: SessionRun) -> None:
+        messages: list[dict] = []
+        due = offset  # the turn's scheduled send, seconds from the start
+        for turn, prompt in enumerate(session.prompts):
+            delay = self._start + due - perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            messages = [*messages, user(prompt.text)]
+            out = RequestOutcome(len(run.outcomes), due, prompt.input_len, session=session.index, turn=turn)
+            out.dispatched = perf_counter()
+            run.outcomes.append(out)
+            await self._one(run.body_of(messages, prompt), out, run.semaphore, run.progress)
+            if not out.ok or self.interrupted:
+                run.progress.done += len(session.prompts) - turn - 1  # the turns that will not be sent
+                return
+            messages.append(assistant(out.text))
+            due = out.ended - self._start + run.think_time
 
     async def _one(self, body: bytes, out: RequestOutcome, semaphore, progress: Progress) -> None:
         progress.sent += 1
@@ -103,7 +160,8 @@ class Runner:
         except asyncio.CancelledError:
             out.fail(CANCELLED, "stopped while waiting for a --max-concurrency slot", perf_counter())
         progress.done += 1
-        progress.failed += out.error is not None
+        progress.failed += out.error not in (None, SHED)
+        progress.shed += out.error == SHED
 
     async def _tick(self, progress: Progress) -> None:
         while True:

@@ -57,6 +57,15 @@ def _sentence(v: dict, n: int, max_concurrency: int | None, burst: bool) -> str:
     return f"The client kept up: {achieved:.1f} req/s sent of {scheduled:.1f} req/s scheduled ({lag})."
 
 
+def shed_verdict(shed: int, sent: int) -> str | None:
+    """The sentence for a run in which the server shed load (answered 503), or None when it shed nothing."""
+    if not shed:
+        return None
+    share = f"{shed} of {sent} requests" if shed < sent else f"all {sent} requests"
+    return (f"The server shed load: it refused {share} with 503 (overloaded, retry later), so the latencies and "
+            f"throughput cover only the {sent - shed} it admitted; lower --rate or add capacity.")
+
+
 def send_lag_limit_ms(scheduled_rate: float | None) -> float:
     """The send lag past which the client, not the server, shaped the load: a fixed tolerance for scheduler
     jitter, or a tenth of the mean gap between scheduled sends when that is longer."""

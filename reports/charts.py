@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from toolkit.bench.pareto import PER_USER_LABEL, TOTAL_LABEL, Point, front, points
 from toolkit.reports.bench_rows import Run
 
 MIN_SWEEP_POINTS = 2
@@ -53,6 +54,12 @@ def _panel(ax, points: Sequence[Run], keys: Sequence[tuple[str, str]], ylabel: s
     ax.legend(fontsize=8)
 
 
+def _png(fig, dpi: int) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
 def sweep_png(rows: Sequence[Run], dpi: int = 90) -> bytes:
     """Output throughput, TTFT p50/p99 and TPOT p50/p99 against the request rate (rate inf at its throughput)."""
     from matplotlib.figure import Figure
@@ -67,9 +74,7 @@ def sweep_png(rows: Sequence[Run], dpi: int = 90) -> bytes:
     axes[1].set_title("Time to first token")
     axes[2].set_title("Time per output token")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
+    return _png(fig, dpi)
 
 
 def sweep_image(rows: Sequence[Run]) -> Image | None:
@@ -77,6 +82,37 @@ def sweep_image(rows: Sequence[Run]) -> Image | None:
     if len({x_of(r) for r in sweep_points(rows)}) < MIN_SWEEP_POINTS:
         return None
     return Image(data_uri(sweep_png(rows)), "Output throughput, TTFT p50/p99 and TPOT p50/p99 vs request rate")
+
+
+def _pareto_axes(ax, runs: Sequence[Point], best: Sequence[Point]) -> None:
+    ax.plot([p.per_user_output_throughput for p in runs], [p.output_throughput for p in runs], "o", color="0.55",
+            label="run")
+    ax.plot([p.per_user_output_throughput for p in best], [p.output_throughput for p in best], "-o",
+            color="tab:blue", lw=1.8, label="Pareto front")
+    for p in runs:
+        ax.annotate(f"rate {p.request_rate}", (p.per_user_output_throughput, p.output_throughput), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel(PER_USER_LABEL + " (1000 / mean TPOT)")
+    ax.set_ylabel(TOTAL_LABEL)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Pareto front: speed per user vs total output")
+
+
+def pareto_image(records: Sequence[dict], dpi: int = 90) -> Image | None:
+    """The sweep's runs on (output tok/s per user, total output tok/s) with their Pareto front (`bench.pareto`,
+    the rule `toolkit bench` writes into a sweep's record); None with fewer than two runs to place."""
+    from matplotlib.figure import Figure
+
+    runs = points(records)
+    if len(runs) < MIN_SWEEP_POINTS:
+        return None
+    fig = Figure(figsize=(6.5, 4.2))
+    _pareto_axes(fig.subplots(), runs, front(runs))
+    fig.tight_layout()
+    return Image(data_uri(_png(fig, dpi)), "Pareto front of the sweep: output tok/s per user against total output "
+                                          "tok/s, one point per run")
 
 
 def timeline_images(timeline) -> list[tuple[str, Image]]:

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.reports import bench_rows, diagnosis_rows
-from toolkit.reports.charts import sweep_image, timeline_images
+from toolkit.reports.charts import pareto_image, sweep_image, timeline_images
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("config", "Configuration"), ("verdict", "Client verdict"), ("tables", "Latency and throughput"),
@@ -44,6 +44,8 @@ def context(records: Sequence[dict], diagnosis: Diagnosis | None, title: str | N
         "errors_text": bench_rows.errors_text,
         "failed": bench_rows.failed_rows(rows),
         "sweep": sweep_image(rows),
+        "pareto": pareto_image(records),
+        "stopped_early": [(r.rate_label, r.get("stopped_early")) for r in rows if r.get("stopped_early")],
         "d": diagnosis,
         "timeline": timeline_images(diagnosis.timeline) if diagnosis else [],
         "dx": diagnosis_rows,

@@ -6,13 +6,22 @@ tests compare the client's numbers with what the server really did.
 
 With `capacity=C` the stub is a server of known capacity: it serves at most C requests at once and queues the
 rest in arrival order (a queued request's script starts when it gets a slot), so with a script of service time S
-it completes at most C / S requests per second and latency SLOs break above that rate.
+it completes at most C / S requests per second and latency SLOs break above that rate. With `max_queued=Q` as
+well it sheds load as `toolkit serve --max-queued-requests Q` does: a request that finds Q already waiting for a
+slot is answered 503 at once, with Retry-After and an OpenAI-style body.
+
+Replies are deterministic per request: the words of a reply start at an offset drawn from the prompt's text, so two
+conversations get different replies and a test can find a reply again in the next turn's messages. With
+`prefix_cache=True` the stub behaves as a radix cache would report it: `cached_tokens` is the longest prefix, in
+words (the stub's tokens: `prompt_tokens` counts the words of all messages), that the request shares with an earlier
+request's prompt followed by its reply; it overrides a script's `cached_tokens`.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
+import zlib
 from dataclasses import dataclass, field
 from time import perf_counter
 
@@ -20,7 +29,7 @@ from aiohttp import web
 
 from toolkit.tune.launcher import free_port
 
-WORDS = (" the", " and", " of", " in", " to")
+WORDS = (" the", " and", " of", " in", " to", " a", " is", " on")
 
 
 @dataclass(frozen=True)
@@ -34,8 +43,10 @@ class Script:
     malformed: bool = False
     drop: bool = False
     error_event: bool = False
+    error_code: int | str = 500  # the `code` of the error event
     usage: bool = True
     continuous_usage: bool = True
+    cached_tokens: int | None = None  # reported in usage.prompt_tokens_details, as `--enable-cache-report` does
 
     @property
     def output_len(self) -> int:
@@ -51,19 +62,31 @@ class Served:
     prompt_tokens: int
     body: dict
     path: str
+    words: list[str] = field(default_factory=list)  # the whole prompt (every message), split into words
     writes: list[float] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
+    reply: str = ""
+    cached_tokens: int | None = None
 
 
-def _prompt_of(body: dict) -> tuple[str, int]:
+def _prompt_of(body: dict) -> tuple[str, list[str]]:
+    """(the script key: the first message or the prompt, the words of the whole prompt)."""
     if "messages" in body:
-        text = body["messages"][0]["content"]
-    else:
-        text = body.get("prompt", body.get("text"))
+        return body["messages"][0]["content"], " ".join(m["content"] for m in body["messages"]).split()
+    text = body.get("prompt", body.get("text"))
     if text is None:
         ids = body.get("input_ids") or []
-        return f"ids:{len(ids)}", len(ids)
-    return text, len(text.split())
+        return f"ids:{len(ids)}", [str(i) for i in ids]
+    return text, text.split()
+
+
+def _shared_prefix(words: list[str], seen: list[str]) -> int:
+    n = 0
+    for a, b in zip(words, seen):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def _sse(obj) -> bytes:
@@ -72,9 +95,13 @@ def _sse(obj) -> bytes:
 
 class StubServer:
     def __init__(self, scripts: dict[str, Script] | None = None, default: Script = Script(),
-                 api_key: str | None = None, capacity: int | None = None):
+                 api_key: str | None = None, capacity: int | None = None, max_queued: int | None = None,
+                 prefix_cache: bool = False):
         self.scripts = dict(scripts or {})
+        self.prefix_cache = prefix_cache
         self.capacity = capacity
+        self.max_queued = max_queued
+        self.shed = 0
         self._slots: asyncio.Semaphore | None = None
         self.default = default
         self.api_key = api_key
@@ -129,6 +156,8 @@ class StubServer:
         text = (
             "# TYPE sglang:num_running_reqs gauge\n"
             f'sglang:num_running_reqs{{model_name="stub"}} {running}\n'
+            "# TYPE sglang:num_queue_reqs gauge\n"
+            f'sglang:num_queue_reqs{{model_name="stub"}} {self.in_flight - self.serving if self._slots else 0}\n'
             "# TYPE sglang:token_usage gauge\n"
             'sglang:token_usage{model_name="stub",tp_rank="0"} 0.25\n'
             'sglang:token_usage{model_name="stub",tp_rank="1"} 0.75\n'
@@ -138,6 +167,11 @@ class StubServer:
         return web.Response(text=text, content_type="text/plain")
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
+        if self._queue_full():
+            self.shed += 1
+            error = {"message": f"The request queue is full (--max-queued-requests {self.max_queued}).",
+                     "type": "server_error", "param": None, "code": "queue_full"}
+            return web.json_response({"error": error}, status=503, headers={"Retry-After": "1"})
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -153,13 +187,23 @@ class StubServer:
         finally:
             self.in_flight -= 1
 
+    def _cached(self, words: list[str]) -> int:
+        """The longest prefix `words` shares with an earlier request's prompt words followed by its reply's."""
+        seen = [s.words + s.reply.split() for s in self.served]
+        return max((_shared_prefix(words, other) for other in seen), default=0)
+
+    def _queue_full(self) -> bool:
+        return self.max_queued is not None and self.in_flight - self.serving >= self.max_queued
+
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         received = perf_counter()
         body = await request.json()
-        key, prompt_tokens = _prompt_of(body)
+        key, words = _prompt_of(body)
         script = self.scripts.get(key, self.default)
-        served = Served(key, received, prompt_tokens, body, request.path)
+        served = Served(key, received, len(words), body, request.path, words)
+        served.cached_tokens = self._cached(words) if self.prefix_cache else script.cached_tokens
         self.served.append(served)
+        prompt_tokens, seed = len(words), zlib.crc32(" ".join(words).encode())
         if script.status != 200:
             return web.json_response({"error": {"message": f"scripted {script.status}"}}, status=script.status)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -172,6 +216,8 @@ class StubServer:
         if request.path == "/v1/chat/completions":
             await resp.write(_sse({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
         deadline, done, text = received + script.ttft, 0, ""
+        cached = served.cached_tokens
+        details = {} if cached is None else {"prompt_tokens_details": {"cached_tokens": cached}}
         for n, (delay, count) in enumerate(script.chunks):
             deadline += delay if n else 0.0
             await asyncio.sleep(max(0.0, deadline - perf_counter()))
@@ -182,17 +228,18 @@ class StubServer:
                 await resp.write(b"data: {not json\n\n")
                 continue
             if script.error_event and n == 1:
-                await resp.write(_sse({"error": {"message": "scripted failure", "code": 500}}))
+                await resp.write(_sse({"error": {"message": "scripted failure", "code": script.error_code}}))
                 return resp
-            delta = "".join(WORDS[(done + j) % len(WORDS)] for j in range(count))
+            delta = "".join(WORDS[(seed + done + j) % len(WORDS)] for j in range(count))
             done, text = done + count, text + delta
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": done} if continuous else None
+            served.reply = text
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": done, **details} if continuous else None
             served.writes.append(perf_counter())
             served.counts.append(count)
             await resp.write(_sse(event(delta, text, done, prompt_tokens, usage)))
         if script.usage and stream_options.get("include_usage"):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": done,
-                     "total_tokens": prompt_tokens + done}
+                     "total_tokens": prompt_tokens + done, **details}
             await resp.write(_sse({"choices": [], "usage": usage}))
         await resp.write(_sse(b"[DONE]"))
         return resp

@@ -44,9 +44,10 @@ def test_failures_are_counted_by_kind_and_never_stop_the_run(backend):
 
     run = eventloop.run(run()).run
     summary = summarize(run.outcomes, run.duration)
-    assert summary["completed"] == 6 and summary["failed"] == 6
-    assert summary["errors"] == {"http_500": 1, "http_503": 1, "timeout": 1, "malformed_response": 1,
-                                 "connection": 1, "server_error": 1}
+    # NOTE: the 503 is load shed by the server, counted apart from the failures (tests/bench/test_shed.py)
+    assert summary["completed"] == 6 and summary["failed"] == 5 and summary["shed"] == 1
+    assert summary["errors"] == {"http_500": 1, "timeout": 1, "malformed_response": 1, "connection": 1,
+                                 "server_error": 1}
     by_text = {texts[o.index]: o for o in run.outcomes}
     assert "scripted 500" in by_text["five hundred"].message
     assert "scripted failure" in by_text["error event"].message

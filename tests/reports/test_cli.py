@@ -33,7 +33,7 @@ def test_report_from_bench_and_log_writes_one_page(bench_file, server_log, tmp_p
     assert result.stdout.strip() == f"report: {out}"
     page = Page(out.read_text())
     assert tuple(page.sections) == SECTION_IDS and page.title == "<i>my run</i>"
-    assert str(bench_file) in out.read_text() and len(page.images()) == 2
+    assert str(bench_file) in out.read_text() and len(page.images()) == 3
 
 
 def test_bench_alone_and_several_bench_files(bench_file, records, tmp_path):

@@ -49,7 +49,7 @@ def test_nothing_is_fetched_from_anywhere_and_images_are_data_uris(report_html):
     csp = next(a["content"] for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
     assert "default-src 'none'" in csp and "img-src data:" in csp
     images = page.images()
-    assert len(images) == 2  # the sweep curves and one timeline (a single rank)
+    assert len(images) == 3  # the sweep curves, the sweep's Pareto front and one timeline (a single rank)
     assert all(png.startswith(PNG) and len(png) > 10_000 for png in images)
 
 

@@ -56,7 +56,7 @@ def test_the_report_of_a_sweep_plots_every_run_of_it(tmp_path, monkeypatch):
     html = out.read_text(encoding="utf-8")
 
     sweep = html[html.index('<section id="sweep">') : html.index("</section>", html.index('<section id="sweep">'))]
-    (image,) = Page(sweep).images()
+    image, _pareto = Page(sweep).images()
     assert image.startswith(PNG) and len(image) > 10_000
     expected = sorted((r["request_throughput"] if r["request_rate"] == "inf" else r["request_rate"], i)
                       for i, r in enumerate(records))
