@@ -65,22 +65,6 @@ def default_cuda_graph_max_bs(era: str | None, gpu_mem_gb: float | None, tp: int
     return 512
 
 
-def default_chunked_prefill_size(era: str | None, gpu_mem_gb: float | None) -> int:
-    """chunked_prefill_size SGLang would pick for this GPU size (docs/log-formats.md §12)."""
-    g = gpu_mem_gb if gpu_mem_gb is not None else 80.0
-    if not _at_least(era, "0.4.3"):
-        return 2048 if (_at_least(era, "0.3.6") and g < 25) else 8192
-    if not _at_least(era, "0.5.3"):
-        if g < (25 if era == "0.4.3" else 35):
-            return 2048
-        return 16384 if (era != "0.4.3" and g >= 160) else 8192
-    if g < 20 or (g < 35 and era != "0.5.23"):
-        return 2048
-    if g < 60:
-        return 4096
-    return 16384 if g >= 160 else 8192
-
-
 def default_schedule_policy(era: str | None) -> str | None:
     """`lpm` up to 0.4.3, `fcfs` from 0.4.9; None when the era is unknown."""
     if era is None:

@@ -23,10 +23,6 @@ def fp8_kv(config: ServerConfig) -> str:
     return FP8_KV[1 if config.vllm else 0]
 
 
-def engine_word(config: ServerConfig) -> str:
-    return "vLLM" if config.vllm else "SGLang"
-
-
 VLLM_DEFAULT_UTILIZATION = 0.9
 
 

@@ -39,7 +39,6 @@ _WORDS = WINDOW // 8
 _BYTE = np.uint64(0xFF)
 _POW10 = 10 ** np.arange(19, dtype=np.int64)
 _POW10F = _POW10.astype(np.float64)
-_POW10U = _POW10.astype(np.uint64)
 _TRUE, _FALSE = int.from_bytes(b"True", "little"), int.from_bytes(b"False", "little")
 _COMMA_SPACE = np.uint64(int.from_bytes(b", ", "little"))
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -3,14 +3,13 @@
 `RULES` is the registry in report order; `run_rules` evaluates them all and never lets one rule's error stop
 the others (the error becomes an `info` finding so it is seen, not hidden). Rules name ideas, not flags; every
 finding is stamped with the engine that wrote the log, whose flags its advice is rendered in. A rule that cannot
-judge says why with `ctx.cannot_judge(...)`; the verdict lists those. Each rule has its own context (so rules
-can run on `THREADS` threads); findings, notes and what could not be judged come back in registry order.
+judge says why with `ctx.cannot_judge(...)`; the verdict lists those. Each rule has its own context; findings,
+notes and what could not be judged come back in registry order.
 """
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from toolkit.diagnose.findings import Evidence, Finding
@@ -59,18 +58,12 @@ RULES: dict[str, Rule] = {
 }
 
 
-THREADS = 1  # more run the rules on threads: their numpy work releases the GIL
-
 
 def run_rules(ctx: Context) -> list[Finding]:
     contexts = [ctx.for_rule(name) for name in RULES]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        if THREADS > 1:
-            with ThreadPoolExecutor(THREADS, thread_name_prefix="diagnose-rule") as pool:
-                found = list(pool.map(_run, RULES.values(), contexts))
-        else:
-            found = list(map(_run, RULES.values(), contexts))
+        found = list(map(_run, RULES.values(), contexts))
     for own in contexts:
         ctx.notes += own.notes
         ctx.unjudged += own.unjudged

@@ -73,6 +73,3 @@ def pow2_at_least(n: float, cap: int) -> int:
     """The smallest power of two >= n, at most `cap`."""
     return int(min(cap, 2 ** int(np.ceil(np.log2(max(n, 1.0))))))
 
-
-def ranks_of(rows: Rows) -> tuple[str, ...]:
-    return rows.ranks
