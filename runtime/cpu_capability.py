@@ -34,6 +34,7 @@ class KernelTier:
 
     name: str
     arch: str  # platform.machine() of the CPUs it runs on
+    isa: str  # the widest vector ISA its kernels use, in words
     cflags: tuple[str, ...]
     requires: frozenset[str]
 
@@ -43,12 +44,12 @@ _V3 = _V2 | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsav
 _V4 = _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 # Ordered from the most portable to the most capable within each architecture.
 KERNEL_TIERS: tuple[KernelTier, ...] = (
-    KernelTier("x86-64-v2", "x86_64", ("-march=x86-64-v2",), _V2),
-    KernelTier("x86-64-v3", "x86_64", ("-march=x86-64-v3",), _V3),
-    KernelTier("x86-64-v4", "x86_64", ("-march=x86-64-v4",), _V4),
-    KernelTier("x86-64-v4-bf16", "x86_64", ("-march=x86-64-v4", "-mavx512bf16"), _V4 | {"avx512_bf16"}),
-    KernelTier("armv8.2-a", "aarch64", ("-march=armv8.2-a",), frozenset({"asimd"})),
-    KernelTier("armv8.2-a-bf16", "aarch64", ("-march=armv8.2-a+bf16",), frozenset({"asimd", "bf16"})),
+    KernelTier("x86-64-v2", "x86_64", "sse4.2", ("-march=x86-64-v2",), _V2),
+    KernelTier("x86-64-v3", "x86_64", "avx2", ("-march=x86-64-v3",), _V3),
+    KernelTier("x86-64-v4", "x86_64", "avx512", ("-march=x86-64-v4",), _V4),
+    KernelTier("x86-64-v4-bf16", "x86_64", "avx512-bf16", ("-march=x86-64-v4", "-mavx512bf16"), _V4 | {"avx512_bf16"}),
+    KernelTier("armv8.2-a", "aarch64", "neon", ("-march=armv8.2-a",), frozenset({"asimd"})),
+    KernelTier("armv8.2-a-bf16", "aarch64", "neon-bf16", ("-march=armv8.2-a+bf16",), frozenset({"asimd", "bf16"})),
 )
 # ONEDNN_MAX_CPU_ISA values (oneDNN's names) that cap the kernel tier below what the CPU has.
 _ONEDNN_ISA_CAPS = {"SSE41": "x86-64-v2", "AVX": "x86-64-v2", "AVX2": "x86-64-v3", "AVX2_VNNI": "x86-64-v3",
@@ -77,10 +78,7 @@ class CpuCapability:
     @property
     def isa(self) -> str:
         """The widest vector ISA the kernels and oneDNN may use here, in words."""
-        if self.tier is None:
-            return self.arch
-        return {"x86-64-v2": "sse4.2", "x86-64-v3": "avx2", "x86-64-v4": "avx512",
-                "x86-64-v4-bf16": "avx512-bf16"}.get(self.tier.name, self.tier.name)
+        return self.arch if self.tier is None else self.tier.isa
 
     def native_dtype(self, dtype: torch.dtype) -> bool:
         """Whether oneDNN multiplies this dtype natively here (float32 always)."""
