@@ -24,7 +24,7 @@ KEPT_ARGS: tuple[tuple[str, Value], ...] = (
     ("model_path", None), ("tokenizer_path", None), ("served_model_name", None), ("host", "127.0.0.1"),
     ("port", 30000), ("tp_size", 1), ("dp_size", 1), ("dtype", "auto"), ("quantization", None),
     ("kv_cache_dtype", "auto"), ("context_length", None), ("mem_fraction_static", None),
-    ("max_running_requests", None), ("max_total_tokens", None), ("chunked_prefill_size", None),
+    ("max_running_requests", None), ("max_queued_requests", None), ("max_total_tokens", None), ("chunked_prefill_size", None),
     ("max_prefill_tokens", 16384), ("schedule_policy", None), ("schedule_conservativeness", 1.0),
     ("page_size", 1), ("disable_radix_cache", False), ("enable_mixed_chunk", False),
     ("attention_backend", None), ("disable_cuda_graph", False), ("cuda_graph_max_bs", None),

@@ -1,11 +1,15 @@
 """`toolkit diagnose`: the typer command. Heavy imports happen inside the command so `toolkit --help` is fast.
 
+Several log files are one server's logs, read as one (its ranks' files, a rotated log), unless `--fleet` says each
+is a worker of its own; a directory always is a fleet: each of its logs is one worker (`diagnose.fleet`).
+
 `--html` writes the `toolkit report` page; the report lives downstream of the diagnosis, so this module never
 imports it: the CLI composition root hands it the page writer with `use_html_writer`.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -60,6 +64,30 @@ def _check_inputs(logs: list[str], fmt: str, fail_on: str | None, export: str | 
         _fail(f"no such file: {bench}" if not os.path.exists(bench) else f"--bench {bench} is not a file")
 
 
+def _fleet_logs(logs: list[str], fleet: bool) -> list[str] | None:
+    """The worker logs when the command diagnoses a fleet (`--fleet`, or a directory given), else None."""
+    from toolkit.diagnose.fleet import logs_in
+
+    if not fleet and not any(os.path.isdir(path) for path in logs):
+        return None
+    if "-" in logs:
+        _fail("a fleet is read from files: stdin (-) cannot be a worker's log")
+    for path in logs:
+        if os.path.isdir(path) and not logs_in(path):
+            _fail(f"{path} is a directory, not a log file")  # NOTE: and it holds no worker log either
+    workers = [str(p) for path in logs for p in (logs_in(path) if os.path.isdir(path) else [path])]
+    if len(workers) < 2:
+        _fail(f"a fleet needs two or more worker logs (*.log, *.log.gz, *.gz, *.txt); found {len(workers)} in "
+              + ", ".join(logs))
+    return workers
+
+
+def _check_fleet(export: str | None, metrics: str | None, bench: str | None, html: str | None) -> None:
+    for name, value in (("--export", export), ("--metrics", metrics), ("--bench", bench), ("--html", html)):
+        if value is not None:
+            _fail(f"{name} reads one server: diagnose that worker's log alone")
+
+
 def _spool_stdin(logs: list[str], directory: str) -> list[str]:
     """`-` read into a file once, so that `--export` can read the log a second time."""
     if "-" not in logs:
@@ -82,9 +110,17 @@ def diagnose(
     bench: Optional[str] = typer.Option(None, "--bench", help="A `toolkit bench` RESULT.jsonl of the same run."),
     html: Optional[str] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
                                        "page to FILE (as `toolkit report`)."),
+    fleet: bool = typer.Option(False, "--fleet", help="Each log is one worker (named by its file stem): diagnose "
+                               "each, then compare them. Implied when a directory is given."),
 ) -> None:
     """Turn SGLang or vLLM server logs into evidence-backed tuning advice and plots."""
     logs = list(logs or [])
+    workers = _fleet_logs(logs, fleet) if logs else None
+    if workers is not None:
+        _check_fleet(export, metrics, bench, html)
+        _check_inputs(workers, fmt, fail_on, export, bench, html)
+        _run_fleet(workers, fmt, plots, fail_on)
+        return
     _check_inputs(logs, fmt, fail_on, export, bench, html)
     with tempfile.TemporaryDirectory(prefix="toolkit-diagnose-") as spool:
         sources = _spool_stdin(logs, spool) if export else logs
@@ -131,4 +167,33 @@ def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_
 
         render(result, Console(highlight=False))
     if fail_on is not None and result.fails(fail_on):
+        raise typer.Exit(1)
+
+
+def _run_fleet(logs: list[str], fmt: str, plots: str | None, fail_on: str | None) -> None:
+    from rich.console import Console
+
+    from toolkit.diagnose.fleet import analyze_fleet
+
+    try:
+        fleet = analyze_fleet(logs)
+    except (OSError, ValueError, EOFError) as exc:
+        _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if plots:
+        from toolkit.diagnose.plots import write_plots
+
+        err = Console(stderr=True, highlight=False)
+        for worker in fleet.workers:
+            folder = os.path.join(plots, re.sub(r"[^\w.-]", "_", worker.name))
+            for path in write_plots(worker.diagnosis.timeline, folder):
+                err.print(f"plot: {path}", markup=False)
+    if fmt == "json":
+        from toolkit.diagnose.report_fleet import render_fleet_json
+
+        typer.echo(render_fleet_json(fleet))
+    else:
+        from toolkit.diagnose.report_fleet import render_fleet
+
+        render_fleet(fleet, Console(highlight=False))
+    if fail_on is not None and fleet.fails(fail_on):
         raise typer.Exit(1)

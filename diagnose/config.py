@@ -17,7 +17,7 @@ VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_
                         "engine_config", "engine_args", "scheduler_config"})
 SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
                           "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
-                          "retract", "leak", "watchdog", "sigquit"})
+                          "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout", "client_gone"})
 # Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
 _VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]")
 _SGLANG_TEXT = re.compile(r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]")
@@ -79,6 +79,12 @@ class ServerConfig:
         if any(self.arg(k) is not None for k in ("tp_size", "dp_size", "tensor_parallel_size", "data_parallel_size")):
             return "arguments"
         return "rank tags" if (self.rank_tp or self.rank_dp) else "default"
+
+    @property
+    def max_queued_requests(self) -> int | None:
+        """SGLang's waiting-queue cap (`--max-queued-requests`); None when unset or not in the log (0 is a cap)."""
+        v = self.arg("max_queued_requests")
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
     @property
     def mem_fraction_static(self) -> float | None:

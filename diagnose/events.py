@@ -32,6 +32,10 @@ Kind = Literal[
     "watchdog",          # Watchdog timeout
     "exception",         # Scheduler hit an exception / Traceback / EngineCore fatal error (multi-line)
     "sigquit",           # Received sigquit from a child process
+    # load shedding and clients giving up (docs/log-formats.md §6.4)
+    "shed",              # Shed N requests[ in the last S s] (503, Retry-After 1 s): queue_full: a, waiting_timeout: b
+    "queue_timeout",     # Queue timeout: aborted N requests that waited more than S s, #queue-req: Q
+    "client_gone",       # the client of POST /path disconnected ... / Request is disconnected from the client side
     # vLLM (docs/log-formats.md §9)
     "stats",             # Engine 000: Avg prompt throughput: ..., Running: ..., Waiting: ..., KV cache usage
     "prefix_cache",      # V0: Prefix cache hit rate: GPU: x%, CPU: y%

@@ -222,6 +222,42 @@ def _message(text: str) -> dict[str, Value]:
     return {"message": text.strip()}
 
 
+# -- load shedding and clients giving up (docs/log-formats.md §6.4) -----------------------------------
+
+_SHED = re.compile(r"Shed (\d{1,20}) requests? (?:in the last (\d{1,20}) s )?\(503, Retry-After (\d{1,10}) s\): ?(.*)")
+_QUEUE_TIMEOUT = re.compile(r"Queue timeout: aborted (\d{1,20}) requests? that waited more than ([\d.]{1,20}) s"
+                            r"(?:, #queue-req: (\d{1,20}))?")
+_CLIENT_OF = re.compile(r"the client of ([A-Z]{1,10}) (\S{1,2000}) disconnected")
+
+
+def _shed(text: str) -> dict[str, Value]:
+    """`shed` (requests refused since the last line), `seconds` since it (absent on the first), `retry_after`,
+    and the count per reason (`queue_full`, `waiting_timeout`)."""
+    m = _SHED.match(text)
+    if m is None:
+        return {}
+    out: dict[str, Value] = {"shed": int(m.group(1)), "retry_after": int(m.group(3))}
+    if m.group(2) is not None:
+        out["seconds"] = int(m.group(2))
+    out.update({k: v for k, v in pairs(m.group(4)).items() if isinstance(v, int)})
+    return out
+
+
+def _queue_timeout(text: str) -> dict[str, Value]:
+    m = _QUEUE_TIMEOUT.match(text)
+    if m is None:
+        return {}
+    out: dict[str, Value] = {"aborted": int(m.group(1)), "waited_s": value(m.group(2))}
+    if m.group(3) is not None:
+        out["queue_req"] = int(m.group(3))
+    return out
+
+
+def _client_gone(text: str) -> dict[str, Value]:
+    m = _CLIENT_OF.match(text)
+    return {"method": m.group(1), "path": m.group(2)} if m else _message(text)
+
+
 # -- vLLM (docs/log-formats.md §9) ----------------------------------------------------------------------
 
 _ENGINE = re.compile(r"(?:Engine (\d{1,4}): |(\d{1,4}) Engines Aggregated: )")
@@ -383,6 +419,9 @@ _READERS = {
     "graph_failed": _message,
     "not_enough_memory": _message,
     "sigquit": _message,
+    "shed": _shed,
+    "queue_timeout": _queue_timeout,
+    "client_gone": _client_gone,
     "stats": _stats,
     "prefix_cache": _after_label,
     "spec_metrics": _after_label,

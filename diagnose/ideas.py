@@ -33,6 +33,7 @@ IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea("admission", "admission conservativeness", "--schedule-conservativeness", None, "set"),
     Idea("kv_memory", "KV memory fraction", "--mem-fraction-static", "--gpu-memory-utilization", "push"),
     Idea("running_cap", "max running requests", "--max-running-requests", "--max-num-seqs", "set"),
+    Idea("max_queued", "waiting-queue cap (503 beyond it)", "--max-queued-requests", None, "set"),
     Idea("prefill_budget", "tokens per prefill / step", "--chunked-prefill-size", "--max-num-batched-tokens", "set"),
     Idea("max_prefill", "tokens per prefill batch", "--max-prefill-tokens", None, "set"),
     Idea("mixed_chunk", "decode rides along prefill", "--enable-mixed-chunk", None, "switch"),

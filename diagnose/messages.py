@@ -38,6 +38,11 @@ _PATTERNS: dict[str, str] = {
     "exception": r"\w{1,40} hit an exception|Traceback \(most recent call last\)|EngineCore (?:encountered a fatal "
                  r"error|failed to start)|Engine core initialization failed",
     "sigquit": r"Received sigquit",
+    # load shedding and clients giving up (§6.4): `toolkit serve`'s lines, SGLang's disconnect wording
+    "shed": r"Shed \d+ requests? (?:in the last \d+ s )?\(503",
+    "queue_timeout": r"Queue timeout: aborted \d+ requests? ",
+    "client_gone": r"the client of [A-Z]{1,10} \S{1,2000} disconnected before the response"
+                   r"|(?:\[http_server\] Error: )?Request is disconnected from the client side",
     # vLLM
     "prefix_cache": r"Prefix cache hit rate: GPU: ",
     "spec_metrics": r"SpecDecoding metrics: |Speculative metrics: ",

@@ -21,7 +21,7 @@ from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
 
 SERIES_KINDS = frozenset({"retract", "preempt", "oom", "watchdog", "exception", "leak", "spec_metrics",
-                          "prefix_cache"})
+                          "prefix_cache", "shed", "queue_timeout", "client_gone"})
 
 
 class _Sink:

@@ -12,7 +12,7 @@ from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.prefix import clock_text
 
-_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green", "insufficient": "magenta"}
+STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green", "insufficient": "magenta"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -37,7 +37,7 @@ def _evidence(f: Finding) -> Text:
     return Text(safe(" ".join(parts) + (f"; {facts}" if facts else "") + confidence), style="dim")
 
 
-def _finding(f: Finding) -> Panel:
+def finding_panel(f: Finding) -> Panel:
     body = [Text(safe(f.message))]
     advice = f.advice()
     if advice is not None:
@@ -47,8 +47,8 @@ def _finding(f: Finding) -> Panel:
     if f.tradeoff:
         body.append(Text(safe(f"trade-off: {f.tradeoff}"), style="italic"))
     body.append(_evidence(f))
-    title = Text(f"{f.severity.upper()}  {safe(f.title)}  [{f.id}]", style=_STYLE[f.severity])
-    return Panel(Group(*body), title=title, title_align="left", border_style=_STYLE[f.severity])
+    title = Text(f"{f.severity.upper()}  {safe(f.title)}  [{f.id}]", style=STYLE[f.severity])
+    return Panel(Group(*body), title=title, title_align="left", border_style=STYLE[f.severity])
 
 
 def _config(d: Diagnosis) -> Table:
@@ -82,9 +82,9 @@ def _unjudged(d: Diagnosis) -> Table:
 
 def render(d: Diagnosis, console: Console) -> None:
     """Print the report to `console`."""
-    console.print(Panel(Text(safe(d.verdict), style=_STYLE[d.status]), title="Verdict", title_align="left"))
+    console.print(Panel(Text(safe(d.verdict), style=STYLE[d.status]), title="Verdict", title_align="left"))
     for f in d.findings:
-        console.print(_finding(f))
+        console.print(finding_panel(f))
     if d.command:
         console.print(Text("Corrected launch command:", style="bold"))
         console.print(Text(safe(d.command)), soft_wrap=True)

@@ -180,6 +180,36 @@ def watchdog(era: str, timeout: int = 300) -> str:
     return f"Watchdog timeout (self.watchdog_timeout={timeout})"
 
 
+def shed(first: bool = False, every: float = 10.0, **reasons: int) -> str:
+    """`toolkit serve`'s shed summary (docs/log-formats.md §6.4), written by the runtime's own `ShedLog`: the first
+    line of a run, or one `every` seconds after the one before."""
+    from toolkit.runtime.server.admission import ShedLog
+
+    log = ShedLog(interval=0.0)
+    log.pending.update(reasons)
+    if not first:
+        log.last_line = 0.0
+    line = log.flush(now=0.0 if first else every)
+    assert line is not None
+    return line
+
+
+# NOTE: the scheduler's and the HTTP server's lines are f-strings inside their handlers; tests/diagnose/test_shedding.py
+# checks that the runtime's source still writes these words.
+QUEUE_TIMEOUT = "Queue timeout: aborted {n} requests that waited more than {limit:g} s, #queue-req: {queue}"
+CLIENT_GONE = "the client of {method} {path} disconnected before the response"
+SGLANG_CLIENT_GONE = ("[http_server] Error: Request is disconnected from the client side (type 1). "
+                      "Abort request obj.rid='{rid}'")
+
+
+def queue_timeout(n: int, limit: float = 5.0, queue: int = 0) -> str:
+    return QUEUE_TIMEOUT.format(n=n, limit=limit, queue=queue)
+
+
+def client_gone(method: str = "POST", path: str = "/v1/chat/completions") -> str:
+    return CLIENT_GONE.format(method=method, path=path)
+
+
 def access(path: str = "/v1/chat/completions", status: int = 200, port: int = 54321) -> str:
     return f'INFO:     127.0.0.1:{port} - "POST {path} HTTP/1.1" {status} OK'
 

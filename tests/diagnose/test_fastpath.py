@@ -66,6 +66,11 @@ BODIES = [
     "Sequence group 7 is preempted in PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
     "max_total_num_tokens=665690, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, "
     "context_len=65536, available_gpu_mem=13.50 GB",
+    lf.shed(first=True, queue_full=1),
+    lf.shed(queue_full=9, waiting_timeout=3),
+    lf.queue_timeout(3, 5.0, 7),
+    lf.client_gone(),
+    lf.SGLANG_CLIENT_GONE.format(rid="ab12"),
     "some other line",
 ]
 LINES = [stamp + body for stamp in STAMPS for body in BODIES]

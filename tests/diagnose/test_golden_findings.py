@@ -86,6 +86,24 @@ def _stalls() -> list[str]:
     return log.lines
 
 
+def _shedding() -> list[str]:
+    log = _base()
+    for i in range(N):
+        log.add(lf.prefill("0.4.9", new_seq=2, new_token=1000, cached=0, running=100, queue=20, usage=0.9,
+                           token=600000), dt=1)
+        log.add(lf.decode("0.4.9", running=100, token=600000, usage=0.9, throughput=3000, queue=20), dt=1)
+        if i % 5 == 0:
+            log.add(lf.shed(first=i == 0, queue_full=8), scheduler=False)
+    return log.lines
+
+
+def _clients_give_up() -> list[str]:
+    log = _base().decode_series(N, queue=list(range(100, 100 + 40 * N, 40)), usage=0.95)
+    for _ in range(4):
+        log.add(lf.client_gone(), dt=1, scheduler=False)
+    return log.lines
+
+
 def _vllm_fatal(log: VllmLog, *texts: str) -> list[str]:
     for text in texts:
         log.add(text, level="ERROR", file="core.py:708", process="EngineCore_DP0")
@@ -167,6 +185,8 @@ SYNTHETIC: dict[str, Callable[[], list[str]]] = {
     "queue-empty-under-load": lambda: _base().decode_series(N, queue=0, usage=0.5).lines,
     "queue-too-long-fcfs": lambda: _base().decode_series(N, queue=3000, usage=0.95).lines,
     "queue-too-long-lpm": lambda: _base(schedule_policy="lpm").decode_series(N, queue=3000, usage=0.95).lines,
+    "shedding-too-much": _shedding,
+    "shedding-clients-give-up": _clients_give_up,
     "cuda-graph-not-used-above-max": lambda: _base().decode_series(
         N, running=[300 if x else 200 for x in _mask(6)], graph=[not x for x in _mask(6)], queue=5).lines,
     "cuda-graph-not-used-within-max": lambda: _base().decode_series(

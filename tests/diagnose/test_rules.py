@@ -175,6 +175,18 @@ def test_running_pinned_at_cap_with_free_kv(usage: float, fires: bool) -> None:
         assert f.flag == "--max-running-requests" and int(f.suggested) == int(128 * 0.9 / 0.79)
 
 
+@pytest.mark.parametrize("cap,queue,usage,suggested", [
+    (3, 29, 0.04, 32),  # the pool holds ~20x the batch: the demand (3 running + 29 queued) bounds the step
+    (8, 500, 0.02, 128),  # pool and demand both far above: at most MAX_STEP (16) x the cap in one step
+    (64, 500, 0.6, 96),  # the pool bounds it: 64 x 0.9 / 0.6
+])
+def test_the_suggested_cap_is_sized_by_the_pool_and_the_demand(cap: int, queue: int, usage: float,
+                                                               suggested: int) -> None:
+    log = base(Startup(max_running=cap)).decode_series(N, running=cap, queue=queue, usage=usage)
+    (f,) = [f for f in analyze(lines=log.lines).findings if f.id == "running_cap.pinned"]
+    assert int(f.suggested) == suggested and f.evidence.facts["peak_demand"] == cap + queue
+
+
 def _prefills(log: Log, cached: int, new: int, queue: int = 30) -> Log:
     for _ in range(N):
         log.add(lf.prefill("0.4.9", new_seq=2, new_token=new, cached=cached, running=100, queue=queue,
