@@ -15,7 +15,8 @@ from toolkit.reports.render import environment
 
 STATUS_COLOURS = {"baseline": "#1b6fa8", "kept": "#1f7a3d", "reverted": "#a86400", "failed": "#b3261e",
                   "interrupted": "#5b6575"}
-RUN_COLUMNS = (("request_rate", "rate (req/s)"), ("completed", "completed"), ("output_throughput", "output tok/s"),
+RUN_COLUMNS = (("tune_repeat", "repeat"), ("cache_reset", "started from"), ("cached_tokens", "cached tokens"),
+               ("request_rate", "rate (req/s)"), ("completed", "completed"), ("output_throughput", "output tok/s"),
                ("goodput", "goodput (req/s)"), ("mean_ttft_ms", "TTFT mean (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"),
                ("mean_tpot_ms", "TPOT mean (ms)"), ("duration", "duration (s)"))
 

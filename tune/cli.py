@@ -20,6 +20,9 @@ def tune(
     noise_k: float = typer.Option(2.0, help="A gain must exceed this many pooled standard errors ...",
                                   rich_help_panel=_LOOP),
     min_gain: float = typer.Option(0.03, help="... and this fraction of the best mean.", rich_help_panel=_LOOP),
+    knobs: str = typer.Option("", help="Only these knobs may move: tuning ideas or the engine's flags, comma "
+                                       "separated, e.g. \"running_cap,prefill_budget,admission\" (default: any "
+                                       "the diagnosis names).", rich_help_panel=_LOOP),
     flags: str = typer.Option("", "--flags", help="The start's server flags, e.g. "
                                                   "\"--schedule-conservativeness 1.3 --max-running-requests 64\".",
                               rich_help_panel=_SERVER),
@@ -97,7 +100,8 @@ def tune(
     error = Console(stderr=True, soft_wrap=True)
     try:
         options = TuneOptions(workload, objective, Flags.parse(flags), launch, engine, repeats, max_steps, max_time,
-                              NoiseRule(noise_k, min_gain), health_timeout, out)
+                              NoiseRule(noise_k, min_gain), health_timeout, out,
+                              knobs=tuple(k.strip() for k in knobs.split(",") if k.strip()))
         outcome = run_tune(options, Console())
     except (UsageError, ValueError) as exc:
         error.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)

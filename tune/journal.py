@@ -7,7 +7,9 @@ finding's typed change as in `toolkit diagnose --format json`, docs/diagnose-jso
 `values` (one per repeat), `mean`, `spread` (sample standard deviation), `delta`, `relative`, `threshold` (the
 gain the noise rule asked for) and `against` (the step compared with), `error`, `verdict` (diagnose's line),
 `findings` (every finding of the step, with `message`, `tradeoff`, `evidence` text and `facts`), `records` (the
-step's bench records), `folder` (its server log and output), `seconds`, `started` (seconds since the start).
+step's bench records), `cache_reset` (how its repeats started clean: "flush_cache", "reset_prefix_cache" or
+"fresh-seed", see `tune.workload`), `folder` (its server log and output), `seconds`, `started` (seconds since the
+start). The summary adds `runs` (bench runs over all steps).
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ def step_entry(step: Step, objective: str, command: str) -> dict:
         "threshold": comparison.threshold if comparison else None, "against": step.against,
         "error": trial.error, "verdict": trial.verdict,
         "findings": [finding_entry(f, full=True) for f in trial.findings], "records": list(trial.records),
+        "cache_reset": sorted({r["cache_reset"] for r in trial.records if r.get("cache_reset")}) or None,
         "folder": trial.folder, "seconds": trial.seconds, "started": step.started,
     })
 
@@ -71,6 +74,7 @@ def summary(result: Result, objective: str, best_command: str | None, start_comm
     return clean({
         "objective": objective, "unit": UNITS[objective], "reason": result.reason, "seconds": result.seconds,
         "steps": len(result.steps) - 1 if result.steps else 0,
+        "runs": sum(len(s.trial.values) for s in result.steps),
         "kept": [s.index for s in result.steps if s.status == "kept"],
         "start": {"mean": start.sample.mean, "spread": start.sample.spread, "command": start_command}
         if start else None,

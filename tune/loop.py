@@ -74,6 +74,13 @@ class Settings:
     noise: NoiseRule = NoiseRule()
     max_steps: int = 8
     max_time: float | None = None
+    knobs: frozenset[str] | None = None  # the tuning ideas (diagnose/ideas.py) it may move; None: every one
+
+    def may_move(self, advice: Advice) -> bool:
+        change = advice.change
+        if self.knobs is None or change is None:
+            return True
+        return change.idea in self.knobs and all(c.idea in self.knobs for c in change.companions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +236,8 @@ class Tuner:
 
     def next_candidate(self, best: Step) -> Candidate | None:
         for advice in ranked(best.trial.findings):
+            if not self.settings.may_move(advice):
+                continue
             plan = plan_for(advice, best.flags, self.settings.engine, self.memory)
             if plan is None:
                 continue

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from toolkit.bench.command import BenchOptions, check_options
 from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
+from toolkit.diagnose.ideas import IDEAS
 from toolkit.tune.experiment import Doctor, Experiment, Launcher, Workload
 from toolkit.tune.flags import ENGINES, Engine, Flags
 from toolkit.tune.journal import append_step, step_entry, summary
@@ -36,6 +37,7 @@ class TuneOptions:
     health_timeout: float = 600.0
     out_dir: Path = Path("toolkit-out/tune")
     title: str | None = None
+    knobs: tuple[str, ...] = ()  # ideas or the engine's flags; empty: every knob the diagnosis names
 
 
 @dataclass(slots=True)
@@ -69,9 +71,25 @@ def check_tune_options(opts: TuneOptions) -> None:
         raise UsageError("tune picks how to load the server from --objective: drop --sweep / --find-max-rate")
     if opts.workload.rate is not None and len(parse_rates(opts.workload.rate)) > 1:
         raise UsageError("tune measures one rate: give --rate a single number")
+    knob_ideas(opts.knobs, opts.engine)
     parse_slo(list(opts.workload.slo))
     parse_extra_body(opts.workload.extra_request_body)
     check_options(opts.workload)
+
+
+def knob_ideas(knobs: tuple[str, ...], engine: Engine) -> frozenset[str] | None:
+    """`--knobs` as tuning ideas: each an idea's name (`running_cap`) or the engine's flag for it
+    (`--max-running-requests`); None when no knob is named (every knob may move)."""
+    if not knobs:
+        return None
+    by_flag = {idea.flag(engine): name for name, idea in IDEAS.items() if idea.flag(engine) is not None}
+    ideas = set()
+    for knob in knobs:
+        idea = knob if knob in IDEAS else by_flag.get(knob)
+        if idea is None:
+            raise UsageError(f"--knobs {knob!r} is no tuning idea or {engine} flag; ideas: {', '.join(IDEAS)}")
+        ideas.add(idea)
+    return frozenset(ideas)
 
 
 @contextlib.contextmanager
@@ -98,7 +116,7 @@ def run_tune(opts: TuneOptions, console: Console | None = None, *, launcher: Lau
     if workload is None:
         from toolkit.tune.workload import BenchWorkload
 
-        workload = BenchWorkload(opts.workload, opts.objective)
+        workload = BenchWorkload(opts.workload, opts.objective, opts.engine)
     if doctor is None:
         from toolkit.tune.doctor import LogDoctor
 
@@ -115,7 +133,7 @@ def run_tune(opts: TuneOptions, console: Console | None = None, *, launcher: Lau
         append_step(steps_path, step_entry(step, opts.objective, command_of(step.flags)))
         view.step(step, best)
 
-    settings = Settings(opts.engine, opts.noise, opts.max_steps, opts.max_time)
+    settings = Settings(opts.engine, opts.noise, opts.max_steps, opts.max_time, knob_ideas(opts.knobs, opts.engine))
     with _sigterm_as_ctrl_c(), view:
         result = Tuner(experiment, settings, on_step).run(opts.start)
     best_command = command_of(result.best.flags) if result.best is not None else None

@@ -73,3 +73,15 @@ def test_a_run_without_measurements_has_no_chart_but_still_renders():
 
 def test_the_chart_is_a_png():
     assert objective_png(steps()).startswith(b"\x89PNG")
+
+
+def test_each_repeat_is_shown_with_how_it_started_clean() -> None:
+    runs = [{"tune_repeat": i, "cache_reset": "flush_cache", "cached_tokens": 0, "completed": 32,
+             "output_throughput": value} for i, value in enumerate((41.5, 43.0))]
+    page = render_tune_page([_step(0, "baseline", [41.5, 43.0], records=runs, cache_reset=["flush_cache"])],
+                            {"objective": "throughput", "unit": "tok/s", "steps": 0, "seconds": 60.0,
+                             "reason": "the step budget is spent (0 steps)", "gain": None,
+                             "start": None, "best": None})
+    assert "Each repeat started clean — flush_cache" in page
+    assert "<th>repeat</th><th>started from</th><th>cached tokens</th>" in page
+    assert "<td class=\"n\">flush_cache</td>" in page and "41.5, 43.0" in page

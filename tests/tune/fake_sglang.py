@@ -21,6 +21,7 @@ SERVICE = Script(ttft=0.04, chunks=((0.0, 1), (0.03, 1), (0.03, 1)))
 SERVICE_S = 0.1
 LOG_EVERY_S = 0.1
 POOL = 100_000
+HELD = 22_500  # NOTE: tokens a running request holds: at a 0.9 usage the pool holds 4, the cap diagnose sizes to
 
 
 def log(message: str) -> None:
@@ -39,7 +40,7 @@ async def _log_batches(stub: FakeSGLang) -> None:
         await asyncio.sleep(LOG_EVERY_S)
         if stub.in_flight:
             running, queued = stub.serving, stub.in_flight - stub.serving
-            log(lf.decode("0.4.9", running=running, token=running * 100, usage=running * 100 / POOL,
+            log(lf.decode("0.4.9", running=running, token=running * HELD, usage=running * HELD / POOL,
                           throughput=running / SERVICE_S * 3, queue=queued))
 
 

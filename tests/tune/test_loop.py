@@ -182,3 +182,13 @@ def test_a_vllm_memory_push_starts_from_the_default_the_finding_quotes():
     world = World(lambda flags: (100.0, 101.0), lambda flags: (more_memory,))
     result = Tuner(world, Settings(engine="vllm", max_steps=2), clock=world.clock).run(Flags())
     assert [s.flags.get("--gpu-memory-utilization") for s in result.steps[1:]] == ["0.91", "0.92"]
+
+
+def test_knobs_limit_what_the_loop_may_move_and_it_goes_on_to_the_next_finding():
+    findings = (Advice("oom.decode", "critical", Change("running_cap", "12"), "64"), LOW_USAGE,
+                Advice("joint", "critical", Change("prefill_budget", "512", companions=(Change("running_cap", "8"),))))
+    world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
+    settings = Settings(max_steps=1, knobs=frozenset({"admission", "prefill_budget"}))
+    result = Tuner(world, settings, clock=world.clock).run(START)
+    # the cap is not among the knobs, nor is the joint change's companion: the admission finding drives the step
+    assert result.steps[1].change.flag == "--schedule-conservativeness"

@@ -105,3 +105,12 @@ def test_the_tune_command_refuses_a_bad_objective_in_one_line():
     flags = CliRunner().invoke(app, ["tune", "--flags", "--a 1 stray"])
     assert flags.exit_code == 2 and "expected a --flag" in flags.output
     assert Flags.parse("--a 1").argv() == ["--a", "1"]
+
+
+def test_knobs_are_named_by_idea_or_by_the_engines_flag_and_an_unknown_one_is_refused():
+    from toolkit.tune.session import knob_ideas
+
+    assert knob_ideas(("running_cap", "--chunked-prefill-size"), "sglang") == {"running_cap", "prefill_budget"}
+    assert knob_ideas(("--max-num-seqs",), "vllm") == {"running_cap"} and knob_ideas((), "sglang") is None
+    with pytest.raises(UsageError, match="--knobs '--max-num-seqs' is no tuning idea or sglang flag"):
+        knob_ideas(("--max-num-seqs",), "sglang")

@@ -1,6 +1,6 @@
 """`toolkit tune --launch` on a server that is not ours: a fake SGLang of known capacity (`--max-running-requests`
 requests at once, 0.1 s each) that logs SGLang's lines to its output. The loop reads that output as the log,
-raises the running cap as the pinned-cap finding asks, and the highest rate meeting the SLO doubles with it."""
+raises the running cap to what the pinned-cap finding sizes from the pool (4), and the highest rate meeting the SLO doubles with it."""
 from __future__ import annotations
 
 import json

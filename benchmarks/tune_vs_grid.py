@@ -1,0 +1,197 @@
+"""`toolkit tune` against a full grid over the knobs it may move, from mistuned starts, on the embedded model.
+
+For every start the tuner runs with `--knobs` set to the grid's knobs (so both search the same space), and the
+grid measures every combination once, cold (a fresh server, prefix cache empty). The grid is shared by the starts:
+a start differs from another only in where the tuner begins. Then each start's tuner best and the grid's best are
+re-measured interleaved (fresh launch each, order flipped every round) and the paired ratio is reported per round.
+Goal (issue 33): tuner best >= 0.95x grid best with <= 1/5 of the grid's runs, for every start.
+
+    python -m benchmarks.tune_vs_grid [--quick] [--rounds 2] [--save]
+
+`--quick` shrinks the grid and workload to check the script itself (a minute or two); numbers from it mean
+nothing. `--save` writes benchmarks/results/tune_vs_grid.json (every run kept, see `write_result`).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmarks.common import provenance, write_result
+from toolkit.bench.command import BenchOptions
+from toolkit.bench.datasets import DatasetSpec
+from toolkit.tune.experiment import Experiment
+from toolkit.tune.flags import Flags
+from toolkit.tune.launch import CommandLauncher
+from toolkit.tune.loop import Trial
+from toolkit.tune.session import TuneOptions, run_tune
+from toolkit.tune.workload import BenchWorkload
+
+MODULE = "benchmarks.tune_vs_grid"
+OUT = Path("toolkit-out/tune_vs_grid")  # NOTE: ignored by git; each run's logs kept for inspection
+# NOTE: a small fixed pool (32 requests x 160 tokens need more than it holds) makes admission, the cap and the
+# prefill chunk all matter on this workload, as they do on a busy GPU server.
+BASE_FLAGS = "--max-total-tokens 4096"
+GRID = {"--max-running-requests": ("4", "8", "16", "32"), "--chunked-prefill-size": ("96", "512", "4096"),
+        "--schedule-conservativeness": ("0.3", "1.0", "2.0")}
+STARTS = {"too conservative": "--schedule-conservativeness 2.0", "cap too low": "--max-running-requests 4",
+          "chunk too small": "--chunked-prefill-size 96",
+          "cap and chunk (the issue's)": "--max-running-requests 4 --chunked-prefill-size 96"}
+QUICK_GRID = {"--max-running-requests": ("4", "16"), "--chunked-prefill-size": ("96", "1024")}
+QUICK_STARTS = {"cap too low": "--max-running-requests 4"}
+
+
+class NoDoctor:
+    """The grid and the re-measurement need the objective only."""
+
+    def diagnose(self, log, records):
+        return (), None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    prompts: int = 32
+    input_len: int = 128
+    output_len: int = 32
+
+    def options(self) -> BenchOptions:
+        spec = DatasetSpec(seed=1, random_input_len=self.input_len, random_output_len=self.output_len,
+                           random_range_ratio=1.0)
+        return BenchOptions(base_url="http://127.0.0.1:0", dataset=spec, num_prompts=self.prompts, rate="inf",
+                            warmup_requests=1, progress=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small grid and workload: checks the script only")
+    parser.add_argument("--repeats", type=int, default=2, help="the tuner's runs per configuration")
+    parser.add_argument("--max-steps", type=int, default=2, help="the tuner's step budget")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurements of both bests")
+    parser.add_argument("--save", action="store_true")
+    return parser
+
+
+def grid_points(grid: dict[str, tuple[str, ...]]) -> list[Flags]:
+    base = Flags.parse(BASE_FLAGS)
+    points = []
+    for values in itertools.product(*grid.values()):
+        flags = base
+        for flag, value in zip(grid, values):
+            flags = flags.set(flag, value)
+        points.append(flags)
+    return points
+
+
+def measure_once(flags: Flags, workload: BenchOptions, folder: Path, index: int) -> Trial:
+    """One cold run: a fresh server, an empty prefix cache."""
+    experiment = Experiment(CommandLauncher(), BenchWorkload(workload, "throughput"), NoDoctor(), 1, folder)
+    return experiment(flags, index)
+
+
+def run_grid(points: list[Flags], workload: BenchOptions, folder: Path, say) -> tuple[list[dict], float]:
+    began, rows = time.monotonic(), []
+    for i, flags in enumerate(points):
+        trial = measure_once(flags, workload, folder, i)
+        value = trial.values[0] if trial.ok else None
+        rows.append({"flags": flags.text(), "value": value, "error": trial.error, "seconds": round(trial.seconds, 1)})
+        say(f"grid {i + 1}/{len(points)}: {flags.text()} -> {value if value is None else round(value, 1)} tok/s")
+    return rows, time.monotonic() - began
+
+
+def run_tuner(start: str, workload: BenchOptions, knobs: tuple[str, ...], folder: Path,
+              opts: argparse.Namespace) -> dict:
+    began = time.monotonic()
+    options = TuneOptions(workload, "throughput", Flags.parse(f"{BASE_FLAGS} {start}"), repeats=opts.repeats,
+                          max_steps=opts.max_steps, out_dir=folder, knobs=knobs)
+    outcome = run_tune(options, Console(quiet=True))
+    steps = [json.loads(line) for line in (folder / "tune.jsonl").read_text().splitlines()]
+    best = outcome.result.best
+    return {
+        "start": start, "best_flags": best.flags.text() if best else None,
+        "best_mean": best.sample.mean if best else None, "reason": outcome.result.reason,
+        "runs": sum(len(s["values"]) + (1 if s["error"] else 0) for s in steps),
+        "launches": len(steps), "seconds": round(time.monotonic() - began, 1),
+        "steps": [{k: s.get(k) for k in ("step", "status", "change", "values", "mean", "threshold", "delta")}
+                  | {"finding": (s.get("finding") or {}).get("id"),
+                     "cache_reset": sorted({r.get("cache_reset") for r in s.get("records", [])} - {None})}
+                  for s in steps],
+    }
+
+
+def remeasure(pair: dict[str, Flags], workload: BenchOptions, folder: Path, rounds: int, say) -> dict:
+    """Both configurations once per round, cold, the order flipped every round; the ratio tuner/grid per round."""
+    values: dict[str, list[float | None]] = {name: [] for name in pair}
+    names = list(pair)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            trial = measure_once(pair[name], workload, folder / f"round-{r}" / name.replace(" ", "_"), 0)
+            values[name].append(trial.values[0] if trial.ok else None)
+            say(f"re-measure round {r + 1}: {name} {pair[name].text()} -> {values[name][-1]}")
+    ratios = [t / g for t, g in zip(values["tuner"], values["grid"]) if t and g]
+    return {"values": values, "ratios": ratios, "median_ratio": statistics.median(ratios) if ratios else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = build_parser().parse_args(argv)
+    console = Console(highlight=False)
+    workload = (Workload(8, 64, 8) if opts.quick else Workload()).options()
+    grid, starts = (QUICK_GRID, QUICK_STARTS) if opts.quick else (GRID, STARTS)
+    knobs = tuple(grid)
+    points = grid_points(grid)
+    root = OUT / time.strftime("%Y%m%d-%H%M%S")
+    console.print(f"server logs and tune steps go to {root}")
+    rows, grid_seconds = run_grid(points, workload, root / "grid", console.print)
+    measured = [r for r in rows if r["value"] is not None]
+    grid_best = max(measured, key=lambda r: r["value"])
+    console.print(f"grid best: {grid_best['flags']} {grid_best['value']:.1f} tok/s "
+                  f"({len(points)} runs, {grid_seconds:.0f} s)")
+    results = []
+    for i, (name, start) in enumerate(starts.items()):
+        tuned = run_tuner(start, workload, knobs, root / f"tune-{i}", opts)
+        console.print(f"{name}: tuner best {tuned['best_flags']} {tuned['best_mean']:.1f} tok/s in "
+                      f"{tuned['runs']} runs ({tuned['seconds']:.0f} s); {tuned['reason']}")
+        pair = {"tuner": Flags.parse(tuned["best_flags"]), "grid": Flags.parse(grid_best["flags"])}
+        check = remeasure(pair, workload, root / f"check-{i}", opts.rounds, console.print)
+        results.append({"name": name, "tuner": tuned, "check": check,
+                        "runs_ratio": tuned["runs"] / len(points)})
+    table(console, results, grid_best, len(points), grid_seconds)
+    if opts.save and not opts.quick:
+        record = {"workload": workload_record(workload), "base_flags": BASE_FLAGS, "grid": grid,
+                  "grid_rows": rows, "grid_best": grid_best, "grid_runs": len(points),
+                  "grid_seconds": round(grid_seconds, 1), "starts": results,
+                  "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}
+        console.print(f"saved {write_result('tune_vs_grid', record)}")
+    return 0
+
+
+def workload_record(workload: BenchOptions) -> dict:
+    spec = workload.dataset
+    return {"dataset": spec.name, "prompts": workload.num_prompts, "input_len": spec.random_input_len,
+            "output_len": spec.random_output_len, "rate": workload.rate, "seed": spec.seed}
+
+
+def table(console: Console, results: list[dict], grid_best: dict, grid_runs: int, grid_seconds: float) -> None:
+    from rich.table import Table
+
+    out = Table(title=f"tune vs grid (grid: {grid_runs} runs, {grid_seconds:.0f} s; best {grid_best['flags']})")
+    for column in ("start", "tuner best", "tuner/grid per round", "median ratio", "runs (share of grid)",
+                   "tuner wall s"):
+        out.add_column(column)
+    for r in results:
+        tuned, check = r["tuner"], r["check"]
+        out.add_row(r["name"], tuned["best_flags"] or "-", ", ".join(f"{x:.2f}" for x in check["ratios"]) or "-",
+                    f"{check['median_ratio']:.2f}" if check["median_ratio"] else "-",
+                    f"{tuned['runs']} ({r['runs_ratio']:.2f})", f"{tuned['seconds']:.0f}")
+    console.print(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
