@@ -1,26 +1,29 @@
 """Scaling out behind SGLang's own router: a `toolkit serve` worker answers what sglang-router asks when it registers
-a worker and routes to it (/health, /server_info, /model_info, /get_load, /v1/models, /flush_cache), and two
-workers serve /v1/completions through `python -m sglang_router.launch_router` (skipped without sglang-router)."""
+a worker and routes to it (/health, /server_info, /model_info, /get_load, /v1/models, /flush_cache); through
+`python -m sglang_router.launch_router` (skipped without sglang-router) two workers serve /v1/completions, requests
+sharing a long prefix stay on one worker under cache_aware, and a SIGKILLed worker is routed around once the router
+notices (that test kills worker 1, so it comes last)."""
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-import time
+import os
+import random
+import signal
+from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
 
+from tests.server.router_process import NOT_INSTALLED, ROUTER_INSTALLED, RouterProcess, group_prompts, served_by
 from tests.server.server_process import ServerProcess
-from toolkit.tune.launcher import free_port
 
 pytestmark = pytest.mark.slow
 
-FLAGS = ("--device", "cpu", "--dtype", "float32", "--max-total-tokens", "4096")
+# NOTE: --enable-metrics: which worker served a request is read from its sglang:num_requests_total
+FLAGS = ("--device", "cpu", "--dtype", "float32", "--max-total-tokens", "8192", "--enable-metrics")
 TIMEOUT = 30
 ROUTER_STARTUP = 60.0
+HEALTH_CHECK = ("--health-check-interval-secs", "1", "--health-failure-threshold", "2")
 # what sglang-router's worker registration reads (sgl-router: core/steps/worker/local), with the JSON type it expects
 SERVER_INFO_FIELDS = {"model_path": str, "served_model_name": str, "dp_size": int, "version": str,
                       "max_running_requests": int, "max_prefill_tokens": int}
@@ -68,61 +71,54 @@ def test_health_load_and_flush_answer_as_the_router_expects(workers):
     assert requests.post(f"{worker.url}/flush_cache", timeout=TIMEOUT).status_code == 200
 
 
-class Router:
-    """`python -m sglang_router.launch_router` in front of the workers, on 127.0.0.1 and a free port."""
-
-    def __init__(self, worker_urls: list[str], log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        command = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
-                   "--policy", "cache_aware", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        self._output = open(log, "w")
-        self.proc = subprocess.Popen(command, stdout=self._output, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def complete(self, body: dict) -> requests.Response:
-        return requests.post(f"{self.url}/v1/completions", json=body, timeout=TIMEOUT)
-
-    def wait_ready(self, body: dict) -> None:
-        """Until a completion goes through: the router is up and has registered a healthy worker."""
-        deadline = time.monotonic() + ROUTER_STARTUP
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            try:
-                if self.complete(body).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"no completion went through the router:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._output.close()
+needs_router = pytest.mark.skipif(not ROUTER_INSTALLED, reason=NOT_INSTALLED)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sglang_router") is None,
-                    reason="sglang-router is not installed (pip install 'toolkit[router]')")
-def test_two_workers_serve_completions_through_sglang_router(workers, tmp_path):
-    router = Router([w.url for w in workers], tmp_path / "router.log")
-    model = _get(workers[0], "/v1/models").json()["data"][0]["id"]
-    body = {"model": model, "prompt": "Routed request:", "max_tokens": 3, "ignore_eos": True}
-    before = sum(_completions(w) for w in workers)
+@pytest.fixture
+def router(workers, tmp_path) -> Iterator[RouterProcess]:
+    """cache_aware, checking its workers' health every second (2 failures mark one unhealthy)."""
+    process = RouterProcess([w.url for w in workers], tmp_path / "router.out", "cache_aware", *HEALTH_CHECK)
     try:
-        router.wait_ready(body)
-        answers = [router.complete({**body, "prompt": f"Routed request {i}:"}) for i in range(4)]
+        process.wait_workers({w.url: True for w in workers}, ROUTER_STARTUP)
+        yield process
     finally:
-        router.stop()
-    for answer in answers:
+        process.stop()
+
+
+def _body(workers: list[ServerProcess], prompt: str) -> dict:
+    model = _get(workers[0], "/v1/models").json()["data"][0]["id"]
+    return {"model": model, "prompt": prompt, "max_tokens": 3, "temperature": 0, "ignore_eos": True}
+
+
+@needs_router
+def test_two_workers_serve_completions_through_sglang_router(workers, router):
+    urls = [w.url for w in workers]
+    routed = [served_by(urls, lambda: router.post("/v1/completions", _body(workers, f"Routed request {i}:")))
+              for i in range(4)]
+    for answer, worker in routed:
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3, answer.text
-    assert sum(_completions(w) for w in workers) - before == 5  # the readiness probe and the 4, on the workers
+        assert worker in (0, 1)  # a worker finished it
 
 
-def _completions(worker: ServerProcess) -> int:
-    return worker.output().count('"POST /v1/completions HTTP/1.1" 200')
+@needs_router
+def test_requests_sharing_a_long_prefix_stay_on_one_worker_under_cache_aware(workers, router):
+    urls = [w.url for w in workers]
+    served: dict[int, list[int | None]] = {}
+    for group, prompt in group_prompts(groups=3, per_group=4, words=300, rng=random.Random(0)):
+        answer, worker = served_by(urls, lambda: router.post("/v1/completions", _body(workers, prompt)))
+        assert answer.status_code == 200, answer.text
+        served.setdefault(group, []).append(worker)
+    shares = [Counter(on).most_common(1)[0][1] / len(on) for on in served.values()]
+    assert sum(shares) / len(shares) >= 0.8, served
+
+
+@needs_router
+def test_a_sigkilled_worker_is_routed_around_once_the_router_notices(workers, router):
+    # NOTE: kills worker 1 for good, so this test comes last in the module
+    urls = [w.url for w in workers]
+    os.killpg(workers[1].pid, signal.SIGKILL)
+    router.wait_workers({urls[0]: True, urls[1]: False}, timeout=30)
+    routed = [served_by(urls, lambda: router.post("/v1/completions", _body(workers, f"After the kill {i}:")))
+              for i in range(6)]
+    assert [(answer.status_code, worker) for answer, worker in routed] == [(200, 0)] * 6, \
+        [answer.text[:200] for answer, _ in routed]
