@@ -56,6 +56,14 @@ def bench(
                                     rich_help_panel=_LOAD),
     max_concurrency: int = typer.Option(None, min=1, help="Most requests in flight at once.",
                                         rich_help_panel=_LOAD),
+    workers: int = typer.Option(1, min=1, help="Processes that send the load: the schedule is computed once and "
+                                               "worker i sends every N-th arrival at its exact time, all from one "
+                                               "shared start; the record merges every request's samples (per-worker "
+                                               "rates in per_worker). --max-concurrency is split among them. 1: this "
+                                               "process alone.", rich_help_panel=_LOAD),
+    ray_address: str = typer.Option(None, help="Run the --workers as Ray tasks on this existing cluster "
+                                               "(ray.init(address=...), e.g. 10.0.0.5:6379 or auto); needs "
+                                               "pip install 'toolkit\\[ray]'.", rich_help_panel=_LOAD),
     warmup_requests: int = typer.Option(1, min=0, help="Requests sent before the measured run.",
                                         rich_help_panel=_LOAD),
     seed: int = typer.Option(1, help="Seed for arrivals and synthetic prompts.", rich_help_panel=_LOAD),
@@ -120,7 +128,7 @@ def bench(
         max_concurrency=max_concurrency, warmup_requests=warmup_requests, request_timeout=request_timeout,
         ignore_eos=ignore_eos, slo=tuple(slo), scrape_metrics=scrape_metrics, scrape_interval=scrape_interval,
         slice_seconds=slice_seconds, server_log=server_log, output_file=output_file, output_details=output_details,
-        progress=progress,
+        progress=progress, workers=workers, ray_address=ray_address,
     )
     raise typer.Exit(run(options))
 

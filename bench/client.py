@@ -11,8 +11,17 @@ from toolkit.bench.outcome import CANCELLED, SHED, RequestOutcome
 from toolkit.bench.sse import StreamError, split_events
 
 
+Unsettled = list[tuple[RequestOutcome, StreamTokens]]  # responses whose token counts the server did not give
+
+
 def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def settle(unsettled: Unsettled, tokenizer) -> None:
+    """Counts tokens with the tokenizer where the server did not; kept off the load loop, as it is slow."""
+    for out, tokens in unsettled:
+        out.token_counts, out.output_len = token_counts(tokens, tokenizer)
 
 
 class Client:
@@ -27,7 +36,7 @@ class Client:
         self.timeout = request_timeout
         self.tokenizer = tokenizer
         self.keep_text = keep_text
-        self._unsettled: list[tuple[RequestOutcome, StreamTokens]] = []
+        self._unsettled: Unsettled = []
 
     async def __aenter__(self) -> Client:
         return self
@@ -57,10 +66,12 @@ class Client:
             out.fail(exc.kind, str(exc), perf_counter())
 
     def settle(self) -> None:
-        """Counts tokens with the tokenizer where the server did not; kept off the load loop, as it is slow."""
-        for out, tokens in self._unsettled:
-            out.token_counts, out.output_len = token_counts(tokens, self.tokenizer)
-        self._unsettled.clear()
+        settle(self.take_unsettled(), self.tokenizer)
+
+    def take_unsettled(self) -> Unsettled:
+        """The responses still to count, handed over (a worker process leaves them to the tokenizer's owner)."""
+        unsettled, self._unsettled = self._unsettled, []
+        return unsettled
 
     def _account(self, out: RequestOutcome, times: list[float], chunks: list[bytes]) -> None:
         events = split_events(times, chunks)

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toolkit.bench import eventloop
 from toolkit.bench.arrivals import ARRIVALS
 from toolkit.bench.backends import ALIASES, BACKENDS, CHAT_BACKENDS
-from toolkit.bench.benchmark import RunSettings, Target, measure
+from toolkit.bench.benchmark import Measurement, RunSettings, Target, measure
 from toolkit.bench.datasets import DATASETS, DatasetError, DatasetSpec
 from toolkit.bench.max_rate import DEFAULT_ATTAINMENT, DEFAULT_RUNS, Bracket, SearchSettings, find_max_rate, meets_slo
 from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
@@ -23,7 +23,7 @@ from toolkit.bench.stats import repeat_summary
 from toolkit.bench.sweep import Step, sweep
 from toolkit.bench.target import TargetError, resolve_model
 from toolkit.bench.timeline import DEFAULT_SLICE_SECONDS
-from toolkit.bench.workload import LoadSpec, build_workload
+from toolkit.bench.workload import LoadSpec, Workload, build_workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,8 @@ class BenchOptions:
     output_file: Path | None = None
     output_details: bool = False
     progress: bool = True
+    workers: int = 1
+    ray_address: str | None = None
 
 
 def check_options(opts: BenchOptions) -> None:
@@ -91,6 +93,7 @@ def check_options(opts: BenchOptions) -> None:
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
     _check_turns(opts)
+    _check_workers(opts)
     if opts.dataset.random_input_len < 1 or opts.dataset.random_output_len < 1:
         raise UsageError("--random-input-len and --random-output-len must be at least 1")
     if not 0.0 <= opts.dataset.random_range_ratio <= 1.0:
@@ -111,6 +114,18 @@ def _check_turns(opts: BenchOptions) -> None:
                          f"--backend {' or '.join(CHAT_BACKENDS)} (not {opts.backend})")
     if opts.dataset.name == "trace":
         raise UsageError("--turns: a trace replays single requests; use a dataset of prompts for the user turns")
+
+
+def _check_workers(opts: BenchOptions) -> None:
+    if opts.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {opts.workers}")
+    if opts.max_concurrency is not None and opts.max_concurrency < opts.workers:
+        raise UsageError(f"--max-concurrency {opts.max_concurrency} is split over the workers; give at least one "
+                         f"slot per worker (--workers {opts.workers})")
+    if opts.ray_address is not None:
+        from toolkit.bench.workers import import_ray
+
+        import_ray()
 
 
 def _check_search(opts: BenchOptions) -> None:
@@ -215,7 +230,9 @@ def measure_step(step: Step, opts: BenchOptions, prepared: Prepared, console: Co
     with console.status("preparing prompts"):
         workload = build_workload(opts.dataset, prepared.tokenizer, load)
     label = f"rate {'inf' if math.isinf(workload.request_rate) else f'{workload.request_rate:g}'} req/s"
-    if opts.progress and console.is_terminal:
+    if opts.workers > 1 or opts.ray_address:
+        measured = _measure_split(opts, prepared, workload, label, console)
+    elif opts.progress and console.is_terminal:
         with _LiveProgress(console, label) as live:
             measured = eventloop.run(measure(target, settings, workload, prepared.tokenizer, on_tick=live))
     else:
@@ -228,6 +245,17 @@ def measure_step(step: Step, opts: BenchOptions, prepared: Prepared, console: Co
     if step.role in ("rate", "saturation") and not opts.find_max_rate:
         record["sweep"] = {"role": step.role, "step": step.index}
     return record
+
+
+def _measure_split(opts: BenchOptions, prepared: Prepared, workload: Workload, label: str,
+                   console: Console) -> Measurement:
+    from toolkit.bench.workers import launcher, measure_split
+
+    where = f"Ray tasks at {opts.ray_address}" if opts.ray_address else "processes"
+    console.print(f"{label}: sending {len(workload)} requests from {opts.workers} {where}")
+    with launcher(opts.workers, opts.ray_address) as launch:
+        return eventloop.run(measure_split(prepared.target, prepared.settings, workload, prepared.tokenizer,
+                                           opts.workers, launch))
 
 
 def measure_configuration(step: Step, opts: BenchOptions, prepared: Prepared, console: Console,

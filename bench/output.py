@@ -22,10 +22,21 @@ Record schema (one JSON object per run; numbers that could not be measured are n
   `server_error`, `empty_response`), `interrupted`;
 - goodput (with `--slo`): `slo` ({"ttft"|"tpot"|"e2e": ms}), `goodput` (req/s meeting every SLO),
   `slo_attainment` (fraction of sent requests meeting every SLO);
-- client verdict: `scheduled_rate`, `achieved_rate` (req/s as sent), `dispatch_ratio`, `send_lag_p50_ms`,
-  `send_lag_p99_ms`, `send_lag_max_ms`, `concurrency_wait_p99_ms`, `send_lag_limit_ms` (the lag past which
-  the client counts as the bottleneck: 10 ms, or a tenth of the mean scheduled gap when longer),
-  `client_bottleneck`, `client_verdict`, `shed_verdict` (a sentence when the server shed load, else null);
+- client verdict (rule in `bench.verdict`), two facts apart: dispatch (did the client send on schedule?)
+  `scheduled_rate`, `achieved_rate` (req/s as sent), `dispatch_ratio`, `send_lag_p50_ms`, `send_lag_p99_ms`,
+  `send_lag_max_ms`, `concurrency_wait_p99_ms`, `send_lag_limit_ms` (the lag past which the client counts as the
+  bottleneck: 10 ms, or a tenth of the mean scheduled gap when longer), `dispatch_kept_up`, and
+  `client_bottleneck` (its negation: the client, not the server, shaped the load); timing (are the measured
+  latencies free of client-side delay?) `loop_lag_p50_ms`, `loop_lag_p99_ms` (how late the client's event loop
+  woke for a due timer, sampled every 10 ms: how late a token arriving then was timestamped; the loop busy or the
+  process descheduled), `timing_lag_limit_ms` (2 ms, or a tenth of the median TTFT when longer), `timing_kept_up` (null when the loop was not sampled); then
+  `client_verdict` (one sentence, e.g. "Dispatch kept up, timing did not: ..."), `shed_verdict` (a sentence when
+  the server shed load, else null);
+- who sent the load: `workers` (`--workers N`; 1: the command's own process), `worker_backend` ("process",
+  "ray" with `--ray-address`, null for the command's own process), `per_worker` ([{"worker", "requests",
+  "sent", "completed", "failed", "scheduled_rate", "achieved_rate", "send_lag_p99_ms", "loop_lag_p99_ms",
+  "ready_before_start_ms"}]: worker w sent arrivals w, w + N, ... of the one schedule from a shared start; every
+  other key of the record is computed from the union of all workers' per-request samples);
 - the window, for cutting server logs: `started_at`, `ended_at` (unix seconds), `started_at_iso`, `ended_at_iso`
   (local time with offset), `server_log` (the `--server-log` path or null);
 - server side: `scraped_metrics` ([{"t": unix seconds, "metrics": {sample name: value}}]), `scrape_error`;

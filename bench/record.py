@@ -6,6 +6,7 @@ from toolkit.bench.conversation import conversation_record
 from toolkit.bench.metrics import summarize
 from toolkit.bench.options import rate_label
 from toolkit.bench.output import request_row, window
+from toolkit.bench.split import workers_record
 from toolkit.bench.timeline import DEFAULT_SLICE_SECONDS, slices, steady, timed
 from toolkit.bench.verdict import judge, shed_verdict
 from toolkit.bench.workload import Workload
@@ -19,7 +20,7 @@ def build_record(config: dict, measurement: Measurement, workload: Workload, *, 
     record |= summarize(run.outcomes, run.duration, slo_ms)
     if slo_ms:
         record["slo"] = slo_ms
-    record |= judge(run.outcomes, run.start, max_concurrency).as_record()
+    record |= judge(run.outcomes, run.start, max_concurrency, run.loop_lags).as_record()
     record["shed_verdict"] = shed_verdict(record["shed"], record["num_requests"])
     record |= window(run, server_log)
     record |= {
@@ -27,6 +28,7 @@ def build_record(config: dict, measurement: Measurement, workload: Workload, *, 
         "scraped_metrics": measurement.scraped,
         "scrape_error": measurement.scrape_error,
     }
+    record |= workers_record(run, measurement.workers, measurement.worker_backend)
     on_clock = timed(run.outcomes, run.start)
     record["steady"] = steady(on_clock, run.started_at)
     record["slice_seconds"] = slice_seconds

@@ -6,7 +6,7 @@ import contextlib
 import gc
 import signal
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter, time
 
 import numpy as np
@@ -18,6 +18,7 @@ from toolkit.bench.outcome import CANCELLED, SHED, RequestOutcome
 
 _START_LEAD_S = 0.01
 _TICK_S = 0.25
+_LOOP_PROBE_S = 0.01
 
 Launch = Callable[[int, float], Coroutine]  # (arrival index, dispatch time) -> what to run for that arrival
 BodyOf = Callable[[list[dict], Prompt], bytes]  # (messages so far, the turn's prompt) -> request body
@@ -36,7 +37,11 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """Outcomes plus the run window: `start` on the perf_counter clock, `started_at`/`ended_at` in unix seconds."""
+    """Outcomes plus the run window: `start` on the perf_counter clock, `started_at`/`ended_at` in unix seconds.
+
+    `loop_lags` (seconds) are the event loop's delays, sampled every few ms during the run: how late it woke for a
+    timer that was due, so how late a token's arrival could have been timestamped. `ready_s` is
+    how long before `start` the loop was ready to send (negative: the first sends went out behind schedule)."""
 
     outcomes: list[RequestOutcome]
     start: float
@@ -44,6 +49,8 @@ class RunResult:
     ended_at: float
     duration: float
     interrupted: bool
+    loop_lags: list[float] = field(default_factory=list)
+    ready_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +65,17 @@ class SessionRun:
 
 
 class Runner:
-    """Sends prepared bodies on an absolute schedule through one `Client`, at most `max_concurrency` at a time."""
+    """Sends prepared bodies on an absolute schedule through one `Client`, at most `max_concurrency` at a time.
+
+    The schedule starts at `start_at` (unix seconds; several processes given the same one send on one timeline),
+    or a moment after the run is called."""
 
     def __init__(self, client: Client, *, max_concurrency: int | None = None,
-                 on_tick: Callable[[Progress], None] | None = None):
+                 on_tick: Callable[[Progress], None] | None = None, start_at: float | None = None):
         self.client = client
         self.max_concurrency = max_concurrency
         self.on_tick = on_tick
+        self.start_at = start_at
         self.interrupted = False
         self._tasks: set[asyncio.Task] = set()
         self._start = 0.0
@@ -101,20 +112,25 @@ class Runner:
         # (a loaded tokenizer, torch) pauses the loop mid-run and delays the timestamps of arriving tokens.
         gc.collect()
         gc.freeze()
-        self._start = start = perf_counter() + _START_LEAD_S
-        started_at = time() + _START_LEAD_S
+        started_at = time() + _START_LEAD_S if self.start_at is None else self.start_at
+        self._start = start = perf_counter() + (started_at - time())
+        loop_lags: list[float] = []
+        ready_s = start - perf_counter()
         dispatcher = asyncio.ensure_future(self._dispatch(offsets, launch, start))
         ticker = asyncio.ensure_future(self._tick(progress))
+        prober = asyncio.ensure_future(_probe_loop(loop_lags))
         with self._ctrl_c(dispatcher):
             with contextlib.suppress(asyncio.CancelledError):
                 await dispatcher
             while self._tasks:
                 await asyncio.wait(list(self._tasks))
         ticker.cancel()
+        prober.cancel()
         gc.unfreeze()
         self._report(progress)
         end = max((o.ended for o in outcomes if o.ended), default=start)
-        return RunResult(outcomes, start, started_at, started_at + (end - start), end - start, self.interrupted)
+        return RunResult(outcomes, start, started_at, started_at + (end - start), end - start, self.interrupted,
+                         loop_lags, ready_s)
 
     async def _dispatch(self, offsets: np.ndarray, launch: Launch, start: float) -> None:
         loop = asyncio.get_running_loop()
@@ -191,3 +207,13 @@ class Runner:
             yield
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _probe_loop(lags: list[float]) -> None:
+    """Every few ms, records how late the loop woke for a timer that was due: the wait any callback that became
+    ready at that moment (a token arriving) had before it ran and read the clock, whether the loop was busy with
+    other callbacks or the process was not running at all."""
+    while True:
+        due = perf_counter() + _LOOP_PROBE_S
+        await asyncio.sleep(_LOOP_PROBE_S)
+        lags.append(max(0.0, perf_counter() - due))

@@ -4,8 +4,9 @@ Step line: `step`, `status` (baseline|kept|reverted|failed|interrupted), `flags`
 switch), `command` (the launch line), `change` ({"flag", "from", "to", "text"} or null), `finding` (the one that
 drove the step: {"id", "severity", "title", "flag", "suggested", "current", "change"} or null; `change` is the
 finding's typed change as in `toolkit diagnose --format json`, docs/diagnose-json.md), `objective`, `unit`,
-`values` (one per repeat), `mean`, `spread` (sample standard deviation), `delta`, `relative`, `threshold` (the
-gain the noise rule asked for) and `against` (the step compared with), `error`, `verdict` (diagnose's line),
+`values` (one per repeat), `mean`, `spread` (sample standard deviation), `interval` (the mean's Student-t 95 %
+interval as `toolkit bench --repeats` reports it: mean, ci_low, ci_high, half_width, std, n), `delta`, `relative`,
+`threshold` (the gain the noise rule asked for) and `against` (the step compared with), `error`, `verdict` (diagnose's line),
 `findings` (every finding of the step, with `message`, `tradeoff`, `evidence` text and `facts`), `records` (the
 step's bench records), `cache_reset` (how its repeats started clean: "flush_cache", "reset_prefix_cache" or
 "fresh-seed", see `tune.workload`), `folder` (its server log and output), `seconds`, `started` (seconds since the
@@ -51,6 +52,7 @@ def step_entry(step: Step, objective: str, command: str) -> dict:
         "change": change, "finding": finding_entry(step.finding) if step.finding is not None else None,
         "objective": objective, "unit": UNITS[objective], "values": list(trial.values),
         "mean": sample.mean if sample.n else None, "spread": sample.spread if sample.n else None,
+        "interval": sample.interval.as_record() if sample.n else None,
         "delta": comparison.delta if comparison else None, "relative": comparison.relative if comparison else None,
         "threshold": comparison.threshold if comparison else None, "against": step.against,
         "error": trial.error, "verdict": trial.verdict,

@@ -5,7 +5,8 @@ Objectives (all higher-is-better):
 - `goodput`: requests/s that met every `--slo` bound (`goodput`);
 - `max-rate`: the highest request rate whose run meets the SLOs (`bench --find-max-rate`'s answer; 0 when no rate did).
 
-Noise rule: each configuration runs R times. A candidate beats the current best only when its mean gain exceeds
+Noise rule: each configuration runs R times; its mean and spread are `toolkit bench --repeats`'s statistics
+(`bench.stats`, with the 95 % interval the tune page shows). A candidate beats the current best only when its mean gain exceeds
 both `k` pooled standard errors, `k * s_pooled * sqrt(1/n_best + 1/n_candidate)` (a two-sample t-style test;
 `s_pooled` is the pooled sample standard deviation of the two sets of repeats), and a minimum relative margin,
 `min_gain * |mean_best|`, so that two lucky, tight repeats cannot pass off a 1% wiggle as a gain. With a single
@@ -17,6 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
+
+from toolkit.bench.stats import Interval, mean_interval
 
 Objective = Literal["throughput", "goodput", "max-rate"]
 OBJECTIVES: tuple[str, ...] = ("throughput", "goodput", "max-rate")
@@ -45,16 +48,20 @@ class Sample:
         return len(self.values)
 
     @property
+    def interval(self) -> Interval | None:
+        """The mean with its Student-t 95 % interval: the statistics `toolkit bench --repeats` reports."""
+        return mean_interval(self.values)
+
+    @property
     def mean(self) -> float:
-        return sum(self.values) / self.n if self.values else math.nan
+        interval = self.interval
+        return interval.mean if interval is not None else math.nan
 
     @property
     def spread(self) -> float:
         """Sample standard deviation (0 for a single repeat)."""
-        if self.n < 2:
-            return 0.0
-        m = self.mean
-        return math.sqrt(sum((v - m) ** 2 for v in self.values) / (self.n - 1))
+        interval = self.interval
+        return interval.std if interval is not None and interval.std is not None else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,3 +159,45 @@ def test_scraped_metrics_keep_server_series_and_aggregate_label_sets():
     assert parse_metrics(text) == {
         "sglang:num_running_reqs": 7.0, "sglang:token_usage": pytest.approx(0.3),
         "sglang:time_to_first_token_seconds_sum": 1.5, "sglang:time_to_first_token_seconds_count": 2.0}
+
+
+def _with_ttft(outs, ttft):
+    for out in outs:
+        out.token_times, out.token_counts, out.output_len = [out.sent + ttft], [1], 1
+        out.ended = out.sent + ttft
+    return outs
+
+
+def test_verdict_separates_dispatch_that_kept_up_from_timing_that_did_not():
+    outs = _with_ttft(_scheduled(200, 2000.0, lag=0.0005), ttft=0.005)
+    v = judge(outs, 100.0, loop_lags=[0.004] * 50 + [0.0001] * 50)
+    assert v.dispatch_kept_up and not v.client_bottleneck and v.timing_kept_up is False
+    assert v.timing_lag_limit_ms == pytest.approx(2.0) and v.loop_lag_p99_ms == pytest.approx(4.0)
+    assert v.client_verdict.startswith("Dispatch kept up, timing did not") and "could not" not in v.client_verdict
+
+
+def test_verdict_scales_the_timing_limit_with_the_ttft_and_says_both_kept_up():
+    outs = _with_ttft(_scheduled(100, 50.0, lag=0.0005), ttft=0.2)
+    v = judge(outs, 100.0, loop_lags=[0.004] * 100)
+    assert v.timing_lag_limit_ms == pytest.approx(20.0) and v.timing_kept_up and v.dispatch_kept_up
+    assert v.client_verdict.startswith("The client kept up") and "timing too" in v.client_verdict
+
+
+def test_verdict_says_which_fact_failed_when_dispatch_falls_behind_but_timing_held():
+    outs = _scheduled(100, 50.0)
+    for i, out in enumerate(outs):
+        out.dispatched += i * 0.002
+        out.sent = out.dispatched
+    v = judge(_with_ttft(outs, 0.05), 100.0, loop_lags=[0.0002] * 100)
+    assert not v.dispatch_kept_up and v.timing_kept_up and v.client_bottleneck
+    assert "dispatch fell behind" in v.client_verdict and "timing kept up" in v.client_verdict
+
+
+def test_verdict_tells_late_sends_at_the_right_rate_from_a_rate_shortfall():
+    outs = _scheduled(200, 100.0)
+    for out in outs[::20]:
+        out.dispatched += 0.05
+        out.sent = out.dispatched
+    v = judge(_with_ttft(outs, 0.05), 100.0, loop_lags=[0.0002] * 100)
+    assert v.dispatch_ratio >= 0.99 and v.client_bottleneck
+    assert "kept the rate but not the schedule" in v.client_verdict and "less load" not in v.client_verdict

@@ -1,0 +1,130 @@
+"""`toolkit bench --workers N` (local processes) and `--ray-address` (Ray tasks): one schedule split over N
+senders, merged into one record computed from the union of their per-request samples."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tests.bench.stub import Script
+from toolkit.bench.arrivals import schedule
+from toolkit.bench.split import split_cap, split_workload
+from toolkit.bench.workload import Workload
+from toolkit.cli import app
+
+SMALL = ["--dataset", "random", "--random-input-len", "16", "--random-output-len", "4", "--seed", "3",
+         "--arrival", "constant", "--no-progress"]
+FAST = Script(ttft=0.005, chunks=((0.0, 1), (0.001, 1), (0.001, 1), (0.001, 1)))
+
+
+def bench(*args: str):
+    return CliRunner().invoke(app, ["bench", *args])
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _percentile_ms(rows: list[dict], key: str, q: float) -> float:
+    return float(np.percentile([r[key] for r in rows], q))
+
+
+def assert_merged_from_union(record: dict, num_prompts: int, workers: int, backend: str) -> None:
+    rows = record["requests"]
+    assert record["workers"] == workers and record["worker_backend"] == backend
+    assert record["completed"] == record["num_requests"] == num_prompts and record["failed"] == 0
+    assert sorted(r["index"] for r in rows) == list(range(num_prompts))
+    # the record's percentiles are those of the union of every worker's per-request samples
+    for stat, q in (("median", 50), ("p90", 90), ("p99", 99)):
+        assert record[f"{stat}_ttft_ms"] == pytest.approx(_percentile_ms(rows, "ttft_ms", q))
+        assert record[f"{stat}_e2e_latency_ms"] == pytest.approx(_percentile_ms(rows, "e2e_ms", q))
+    itls = [gap for r in rows for gap in r["itl_ms"]]
+    assert record["median_itl_ms"] == pytest.approx(float(np.median(itls)), abs=1e-3)
+    per_worker = record["per_worker"]
+    assert [w["worker"] for w in per_worker] == list(range(workers))
+    assert sum(w["completed"] for w in per_worker) == sum(w["sent"] for w in per_worker) == num_prompts
+    # worker w sent arrivals w, w + N, ...: the global schedule, every N-th send each
+    assert all(abs(r["send_lag_ms"]) < 50 for r in rows)
+    assert all(w["ready_before_start_ms"] > 0 for w in per_worker)
+
+
+def test_two_workers_merge_into_one_record_from_the_union_of_samples(tmp_path, threaded_stub):
+    out, rate, n = tmp_path / "runs.jsonl", 100.0, 40
+    with threaded_stub(default=FAST) as stub:
+        result = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", str(n), "--rate", f"{rate:g}",
+                       "--workers", "2", "--output-file", str(out), "--output-details")
+        served = len(stub.served)
+    assert result.exit_code == 0, result.output
+    [record] = records(out)
+    assert served == n + 1  # one warm-up request, sent once by the parent
+    assert_merged_from_union(record, n, 2, "process")
+    assert record["achieved_rate"] == pytest.approx(rate, rel=0.05)
+    assert record["scheduled_rate"] == pytest.approx(rate)
+    for worker in record["per_worker"]:
+        assert worker["sent"] == n // 2 and worker["scheduled_rate"] == pytest.approx(rate / 2)
+        assert worker["achieved_rate"] == pytest.approx(rate / 2, rel=0.05)
+
+
+def test_one_worker_is_the_default_path_with_the_same_keys(tmp_path, threaded_stub):
+    default, one = tmp_path / "default.jsonl", tmp_path / "one.jsonl"
+    with threaded_stub(default=FAST) as stub:
+        plain = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", "6", "--rate", "100",
+                      "--output-file", str(default))
+        single = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", "6", "--rate", "100",
+                       "--workers", "1", "--output-file", str(one))
+    assert plain.exit_code == 0 and single.exit_code == 0, single.output
+    [a], [b] = records(default), records(one)
+    assert a.keys() == b.keys()
+    assert b["workers"] == 1 and b["worker_backend"] is None and len(b["per_worker"]) == 1
+    assert b["per_worker"][0]["completed"] == b["completed"] == 6
+
+
+def test_ray_address_without_ray_is_a_one_line_usage_error(monkeypatch, threaded_stub):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with threaded_stub() as stub:
+        result = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", "2", "--workers", "2",
+                       "--ray-address", "127.0.0.1:6379")
+    assert result.exit_code == 2
+    assert "pip install 'toolkit[ray]'" in result.output and "Traceback" not in result.output
+    assert result.output.strip().count("\n") == 0, result.output
+
+
+def test_ray_workers_merge_into_one_record(tmp_path, threaded_stub):
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'toolkit[ray]')")
+    out, n = tmp_path / "runs.jsonl", 20
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             configure_logging=False)
+    try:
+        address = ray.get_runtime_context().gcs_address
+        with threaded_stub(default=FAST) as stub:
+            result = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", str(n), "--rate", "50",
+                           "--workers", "2", "--ray-address", address, "--output-file", str(out),
+                           "--output-details")
+    finally:
+        ray.shutdown()
+    assert result.exit_code == 0, result.output
+    [record] = records(out)
+    assert_merged_from_union(record, n, 2, "ray")
+
+
+def test_the_split_keeps_every_arrival_at_its_global_time():
+    offsets = schedule(50.0, num_requests=7, arrival="poisson", seed=2)
+    workload = Workload(list(range(7)), offsets, 50.0, "poisson")
+    shares = split_workload(workload, 3)
+    assert [s.prompts for s in shares] == [[0, 3, 6], [1, 4], [2, 5]]
+    assert np.array_equal(np.sort(np.concatenate([s.offsets for s in shares])), offsets)
+    assert np.array_equal(shares[1].offsets, offsets[[1, 4]])
+    sessions = split_workload(Workload(list(range(8)), offsets[:4], 50.0, "poisson", turns=2), 2)
+    assert [s.prompts for s in sessions] == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert [split_cap(5, 2, w) for w in range(2)] == [3, 2] and split_cap(None, 2, 0) is None
+
+
+def test_max_concurrency_below_one_slot_per_worker_is_refused(threaded_stub):
+    with threaded_stub() as stub:
+        result = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", "2", "--workers", "3",
+                       "--max-concurrency", "2")
+    assert result.exit_code == 2 and "one slot per worker" in result.output
