@@ -8,16 +8,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_policy, era_of
+from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_policy
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value, parse_fields
+from toolkit.diagnose.log_format.eras import era_of
+from toolkit.diagnose.log_format.messages import SGLANG_KINDS, VLLM_KINDS
 
-VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
-                        "gpu_blocks", "kv_memory", "memory_profile", "weights_loaded", "graph_captured",
-                        "engine_config", "engine_args", "scheduler_config"})
-SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
-                          "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
-                          "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout", "client_gone"})
 # Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
 _VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]")
 _SGLANG_TEXT = re.compile(r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]")

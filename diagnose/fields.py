@@ -11,12 +11,15 @@ import math
 import re
 from typing import Union
 
+from toolkit.diagnose.log_format.batch import BINDING_USAGE, LABELS, MIXED, USAGES
+from toolkit.diagnose.log_format.messages import ACCESS_FIELDS, engine_tag
+
 Value = Union[int, float, bool, str, None]
 
 _DIGITS = frozenset("0123456789%")
 MAX_DIGITS = 30  # a longer run of digits is not a count any log prints: kept as text, never a number
 _ITER = re.compile(r"\s*\[(\d+)\]")
-_MIXED = re.compile(r"\(mixed #running-req: (\d+)\)")
+_MIXED = re.compile(re.escape(MIXED) + r"(\d+)\)")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
 _EST = re.compile(r"\best\. ")  # SGLang's `est. decode TFLOPS/s (per GPU)`: one key, not two pieces
 
@@ -50,8 +53,6 @@ SYNONYMS: dict[str, str] = {
     "avg_draft_acceptance_rate": "accept_rate",
     "draft_acceptance_rate": "accept_rate",
 }
-# Per-pool usages whose maximum is the binding one (hybrid SWA / mamba models).
-_USAGES = ("token_usage", "swa_token_usage", "mamba_usage")
 _KEY_CACHE: dict[str, str] = {}
 
 
@@ -109,11 +110,8 @@ def pairs(text: str) -> dict[str, Value]:
     return out
 
 
-_LABELS = ("Decode batch", "Prefill batch", "new fill batch")
-
-
 def _batch(text: str) -> dict[str, Value]:
-    for label in _LABELS:
+    for label in LABELS:
         i = text.find(label)
         if i >= 0:
             text = text[i + len(label):]
@@ -127,13 +125,13 @@ def _batch(text: str) -> dict[str, Value]:
         out["mixed_running_req"] = int(m.group(1))
         text = text[m.end():]
     out.update(pairs(text))
-    usages = [out[k] for k in _USAGES if isinstance(out.get(k), (int, float))]
+    usages = [out[k] for k in USAGES if isinstance(out.get(k), (int, float))]
     if usages:
-        out["token_usage"] = max(usages)
+        out[BINDING_USAGE] = max(usages)
     return out
 
 
-_ACCESS = re.compile(r'(?P<client>\S{1,100}) - "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/(?P<http>[\d.]+)" (?P<status>\d{3})')
+_ACCESS = re.compile(ACCESS_FIELDS)
 
 
 def _access(text: str) -> dict[str, Value]:
@@ -260,7 +258,6 @@ def _client_gone(text: str) -> dict[str, Value]:
 
 # -- vLLM (docs/log-formats.md §9) ----------------------------------------------------------------------
 
-_ENGINE = re.compile(r"(?:Engine (\d{1,4}): |(\d{1,4}) Engines Aggregated: )")
 _KV_USAGE = re.compile(r"^(\w+)_kv_cache_usage$")
 
 
@@ -268,10 +265,10 @@ def _stats(text: str) -> dict[str, Value]:
     """`Engine 000: Avg prompt throughput: ...`: the KV usage of the pool's device is `token_usage` (V0 also
     prints the CPU swap space's usage, kept as `cpu_kv_cache_usage`)."""
     out: dict[str, Value] = {}
-    m = _ENGINE.match(text)
-    if m is not None:
-        out["engine" if m.group(1) is not None else "engines"] = int(m.group(1) or m.group(2))
-        text = text[m.end():]
+    tag = engine_tag(text)
+    if tag is not None:
+        out["engines" if tag.aggregated else "engine"] = tag.number
+        text = text[tag.end:]
     out.update(pairs(text))
     devices = {found.group(1): key for key in out if (found := _KV_USAGE.match(key))}
     pool = devices.get("gpu") or next((key for dev, key in devices.items() if dev != "cpu"), None) \

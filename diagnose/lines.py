@@ -16,18 +16,16 @@ from operator import attrgetter
 from pathlib import Path
 
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.messages import OPENERS, error_kinds, kind_of, line_kind
+from toolkit.diagnose.log_format.batch import QUEUE
+from toolkit.diagnose.log_format.messages import CONTINUATION, OPENERS, SELF_CONTINUING, engine_tag
+from toolkit.diagnose.log_format.prefix import engine_rank
+from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, read_prefix
 
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
 MAX_EXAMPLES = 20
-_CONTINUATION = re.compile(
-    r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
-    r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
-    r"|the current vLLM instance can use|model weights take|the rest of the memory")
-_SELF_CONTINUING = frozenset({"leak", "memory_profile"})
-_VLLM_ENGINE = re.compile(r"Engine (\d{1,4}): |\d{1,4} Engines Aggregated: ")
+_CONTINUATION = re.compile(CONTINUATION)
 
 
 @dataclass(slots=True)
@@ -151,7 +149,7 @@ class LineParser:
         kind = kind_of(line, prefix.start)
         if kind is not None and kind != "exception":
             # NOTE: a leak warning's and vLLM's memory profile's later lines start like their first.
-            looks_new = looks_new or not (kind == record.kind and kind in _SELF_CONTINUING)
+            looks_new = looks_new or not (kind == record.kind and kind in SELF_CONTINUING)
         return not looks_new and record.add(message)
 
     def _close(self) -> list[Event]:
@@ -171,16 +169,16 @@ class LineParser:
 def _readable_batch(kind: str, text: str) -> bool:
     """A batch line prints its counts: `#running-req` (a PD prefill server's prefill line prints `#queue-req` and
     `#unbootstrapped-req` / `#bootstrap-req` instead, docs/log-formats.md §3)."""
-    counted = "running" in text or (kind == "prefill" and "#queue-req" in text and "bootstrap" in text)
+    counted = "running" in text or (kind == "prefill" and QUEUE in text and "bootstrap" in text)
     return counted and ": " in text
 
 
 def _engine_rank(text: str, rank: str) -> str:
     """vLLM's stats line names its engine (a DP rank): `Engine 001:` -> `DP1`; aggregated lines -> `DP*`."""
-    m = _VLLM_ENGINE.match(text)
-    if m is None or "DP" in rank:
+    tag = engine_tag(text)
+    if tag is None or "DP" in rank:
         return rank
-    return f"DP{int(m.group(1))}" if m.group(1) is not None else "DP*"
+    return engine_rank(None if tag.aggregated else tag.number)
 
 
 def parse_lines(lines: Iterable[str], source: int = 0, stats: ParseStats | None = None) -> Iterator[Event]:

@@ -17,33 +17,25 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
 Times are seconds on the log's clock: naive timestamps read as UTC. `HH:MM:SS` (SGLang 0.2.15-0.3.0) gives
 seconds within day 0 and vLLM's `MM-DD HH:MM:SS` seconds within the year 2000 (a leap year); `period` says how
 long such a clock runs before it wraps, and the parser adds periods when it does. `clock_text` writes a time
-back the way the log printed it (no invented date).
+back the way the log printed it (no invented date). The grammars, the stamp -> seconds rule and the rank names
+are declared in `diagnose.log_format.prefix`; this module reads lines with them.
 """
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from functools import lru_cache
 from typing import NamedTuple
 
-DAY = 86400.0
-YEAR = 366 * DAY
+from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING, SGLANG_STAMP, TIME, VLLM_DEFAULT_YEAR,
+                                                VLLM_PREFIX, VLLM_PROCESS, YEAR, days_since_epoch, gpu_rank, is_date,
+                                                process_rank, rank_name, time_of_day, tp_rank)
 
-_TIME = r"(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?Z?"
-_SGLANG = re.compile(r"\[" + _TIME + r"((?:\s+[A-Z][A-Z_]*\d+)*)\s*\] ?")
-_VLLM = re.compile(
-    r"(?:\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+)?"
-    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? "
-    r"\[?[\w./-]{1,200}:\d+\] ?")
-_VLLM_PROCESS = re.compile(r"\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+")
-_PYLOG = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}) - [\w.]{1,100} - [A-Z]{1,10} - "
-                    r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
-_START = re.compile(
-    r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?"
-    r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
-    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP])? ")
-_RANK_PARTS = re.compile(r"(?<![A-Za-z])(DP|TP|PP|EP)(\d+)")
+_SGLANG = re.compile(SGLANG_STAMP)
+_VLLM = re.compile(VLLM_PREFIX)
+_VLLM_PROCESS = re.compile(VLLM_PROCESS)
+_PYLOG = re.compile(PYTHON_LOGGING)
+_START = re.compile(LINE_START)
 _QUOTES = frozenset("\"'`")
 
 
@@ -62,27 +54,23 @@ NO_PREFIX = Prefix(None, "", 0, None)
 
 @lru_cache(maxsize=512)
 def _midnight(y: int, mo: int, d: int) -> float:
-    return float(calendar.timegm((y, mo, d, 0, 0, 0, 0, 0, 0)))
+    return days_since_epoch(y, mo, d) * DAY
 
 
 def _clock(y: str | None, mo: str | None, d: str | None, h: str, mi: str, s: str, frac: str | None,
            default_year: int | None = None) -> tuple[float, float | None] | None:
     """(seconds, period) of a date and time of day, None when the date is not a calendar date."""
-    tod = int(h) * 3600 + int(mi) * 60 + int(s) + (float("0." + frac) if frac else 0.0)
-    if mo is None:
+    tod = time_of_day(int(h), int(mi), int(s)) + (float("0." + frac) if frac else 0.0)
+    if mo is None or d is None:
         return tod, DAY
     year = int(y) if y is not None else default_year
-    if year is None or year < 1 or not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31):  # type: ignore[arg-type]
+    if year is None or not is_date(year, int(mo), int(d)):
         return None
-    try:
-        midnight = _midnight(year, int(mo), int(d))  # type: ignore[arg-type]
-    except (ValueError, OverflowError):
-        return None
-    return midnight + tod, (None if y is not None else YEAR)
+    return _midnight(year, int(mo), int(d)) + tod, (None if y is not None else YEAR)
 
 
-_YEAR_2000 = calendar.timegm((2000, 1, 1, 0, 0, 0))
-_YEAR_2010 = calendar.timegm((2010, 1, 1, 0, 0, 0))
+_YEAR_2000 = days_since_epoch(VLLM_DEFAULT_YEAR, 1, 1) * DAY
+_YEAR_2010 = days_since_epoch(VLLM_DEFAULT_YEAR + 10, 1, 1) * DAY
 
 
 def clock_text(t: float | None) -> str:
@@ -103,10 +91,6 @@ def _unquoted(text: str) -> bool:
     return not (_QUOTES & set(text))
 
 
-def _rank(tags: str) -> str:
-    return " ".join(tags.split())
-
-
 def _sglang(line: str) -> Prefix | None:
     m = _SGLANG.search(line)
     if m is None or not _unquoted(line[: m.start()]):
@@ -117,9 +101,9 @@ def _sglang(line: str) -> Prefix | None:
     time, period = clock if clock is not None else (None, None)
     start = m.end()
     gpu = _START.match(line, start)
-    rank = _rank(m.group(8))
+    rank = rank_name(m.group(8))
     if gpu is not None and gpu.group("gpu") is not None:
-        start, rank = gpu.end(), rank or f"GPU{gpu.group('gpu')}"
+        start, rank = gpu.end(), rank or gpu_rank(gpu.group('gpu'))
     return Prefix(time, rank, start, period)
 
 
@@ -127,7 +111,7 @@ def _vllm(line: str) -> Prefix | None:
     m = _VLLM.search(line)
     if m is None or not _unquoted(line[: m.start()]):
         return None
-    clock = _clock(None, m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7), 2000)
+    clock = _clock(None, m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7), VLLM_DEFAULT_YEAR)
     time, period = clock if clock is not None else (None, None)
     return Prefix(time, process_rank(m.group(1) or ""), m.end(), period)
 
@@ -139,11 +123,6 @@ def _vllm_inside(line: str, outer: Prefix) -> Prefix:
     if inner is None:
         return outer
     return Prefix(outer.time, process_rank(inner.group(1) or "") or outer.rank, inner.end(), outer.period)
-
-
-def process_rank(process: str) -> str:
-    """`EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, `APIServer` -> `""`."""
-    return " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
 
 
 def read_prefix(line: str) -> Prefix:
@@ -164,10 +143,10 @@ def read_prefix(line: str) -> Prefix:
     if m is None:
         return Prefix(None, process_rank(process.group(1)) if process else "", at, None)
     if m.group("gpu") is not None:
-        return Prefix(None, f"GPU{m.group('gpu')}", m.end(), None)
+        return Prefix(None, gpu_rank(m.group('gpu')), m.end(), None)
     rank = m.group("rank") or m.group("torch")
     if rank is not None:
-        return Prefix(None, f"TP{rank}", m.end(), None)
+        return Prefix(None, tp_rank(rank), m.end(), None)
     if m.group("iso") is not None:
         iso = re.match(_TIME, m.group("iso").replace("T", " "))
         clock = _clock(*iso.groups()) if iso else None

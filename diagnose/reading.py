@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.diagnose.events import BATCH_KINDS, Event
+from toolkit.diagnose.events import Event
 from toolkit.diagnose.fastpath.ahead import (LineTooLong, ReadChunk, runs, samples, scanned_chunks, scanned_ranges,
                                               use_processes)
 from toolkit.diagnose.lines import LineParser, ParseStats
+from toolkit.diagnose.log_format.messages import BATCH_KINDS
 from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
 

@@ -4,7 +4,9 @@ per-line parser (`diagnose.lines`), in order.
 
 Results equal the per-line parser: for every line it reads, the kind, line number, time, rank and fields are
 exactly what `LineParser` and `parse_fields` give, and the counts of other and unread lines are the same
-(docs/log-formats.md §14). Tests that check it: `tests/diagnose/test_fastpath.py` (every era, every stamp and
+(docs/log-formats.md §14). Both derive their tables from `diagnose.log_format` (stamp layout and rank tags,
+labels, keys, the binding usage). Tests that check it: `tests/diagnose/test_log_format_differential.py` (every
+sample line of docs/log-formats.md, every real log), `tests/diagnose/test_fastpath.py` (every era, every stamp and
 body, cut and garbled lines, random pieces and access lines, the calendar, byte ranges read by worker
 processes, the export, timelines and findings of whole logs), `tests/diagnose/test_scan.py` (line bounds,
 more layouts than templates, more key sequences than groups, each value form at the short-number steps' limits,

@@ -6,8 +6,9 @@ import numpy as np
 
 from toolkit.diagnose.fastpath.scan import AccessLines
 from toolkit.diagnose.fastpath.words import Words, digit_run, first_byte, is_literal, parse_digits, window
+from toolkit.diagnose.log_format.messages import ACCESS_HTTP, MAX_CLIENT_CHARS
 
-_HTTP = b" HTTP/"
+_HTTP = ACCESS_HTTP.encode()
 _WHITESPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
 _UPPER = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", np.uint8)
 _VERSION = np.frombuffer(b"0123456789.", np.uint8)
@@ -31,7 +32,7 @@ def access_fields(data: bytearray, words: Words, lines: AccessLines, ends: np.nd
     ok = (method_end > method) & _all_in(words, method, method_end, _UPPER)
     ok &= (path_end > path) & is_literal(words.at(np.maximum(path_end, 0)), _HTTP)
     ok &= (quote > version) & _all_in(words, version, quote, _VERSION) & (words.byte(quote + 1) == ord(" "))
-    ok &= (status >= 0) & (quote + 5 <= ends) & (dash - client <= 100)
+    ok &= (status >= 0) & (quote + 5 <= ends) & (dash - client <= MAX_CLIENT_CHARS)
     take = np.flatnonzero(ok)
     return ok, {"client": strings(data, client[take], dash[take]),
                 "method": strings(data, method[take], method_end[take]),

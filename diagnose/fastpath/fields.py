@@ -19,19 +19,11 @@ import numpy as np
 from toolkit.diagnose.fastpath.words import (Words, digit_run, digit_values, lowest_flag_bits, nondigit_flags,
                                              parse_digits, spell)
 from toolkit.diagnose.fields import canonical
+from toolkit.diagnose.log_format.batch import BINDING_USAGE, KEYS, RUNNING, USAGES
 
-KEYS = ("#running-req", "#running_req", "#queue-req", "#token", "#full token", "#gpu token", "token usage",
-        "full token usage", "gpu token usage", "swa token usage", "#swa token", "#cpu token", "cpu token usage",
-        "mamba usage", "mamba num", "cuda graph", "npu graph", "cpu graph", "musa graph",
-        "gen throughput (token/s)", "input throughput (token/s)", "#new-seq", "#new-token", "#cached-token",
-        "cache hit rate", "#pending-token", "accept len", "accept rate", "pre-allocated usage",
-        "#retracted-req", "#prealloc-req", "#transfer-req", "#inflight-req", "#bootstrap-req",
-        "#optimistic-req", "#unbootstrapped-req", "#transferring-req", "#replay-token", "cap len",
-        "block accept len", "#host-receive-req", "waiting-image-req")
 _LITERALS = [f"{key}: ".encode() for key in KEYS]
 NAMES = [canonical(key) for key in KEYS]
-BOOLEAN = frozenset({"cuda_graph"})
-USAGES = ("token_usage", "swa_token_usage", "mamba_usage")  # the binding pool usage is their maximum
+BOOLEAN = frozenset(canonical(key) for key, kind in KEYS.items() if kind == "bool")
 MAX_PIECES = 48
 MAX_GROUPS = 64
 WINDOW = 56  # bytes gathered at a piece: the longest key (28 with `: `) and 24 bytes of its value
@@ -64,7 +56,7 @@ assert not _SHORT, "every literal fills a first word"
 _GROUPS = [[k for k, lit in enumerate(_LITERALS) if _first_word(lit) == p] for p in _PRINTS.tolist()]
 _PRINT_GROUP = {p: g for g, p in enumerate(_PRINTS.tolist())}
 _TAILS = [_tail_words(lit) for lit in _LITERALS]
-_RUNNING = frozenset(k for k, name in enumerate(NAMES) if name == "running_req")
+_RUNNING = frozenset(k for k, name in enumerate(NAMES) if name == canonical(RUNNING))
 
 
 def _perfect_hash(prints: np.ndarray) -> tuple[np.uint64, np.ndarray]:
@@ -108,7 +100,7 @@ class _Walk:
             column[rows] = values
         usages = [named[name] for name in USAGES if name in named]
         if usages:
-            named["token_usage"] = np.fmax.reduce(usages) if len(usages) > 1 else usages[0]
+            named[BINDING_USAGE] = np.fmax.reduce(usages) if len(usages) > 1 else usages[0]
         return named
 
 

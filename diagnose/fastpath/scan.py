@@ -20,23 +20,28 @@ import numpy as np
 from toolkit.diagnose.fastpath.fields import read_pieces
 from toolkit.diagnose.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather, is_literal,
                                              parse_digits, two_digits, window, word_at)
+from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, PREFILL_LABEL
+from toolkit.diagnose.log_format.messages import ACCESS_DASH, SGLANG_BATCH_KINDS, UVICORN_ACCESS
+from toolkit.diagnose.log_format.prefix import (DAY, RANK_TAGS, SGLANG_STAMP_LAYOUT, days_since_epoch, is_date,
+                                                rank_name, time_of_day)
 
-DECODE, PREFILL, ACCESS = 0, 1, 2
+DECODE, PREFILL, ACCESS = 0, 1, 2  # kind codes: SGLANG_BATCH_KINDS[code], then access lines
+assert SGLANG_BATCH_KINDS[DECODE] == "decode" and SGLANG_BATCH_KINDS[PREFILL] == "prefill"
 HEAD = 72      # bytes of each line read for its stamp, rank tag (the `]` is at most at 48) and label
 LABEL = 24     # bytes read at the `]`: `] Decode batch. `, `] Prefill batch. `, `] INFO:     `
-BATCH_KINDS = ("decode", "prefill")
 MAX_TAG = 24   # longest rank tag text read here (" DP1 PP0 TP3 EP3" is 16); longer ones take the per-line path
 MAX_CLIENT = 31
 FEW = 8        # distinct values matched one by one before sorting
-_RANK = re.compile(r"(?:\s+[A-Z][A-Z_]*\d+)*\s*")
-_STAMP = b"[0000-00-00 00:00:00"
-_DECODE = (b"] Decode", b" batch")
-_PREFILL = (b"] Prefil", b"l batch")
-_ACCESS = (b"] INFO: ", b"    ")
-_BODY = np.array([16, 17])  # `] Decode batch. ` / `] Prefill batch. `, by kind
-_ACCESS_LEN = 12
-_DASH = b' - "'
+_RANK = re.compile(RANK_TAGS + r"\s*")
+_DECODE = f"] {DECODE_LABEL}".encode()
+_PREFILL = f"] {PREFILL_LABEL}".encode()
+_ACCESS = f"] {UVICORN_ACCESS}".encode()
+_BODY = np.array([len(_DECODE) + 2, len(_PREFILL) + 2])  # past `] Decode batch. ` / `] Prefill batch. `, by kind
+_ACCESS_LEN = len(_ACCESS)
+_DASH = ACCESS_DASH.encode()
+assert max(len(_DECODE), len(_PREFILL)) + 2 <= LABEL and len(_ACCESS) <= LABEL, "labels fit the bytes read"
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_BYTE = np.uint64(0xFF)
 
 
 @dataclass(slots=True)
@@ -58,7 +63,7 @@ class BatchLines:
         `ranks`) and every field some line of the kind prints."""
         out = {}
         bounds = np.searchsorted(self.kind, [DECODE, PREFILL, PREFILL + 1]).tolist()
-        for code, kind in enumerate(BATCH_KINDS):
+        for code, kind in enumerate(SGLANG_BATCH_KINDS):
             a, b = bounds[code], bounds[code + 1]
             if a == b:
                 continue
@@ -171,7 +176,7 @@ class _Template:
 
 
 MAX_LAYOUTS = 12
-_DIGITS = (1, 2, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19)  # of `[YYYY-mm-dd HH:MM:SS`; `.fff` adds 21-23
+_DIGITS = tuple(k for k, c in enumerate(SGLANG_STAMP_LAYOUT) if c == ord("0"))  # `.fff` adds 21-23
 _TEMPLATES: dict[bytes, _Template] = {}
 
 
@@ -287,7 +292,7 @@ def _dirty_lines(words: Words, size: int, starts: np.ndarray) -> np.ndarray:
 def _masks(offset: int) -> tuple[np.uint64, np.uint64, np.uint64]:
     """(mask of the stamp's fixed bytes, their value, mask of its digit bytes) in its word at `offset`."""
     fixed = value = digits = 0
-    for k, c in enumerate(_STAMP[offset:offset + 8]):
+    for k, c in enumerate(SGLANG_STAMP_LAYOUT[offset:offset + 8]):
         if c == ord("0"):
             digits |= 0xFF << (8 * k)
         else:
@@ -323,19 +328,32 @@ def _close_bracket(head: np.ndarray) -> np.ndarray:
 
 
 def _labels(label: np.ndarray) -> np.ndarray:
-    """Kind per line from the `LABEL` bytes at its `]`: DECODE, PREFILL, ACCESS or -1."""
-    x0, x1, x2 = label[:, 0], label[:, 1], label[:, 2]
+    """Kind per line from the `LABEL` bytes at its `]`: DECODE, PREFILL, ACCESS or -1. A batch label is followed
+    by one of `LABEL_ENDS` and a space (`] Decode batch. `); the access label is uvicorn's `] INFO:     `."""
     kind = np.full(len(label), -1, np.int8)
-    b14, b15 = (x1 >> np.uint64(48)) & np.uint64(0xFF), x1 >> np.uint64(56)
-    dot_or_comma = (b14 == np.uint64(ord("."))) | (b14 == np.uint64(ord(",")))
-    decode = is_literal(x0, _DECODE[0]) & is_literal(x1, _DECODE[1]) & dot_or_comma & (b15 == np.uint64(32))
-    prefill = is_literal(x0, _PREFILL[0]) & is_literal(x1, _PREFILL[1])
-    prefill &= (b15 == np.uint64(ord("."))) | (b15 == np.uint64(ord(",")))
-    prefill &= (x2 & np.uint64(0xFF)) == np.uint64(32)
-    kind[decode] = DECODE
-    kind[prefill] = PREFILL
-    kind[is_literal(x0, _ACCESS[0]) & is_literal(x1, _ACCESS[1])] = ACCESS
+    kind[_starts_with(label, _DECODE) & _label_end(label, len(_DECODE))] = DECODE
+    kind[_starts_with(label, _PREFILL) & _label_end(label, len(_PREFILL))] = PREFILL
+    kind[_starts_with(label, _ACCESS)] = ACCESS
     return kind
+
+
+def _starts_with(label: np.ndarray, text: bytes) -> np.ndarray:
+    ok = is_literal(label[:, 0], text[:8])
+    for k in range(8, len(text), 8):
+        ok &= is_literal(label[:, k // 8], text[k: k + 8])
+    return ok
+
+
+def _byte_at(label: np.ndarray, k: int) -> np.ndarray:
+    return (label[:, k // 8] >> np.uint64(8 * (k % 8))) & _BYTE
+
+
+def _label_end(label: np.ndarray, k: int) -> np.ndarray:
+    end = _byte_at(label, k)
+    ok = end == np.uint64(ord(LABEL_ENDS[0]))
+    for c in LABEL_ENDS[1:]:
+        ok |= end == np.uint64(ord(c))
+    return ok & (_byte_at(label, k + 1) == np.uint64(ord(" ")))
 
 
 def stamp_times(head: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -347,9 +365,9 @@ _DATE = np.uint64(0xFFFFFF)  # bytes 8-10 of a stamp, `-dd`: with word 0, the da
 
 
 def _time(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds on the log's clock, the date is a calendar date) from each stamp, as `diagnose.prefix`
-    computes it: the time of day (plus milliseconds) added to the date's midnight (worked out per distinct
-    date)."""
+    """(seconds on the log's clock, the date is a calendar date) from each stamp, by the rule of
+    `diagnose.log_format.prefix`: the time of day (plus milliseconds) added to the date's midnight (worked out
+    per distinct date)."""
     w0, w1, w2 = head[0], head[1], head[2]
     if len(w0) == 0:
         return np.zeros(0), np.zeros(0, bool)
@@ -360,7 +378,7 @@ def _time(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     other = np.flatnonzero((date[0] != date[0][first][codes]) | (date[1] != date[1][first][codes]))
     if len(other):
         midnight[other], good[other] = _midnight(w0[other], w1[other])
-    tod = two_digits(w1, 4) * 3600 + (digit_at(w1, 7) * 10 + digit_at(w2, 0)) * 60 + two_digits(w2, 2)
+    tod = time_of_day(two_digits(w1, 4), digit_at(w1, 7) * 10 + digit_at(w2, 0), two_digits(w2, 2))
     millis = ((w2 >> _SEP) & np.uint64(0xFF)) == np.uint64(ord("."))
     if millis.any():
         tod = tod + np.where(millis, parse_digits(w2 >> np.uint64(40), 3) / 1000.0, 0.0)
@@ -371,18 +389,9 @@ def _midnight(w0: np.ndarray, w1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(seconds at the date's midnight, the date is a calendar date) of stamps' first two words."""
     year = parse_digits(w0 >> np.uint64(8), 4)
     month, day = two_digits(w0, 6), two_digits(w1, 1)
-    good = (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
-    days = _days(np.where(good, year, 1970), np.where(good, month, 1)) + np.where(good, day, 1) - 1
-    return (days * 86400).astype(np.float64), good
-
-
-def _days(year: np.ndarray, month: np.ndarray) -> np.ndarray:
-    """Days from 1970-01-01 to the first of each month (proleptic Gregorian, as `calendar.timegm`)."""
-    y = year - (month <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * np.where(month > 2, month - 3, month + 9) + 2) // 5
-    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    good = is_date(year, month, day)
+    days = days_since_epoch(np.where(good, year, 1970), np.where(good, month, 1), np.where(good, day, 1))
+    return days * DAY, good
 
 
 # -- rank tag -----------------------------------------------------------------------------------------
@@ -437,11 +446,11 @@ def _distinct(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rank_name(tag: bytes) -> str | None:
-    """The rank a tag text names (`None` when it is not a rank tag), as `diagnose.prefix` normalises it."""
+    """The rank a tag text names (`None` when it is not a rank tag), named by `log_format.prefix.rank_name`."""
     name = _RANK_NAMES.get(tag, "?")
     if name == "?":
         text = tag.decode("ascii", "replace")
-        name = " ".join(text.split()) if _RANK.fullmatch(text) else None
+        name = rank_name(text) if _RANK.fullmatch(text) else None
         if len(_RANK_NAMES) < 4096:
             _RANK_NAMES[tag] = name
     return name

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from benchmarks.diagnose_parse import write_log
 from toolkit.diagnose import analyze
-from toolkit.diagnose.fastpath.fields import KEYS
 from toolkit.diagnose.fastpath.scan import scan_chunk
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.lines import ParseStats
+from toolkit.diagnose.log_format.batch import KEYS
 from toolkit.diagnose.reading import read_logs
 from toolkit.diagnose.source import PAD
 from tests.diagnose import logfactory as lf

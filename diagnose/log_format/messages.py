@@ -1,0 +1,151 @@
+"""The messages: their names (event kinds) and how each starts (docs/log-formats.md §2-§9), SGLang's and
+vLLM's wordings. `diagnose.messages` compiles `STARTS` into one regex; the fast path reads the batch and access
+lines' starts byte-wise from the same literals.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal, NamedTuple
+
+from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, NEW_FILL_LABEL, PREFILL_LABEL, RUNNING
+
+Kind = Literal[
+    # SGLang (docs/log-formats.md §2-§6)
+    "decode",            # Decode batch ... (every decode_log_interval steps)
+    "prefill",           # Prefill batch ... / new fill batch ...
+    "access",            # HTTP access line (uvicorn), SGLang or vLLM
+    "pool",              # max_total_num_tokens=..., ..., available_gpu_mem=... GB
+    "load_begin",        # Load weight begin. avail mem=...
+    "load_end",          # Load weight end. type=..., dtype=..., avail mem=..., mem usage=...
+    "kv_alloc",          # KV Cache is allocated. #tokens: ..., K size: ..., V size: ...
+    "pool_end",          # Memory pool end. avail mem=...
+    "graph_begin",       # Capture cuda graph begin ...
+    "graph_end",         # Capture cuda graph end ...
+    "graph_failed",      # Capture cuda graph failed: ...
+    "dist_init",         # Init torch distributed begin/ends
+    "server_args",       # server_args=ServerArgs(...)
+    "tokens_capped",     # max_total_tokens=X is larger than the profiled value Y
+    "retract",           # decode OOM / KV cache pool is full. Retract requests.
+    "oom",               # Prefill/Decode out of memory (hard OOM), CUDA out of memory
+    "not_enough_memory", # Not enough memory for the KV pool at start-up (SGLang and vLLM wordings)
+    "leak",              # KV cache pool leak / memory leak detected
+    "watchdog",          # Watchdog timeout
+    "exception",         # Scheduler hit an exception / Traceback / EngineCore fatal error (multi-line)
+    "sigquit",           # Received sigquit from a child process
+    # load shedding and clients giving up (docs/log-formats.md §6.4)
+    "shed",              # Shed N requests[ in the last S s] (503, Retry-After 1 s): queue_full: a, waiting_timeout: b
+    "queue_timeout",     # Queue timeout: aborted N requests that waited more than S s, #queue-req: Q
+    "client_gone",       # the client of POST /path disconnected ... / Request is disconnected from the client side
+    # vLLM (docs/log-formats.md §9)
+    "stats",             # Engine 000: Avg prompt throughput: ..., Running: ..., Waiting: ..., KV cache usage
+    "prefix_cache",      # V0: Prefix cache hit rate: GPU: x%, CPU: y%
+    "spec_metrics",      # SpecDecoding metrics: ... / Speculative metrics: ...
+    "preempt",           # V0: Sequence group N is preempted by PreemptionMode.X mode ...
+    "kv_capacity",       # GPU KV cache size: N tokens[, Maximum concurrency for L tokens per request: Cx]
+    "max_concurrency",   # Maximum concurrency for L tokens per request: Cx (a line of its own before 0.11)
+    "gpu_blocks",        # # GPU blocks: N, # CPU blocks: M
+    "kv_memory",         # Available KV cache memory: X GiB
+    "memory_profile",    # Memory profiling takes ... / total_gpu_memory (X) x gpu_memory_utilization (U) ...
+    "weights_loaded",    # Model loading took X GiB and S seconds / Loading model weights took X GB
+    "graph_captured",    # Graph capturing finished in S secs, took X GiB
+    "engine_config",     # Initializing a V1 LLM engine (vX) with config: model=..., ...
+    "engine_args",       # non-default args: {...}
+    "scheduler_config",  # Chunked prefill is enabled with max_num_batched_tokens=N.
+]
+KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
+SGLANG_BATCH_KINDS = ("decode", "prefill")  # the fast path's kinds, in its code order
+BATCH_KINDS = (*SGLANG_BATCH_KINDS, "stats")  # the time series: kept as columns, not as events
+# Messages only one engine prints (an access line, an OOM, an exception can be either's).
+SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
+                          "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
+                          "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout", "client_gone"})
+VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
+                        "gpu_blocks", "kv_memory", "memory_profile", "weights_loaded", "graph_captured",
+                        "engine_config", "engine_args", "scheduler_config"})
+
+# Multi-line records: their continuation lines (indented, an error line, vLLM's wrapped profile) join them.
+OPENERS = frozenset({"exception", "oom", "leak", "memory_profile"})
+CONTINUATION = (r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
+                r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
+                r"|the current vLLM instance can use|model weights take|the rest of the memory")
+SELF_CONTINUING = frozenset({"leak", "memory_profile"})  # records whose later lines start like their first
+
+UVICORN_ACCESS = "INFO:     "  # uvicorn's access line: `INFO:     CLIENT - "METHOD PATH HTTP/V" STATUS`
+ACCESS_DASH = ' - "'
+ACCESS_HTTP = " HTTP/"
+MAX_CLIENT_CHARS = 100
+ACCESS_FIELDS = (f"(?P<client>\\S{{1,{MAX_CLIENT_CHARS}}}){re.escape(ACCESS_DASH)}(?P<method>[A-Z]+) (?P<path>\\S+)"
+                 f"{re.escape(ACCESS_HTTP)}(?P<http>[\\d.]+)\" (?P<status>\\d{{3}})")
+ENGINE = r"Engine (\d{1,4}): |(\d{1,4}) Engines Aggregated: "  # vLLM's stats line, data-parallel: its engine
+_ENGINE = re.compile(ENGINE)
+_ITER = r"(?: \[\d+\])?"  # 0.5.5's `Decode batch [51341],`
+
+STARTS: dict[str, str] = {
+    # batch lines first: they are most of a log
+    "decode": re.escape(DECODE_LABEL) + _ITER + f"[{LABEL_ENDS}]|{RUNNING}: \\d",
+    "prefill": re.escape(PREFILL_LABEL) + _ITER + f"(?:[{LABEL_ENDS}]|\\(mixed )|{NEW_FILL_LABEL}",
+    "stats": f"(?:{ENGINE})?Avg prompt throughput: ",
+    "access": re.escape(UVICORN_ACCESS.strip()) + rf"\s+\S{{1,{MAX_CLIENT_CHARS}}}" + re.escape(ACCESS_DASH),
+    # SGLang start-up
+    "pool": r"max_total_num_tokens?=",
+    "load_begin": r"[Ll]oad weight begin",
+    "load_end": r"[Ll]oad weight end",
+    "kv_alloc": r"KV Cache is allocated",
+    "pool_end": r"Memory pool end",
+    "graph_failed": r"Capture (?:cuda|CUDA) graph failed",
+    "graph_begin": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph begin",
+    "graph_end": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph end",
+    "dist_init": r"Init torch distributed (?:begin|ends?)",
+    "server_args": r"server_args=",
+    "tokens_capped": r"max_total_tokens=-?\d+ is larger than the profiled",
+    # SGLang errors
+    "retract": r"[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests|Testing retraction",
+    "oom": r"(?:Prefill|Decode) out of memory|(?:torch\.)?(?:cuda\.)?OutOfMemoryError(?:: |\(['\"]CUDA out of memory)"
+           r"|CUDA out of memory",
+    "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
+                         r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
+                         r"number of tokens|Failed to load model - not enough GPU memory",
+    "leak": r"(?:KV cache pool leak|token_to_kv_pool_allocator memory leak|[\w.]{1,80} memory leak) detected"
+            r"|Warning: available_size=",
+    "watchdog": r"(?:\w{1,40} )?[Ww]atchdog timeout",
+    "exception": r"\w{1,40} hit an exception|Traceback \(most recent call last\)|EngineCore (?:encountered a fatal "
+                 r"error|failed to start)|Engine core initialization failed",
+    "sigquit": r"Received sigquit",
+    # load shedding and clients giving up (§6.4): `toolkit serve`'s lines, SGLang's disconnect wording
+    "shed": r"Shed \d+ requests? (?:in the last \d+ s )?\(503",
+    "queue_timeout": r"Queue timeout: aborted \d+ requests? ",
+    "client_gone": r"the client of [A-Z]{1,10} \S{1,2000} disconnected before the response"
+                   r"|(?:\[http_server\] Error: )?Request is disconnected from the client side",
+    # vLLM
+    "prefix_cache": r"Prefix cache hit rate: GPU: ",
+    "spec_metrics": r"SpecDecoding metrics: |Speculative metrics: ",
+    "preempt": r"Sequence group \S{1,200} is preempted (?:by|in) "
+               r"|Preempted request \S{1,200} has been resumed",
+    "kv_capacity": r"(?:[A-Z]{2,5}(?: \+ host)? )?KV cache size: [\d,]+ tokens",
+    "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ",
+    "gpu_blocks": r"# \w{1,10} blocks: \d",
+    "kv_memory": r"Available KV cache memory: ",
+    "memory_profile": r"Memory profiling (?:takes|results: )|the current vLLM instance can use total_gpu_memory"
+                      r"|model weights take ",
+    "weights_loaded": r"Model loading took |Loading model weights took ",
+    "graph_captured": r"Graph capturing finished in ",
+    "engine_config": r"Initializing an? (?:V1 )?LLM engine (?:\(v[^)]{1,40}\) )?with config: ",
+    "engine_args": r"non-default args: ",
+    "scheduler_config": r"Chunked prefill is enabled with max_num_batched_tokens=",
+}
+assert set(STARTS) == set(KINDS), "every kind has a start, every start a kind"
+
+
+class EngineTag(NamedTuple):
+    """vLLM's `Engine 001: ` (engine 1) or `4 Engines Aggregated: ` (engines 4) before a stats line."""
+
+    aggregated: bool
+    number: int
+    end: int
+
+
+def engine_tag(text: str) -> EngineTag | None:
+    m = _ENGINE.match(text)
+    if m is None:
+        return None
+    return EngineTag(m.group(1) is None, int(m.group(1) or m.group(2)), m.end())

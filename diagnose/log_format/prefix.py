@@ -1,0 +1,86 @@
+"""The prefix before a message (docs/log-formats.md §1, §9.1): stamp grammars, the stamp -> seconds rule, rank
+tags and their names.
+
+Times are seconds on the log's clock, naive stamps read as UTC (proleptic Gregorian, as `calendar.timegm`).
+The arithmetic below is written with operators only, so the per-line parser calls it on ints and the fast path
+on numpy arrays: one rule, two readers.
+"""
+from __future__ import annotations
+
+import re
+from typing import TypeVar
+
+DAY = 86400.0
+YEAR = 366 * DAY  # vLLM's `MM-DD` clock reads as the year 2000, a leap year
+
+# -- stamp grammars (regex sources; `diagnose.prefix` compiles them) ------------------------------------------
+
+TIME = r"(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?Z?"
+RANK_TAGS = r"(?:\s+[A-Z][A-Z_]*\d+)*"  # ` DP1 TP2 EP3`: the tags inside SGLang's stamp
+SGLANG_STAMP = r"\[" + TIME + r"(" + RANK_TAGS + r")\s*\] ?"
+# NOTE: the dated SGLang stamp's fixed layout, digits as `0`, for byte-wise readers: `TIME` with a date.
+SGLANG_STAMP_LAYOUT = b"[0000-00-00 00:00:00"
+VLLM_PROCESS = r"\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+"
+VLLM_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
+VLLM_PREFIX = (r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS
+               + r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?")
+PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}) - [\w.]{1,100} - [A-Z]{1,10} - "
+                  r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
+LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?"
+              r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
+              r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP])? ")
+VLLM_DEFAULT_YEAR = 2000
+
+# -- stamp -> seconds ---------------------------------------------------------------------------------------
+
+N = TypeVar("N")  # an int, or a numpy integer array
+
+
+def is_date(year: N, month: N, day: N) -> N:
+    """Whether the fields name a calendar day the clock reads (a day past a short month's end counts on)."""
+    return (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)  # type: ignore[operator]
+
+
+def days_since_epoch(year: N, month: N, day: N) -> N:
+    """Days from 1970-01-01 to the date (proleptic Gregorian); valid where `is_date`."""
+    march_based = month <= 2  # type: ignore[operator]
+    y = year - march_based  # type: ignore[operator]
+    era = y // 400
+    of_era = y - era * 400
+    of_year = (153 * (month - 3 + 12 * march_based) + 2) // 5 + day - 1  # type: ignore[operator]
+    return era * 146097 + of_era * 365 + of_era // 4 - of_era // 100 + of_year - 719468
+
+
+def time_of_day(hour: N, minute: N, second: N) -> N:
+    """Whole seconds since midnight (the fraction is added by the reader, as it printed it)."""
+    return hour * 3600 + minute * 60 + second  # type: ignore[operator]
+
+
+# -- rank tags and their names ------------------------------------------------------------------------------
+
+_RANK_PARTS = re.compile(r"(?<![A-Za-z])(DP|TP|PP|EP)(\d+)")
+
+
+def rank_name(tags: str) -> str:
+    """SGLang's stamp tags as one rank name: `"  DP1  TP2 "` -> `"DP1 TP2"`."""
+    return " ".join(tags.split())
+
+
+def process_rank(process: str) -> str:
+    """vLLM's process name as a rank: `EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, `APIServer` -> `""`."""
+    return " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
+
+
+def gpu_rank(gpu: str) -> str:
+    """SGLang 0.2.5's `[gpu_id=N]` (or `[gpu=N]`) as a rank."""
+    return f"GPU{gpu}"
+
+
+def tp_rank(rank: str) -> str:
+    """SGLang 0.1's `Rank N: ` and torch.distributed's `[rankN]: ` as a rank."""
+    return f"TP{rank}"
+
+
+def engine_rank(engine: int | None) -> str:
+    """vLLM's stats line's engine (a DP rank): `Engine 001:` -> `DP1`; `N Engines Aggregated:` (None) -> `DP*`."""
+    return f"DP{engine}" if engine is not None else "DP*"
