@@ -1,10 +1,21 @@
-"""Diagnose speed and memory, side by side with SGLang's own log parser, on one generated log.
+"""Diagnose speed and memory as the user sees them, side by side with SGLang's own log parser, on one generated log.
 
-    python -m benchmarks.diagnose_parse [--lines N] [--runs R] [--sglang-parser FILE --sglang-path DIR]
-                                        [--json OUT]
+    python -m benchmarks.diagnose_parse [--lines N] [--runs R] [--mix realistic|templates] [--modes a,b]
+                                        [--sglang-parser FILE --sglang-path DIR] [--save]
 
-Writes an N-line (default 1,000,000) mixed log (decode, prefill and HTTP access lines of several eras) to a
-temporary file, then measures, each in a fresh process, lines/s (wall clock), CPU seconds and peak RSS, the
+Writes an N-line (default 1,000,000) log to a temporary file. `--mix realistic` (the default) is what a user's
+log holds: segments written one after another, each with its start-up block (server_args, weights, KV pool, graph
+capture, uvicorn's start), then its steady state, and one multi-line traceback. By lines:
+  SGLang, 90%: six segments, one per prefix, of equal length: plain stamps of 0.4.9 (`[ts TP0..TP3]`,
+            `Decode batch.`), plain stamps of 0.5.5 (`[ts DP0..DP3 TP0]`, `Decode batch,`), docker compose
+            `sglang-1  | `, CRI `2025-...Z stdout F `, Ray `(SGLangEngine pid=N) `, journald `Nov 11 04:06:27
+            host python[N]: ` (the last four over 0.5.5 lines); within a segment's steady state: 55% decode, 15% prefill, 20% uvicorn access lines, 8% other
+            INFO lines (request receipts, cache flushes, health checks), 2% WARNING lines;
+  vLLM V1, 10%: one segment, `(APIServer pid=1)` and `(EngineCore_DP0 pid=N)` prefixes, its start-up block,
+            then 80% access lines, 15% `Added request` lines, 5% `Engine 000:` stats lines;
+  about 0.2% start-up and traceback lines in all. The segments' clocks run on, 50 lines a second.
+`--mix templates` is the earlier log of five templates (50% decode, 25% prefill, 25% access; all read by the
+fast path). Then measures, each in a fresh process, lines/s (wall clock), CPU seconds and peak RSS, the
 fastest of R runs (the machine is shared: the fastest run is the least disturbed; CPU seconds, which a busy
 machine disturbs less, are recorded too: `lines_per_cpu_s`, all processes of the command together):
   command   the whole command as a user runs it: `toolkit diagnose LOG > /dev/null` (start-up included);
@@ -18,8 +29,13 @@ machine disturbs less, are recorded too: `lines_per_cpu_s`, all processes of the
             form the pattern is written for (on plain SGLang lines it needs whitespace before the `[` stamp and
             matches nothing; parse() itself then stops at its Int64 cast of `token usage`, so this mode times
             its extraction without that cast).
-It prints one line per mode and the ratio of ours to SGLang's (lines/s, same file, same run); --json writes the
-results with the command, commit, CPU model and date.
+Peak RSS of `command` and `export` is that of the whole process tree: the sum of the RSS of the command's process
+and all its descendants (the fast path's workers), sampled every ~5 ms, its maximum (`peak_rss_mb`); with each
+process's own peak (`VmHWM`, `process_peaks_mb`) and the largest one by `getrusage` (`largest_process_rss_mb`).
+The in-process modes report their one process's peak. CPU seconds are those of every process of the command.
+It prints one line per mode, the issue's targets (command >= 1M lines/s, peak RSS of all processes < 300 MiB,
+export >= 500k lines/s) met or not, and the ratio of ours to SGLang's (lines/s, same file, same run); --save
+writes the results with the command, commit, CPU model and date (`benchmarks.common.write_result`).
 """
 from __future__ import annotations
 
@@ -34,7 +50,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import cpu_model, provenance
+from benchmarks.common import cpu_model, provenance, write_result
 
 _ERAS = (
     ("[{ts} TP0] Decode batch. #running-req: {r}, #token: {tok}, token usage: {u:.2f}, gen throughput (token/s): "
@@ -54,24 +70,169 @@ _ACCESS = '[{ts}] INFO:     127.0.0.1:{port} - "POST /v1/chat/completions HTTP/1
 
 
 RAY_PREFIX = "(SGLangEngine pid=4242) "
+MIX = ("SGLang 90%: 6 segments (plain 0.4.9 TP0-3, plain 0.5.5 DP0-3, compose, CRI, Ray, journald), each 55% decode, "
+       "15% prefill, 20% access, 8% other INFO, 2% WARNING, a start-up block and a traceback; vLLM V1 10%: 80% "
+       "access, 15% Added request, 5% stats")
 
 
-def write_log(path: str, n: int, seed: int = 0, prefix: str = "") -> None:
+def write_log(path: str, n: int, seed: int = 0, prefix: str = "", mix: str = "templates") -> None:
+    """An n-line log of `mix` (module docstring), every line after `prefix`."""
     rng = random.Random(seed)
-    t0 = 1762833987
+    lines = _templates(rng, n) if mix == "templates" else _realistic(rng, n)
     with open(path, "w") as f:
-        for i in range(n):
-            ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t0 + i // 50))
-            x = rng.random()
-            r, q, u = rng.randint(1, 300), rng.randint(0, 500), rng.random()
-            if x < 0.5:
-                line = rng.choice(_ERAS).format(ts=ts, r=r, tok=int(u * 6e5), u=u, g=rng.random() * 5e3, q=q)
-            elif x < 0.75:
-                line = rng.choice(_PREFILL).format(ts=ts, n=rng.randint(1, 8192), c=rng.randint(0, 8192), u=u,
-                                                   r=r, q=q)
-            else:
-                line = _ACCESS.format(ts=ts, port=rng.randint(1024, 65535))
-            f.write(prefix + line + "\n")
+        f.writelines(prefix + line + "\n" for line in lines)
+
+
+def _templates(rng: random.Random, n: int):
+    t0 = 1762833987
+    for i in range(n):
+        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t0 + i // 50))
+        x = rng.random()
+        r, q, u = rng.randint(1, 300), rng.randint(0, 500), rng.random()
+        if x < 0.5:
+            yield rng.choice(_ERAS).format(ts=ts, r=r, tok=int(u * 6e5), u=u, g=rng.random() * 5e3, q=q)
+        elif x < 0.75:
+            yield rng.choice(_PREFILL).format(ts=ts, n=rng.randint(1, 8192), c=rng.randint(0, 8192), u=u, r=r, q=q)
+        else:
+            yield _ACCESS.format(ts=ts, port=rng.randint(1024, 65535))
+
+
+# -- the realistic mix ----------------------------------------------------------------------------------------
+
+_SG_STARTUP = (
+    "server_args=ServerArgs(model_path='meta-llama/Llama-3.1-70B-Instruct', tp_size=4, dp_size={dp}, "
+    "mem_fraction_static=0.85, chunked_prefill_size=8192, schedule_policy='fcfs', cuda_graph_max_bs=256)",
+    "Init torch distributed begin.", "Init torch distributed ends. mem usage=1.02 GB",
+    "Load weight begin. avail mem=78.50 GB",
+    "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=43.40 GB, mem usage=35.10 GB.",
+    "KV Cache is allocated. #tokens: 665690, K size: 10.16 GB, V size: 10.16 GB",
+    "Memory pool end. avail mem=21.90 GB",
+    "Capture cuda graph begin. This can take up to several minutes. avail mem=21.10 GB",
+    "Capture cuda graph end. Time elapsed: 12.34 s. mem usage=0.81 GB. avail mem=20.29 GB.",
+    "max_total_num_tokens=665690, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, "
+    "context_len=131072, available_gpu_mem=20.29 GB",
+    "INFO:     Started server process [{pid}]", "INFO:     Waiting for application startup.",
+    "INFO:     Application startup complete.", "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+    "The server is fired up and ready to roll!",
+)
+_SG_OTHER = (
+    "Receive: obj=GenerateReqInput(rid='{rid}', text=None, input_ids=None, stream=True, log_metrics=True)",
+    "Cache flushed successfully!", "INFO:     127.0.0.1:{port} - \"GET /health HTTP/1.1\" 200 OK",
+    "Finish: obj=GenerateReqInput(rid='{rid}'), out={{'meta_info': {{'prompt_tokens': 812, 'completion_tokens': 256}}}}",
+)
+_SG_WARNINGS = (
+    "WARNING: Request {rid} exceeds the context length; it is truncated to 131072 tokens.",
+    "WARNING: Prefill out of memory. Try to lower your batch size.",
+    "Scheduler hit a long stall: 1.23 s since the last batch",
+)
+_TRACEBACK = (
+    "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2651, in run_scheduler_process',
+    "    scheduler.event_loop_overlap()",
+    '  File "/usr/local/lib/python3.12/dist-packages/torch/utils/_contextlib.py", line 116, in decorate_context',
+    "    return func(*args, **kwargs)",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 832, in event_loop_overlap',
+    "    batch = self.get_next_batch_to_run()",
+    "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+)
+_DECODE_04 = ("Decode batch. #running-req: {r}, #token: {tok}, token usage: {u:.2f}, cuda graph: True, "
+              "gen throughput (token/s): {g:.2f}, #queue-req: {q}")
+_DECODE_05 = ("Decode batch, #running-req: {r}, #token: {tok}, token usage: {u:.2f}, cuda graph: True, "
+              "gen throughput (token/s): {g:.2f}, #queue-req: {q}, ")
+_PREFILL_04 = ("Prefill batch. #new-seq: {s}, #new-token: {n}, #cached-token: {c}, token usage: {u:.2f}, "
+               "#running-req: {r}, #queue-req: {q}")
+_PREFILL_05 = ("Prefill batch, #new-seq: {s}, #new-token: {n}, #cached-token: {c}, token usage: {u:.2f}, "
+               "#running-req: {r}, #queue-req: {q}, ")
+_ACCESS_MESSAGE = 'INFO:     10.0.{a}.{b}:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+_SG_SEGMENTS = (  # (line prefix before the stamp, rank tags, decode, prefill)
+    ("", (" TP0", " TP1", " TP2", " TP3"), _DECODE_04, _PREFILL_04),
+    ("", (" DP0 TP0", " DP1 TP0", " DP2 TP0", " DP3 TP0"), _DECODE_05, _PREFILL_05),
+    ("sglang-1  | ", (" DP0 TP0", " DP1 TP0"), _DECODE_05, _PREFILL_05),
+    ("{iso} stdout F ", (" TP0",), _DECODE_05, _PREFILL_05),
+    ("(SGLangEngine pid=4242) ", (" TP0", " TP1"), _DECODE_05, _PREFILL_05),
+    ("{syslog} gpu-node-1 python[4242]: ", ("",), _DECODE_05, _PREFILL_05),
+)
+_VLLM_STARTUP = (
+    ("APIServer", "INFO", "api_server.py:1885", "vLLM API server version 0.11.0"),
+    ("APIServer", "INFO", "utils.py:233", "non-default args: {'model': 'Qwen/Qwen3-8B', 'max_num_seqs': 256}"),
+    ("EngineCore_DP0", "INFO", "core.py:77", "Initializing a V1 LLM engine (v0.11.0) with config: model='Qwen/Qwen3-8B'"),
+    ("EngineCore_DP0", "INFO", "gpu_model_runner.py:2653", "Model loading took 15.2683 GiB and 4.521 seconds"),
+    ("EngineCore_DP0", "INFO", "gpu_worker.py:298", "Available KV cache memory: 54.62 GiB"),
+    ("EngineCore_DP0", "INFO", "kv_cache_utils.py:1087", "GPU KV cache size: 447,088 tokens"),
+    ("EngineCore_DP0", "INFO", "kv_cache_utils.py:1091", "Maximum concurrency for 32,768 tokens per request: 13.64x"),
+    ("EngineCore_DP0", "INFO", "gpu_model_runner.py:3480", "Graph capturing finished in 12 secs, took 0.33 GiB"),
+    ("APIServer", "WARNING", "config.py:1371", "Default sampling parameters have been overridden by the model's "
+                                               "Hugging Face generation config."),
+)
+
+
+def _realistic(rng: random.Random, n: int):
+    """The lines of `--mix realistic` (module docstring), n of them."""
+    t0, written = 1762833987.0, 0
+    shares = [0.15] * len(_SG_SEGMENTS) + [0.10]
+    for k, share in enumerate(shares):
+        count = n - written if k == len(shares) - 1 else int(n * share)
+        segment = _vllm_segment if k == len(_SG_SEGMENTS) else _sglang_segment
+        for line in segment(rng, count, t0 + written / 50, k):
+            yield line
+        written += count
+
+
+def _sglang_segment(rng: random.Random, count: int, t0: float, k: int):
+    outer, tags, decode, prefill = _SG_SEGMENTS[k]
+    startup = [s.format(dp=len(tags), pid=1000 + k) for s in _SG_STARTUP]
+    crash_at = count // 2
+    for i in range(count):
+        t = t0 + i / 50
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+        head = outer.format(iso=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1e9) % 10**9:09d}Z",
+                            syslog=time.strftime("%b %d %H:%M:%S", time.gmtime(t)))
+        if i < len(startup):
+            yield f"{head}[{stamp}{tags[0]}] {startup[i]}"
+            continue
+        if crash_at <= i < crash_at + len(_TRACEBACK):
+            part = _TRACEBACK[i - crash_at]
+            yield f"{head}[{stamp}{tags[0]}] {part}" if i == crash_at else head + part
+            continue
+        x, tag = rng.random(), rng.choice(tags)
+        r, q, u = rng.randint(1, 300), rng.choice((0, 0, 0, rng.randint(1, 50))), rng.random()
+        if x < 0.55:
+            message = decode.format(r=r, tok=int(u * 665690), u=u, g=rng.random() * 5e3, q=q)
+        elif x < 0.70:
+            message = prefill.format(s=rng.randint(1, 8), n=rng.randint(1, 8192), c=rng.randint(0, 8192), u=u, r=r,
+                                     q=q)
+        elif x < 0.90:
+            message, tag = _ACCESS_MESSAGE.format(a=rng.randint(0, 255), b=rng.randint(1, 254),
+                                                  port=rng.randint(1024, 65535)), ""
+        elif x < 0.98:
+            message = rng.choice(_SG_OTHER).format(rid=f"{rng.getrandbits(64):016x}", port=rng.randint(1024, 65535))
+            tag = "" if "INFO:" in message else tag
+        else:
+            message = rng.choice(_SG_WARNINGS).format(rid=f"{rng.getrandbits(64):016x}")
+        yield f"{head}[{stamp}{tag}] {message}"
+
+
+def _vllm_segment(rng: random.Random, count: int, t0: float, k: int):
+    for i in range(count):
+        t = t0 + i / 50
+        stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(t))
+        if i < len(_VLLM_STARTUP):
+            process, level, where, message = _VLLM_STARTUP[i]
+            pid = 1 if process == "APIServer" else 312
+            yield f"({process} pid={pid}) {level} {stamp} [{where}] {message}"
+            continue
+        x = rng.random()
+        if x < 0.80:
+            yield f"(APIServer pid=1) " + _ACCESS_MESSAGE.format(a=rng.randint(0, 255), b=rng.randint(1, 254),
+                                                                 port=rng.randint(1024, 65535))
+        elif x < 0.95:
+            yield f"(APIServer pid=1) INFO {stamp} [async_llm.py:318] Added request chatcmpl-{rng.getrandbits(64):016x}."
+        else:
+            r, w, u = rng.randint(1, 256), rng.choice((0, 0, rng.randint(1, 40))), rng.random()
+            yield (f"(APIServer pid=1) INFO {stamp} [loggers.py:123] Engine 000: Avg prompt throughput: "
+                   f"{rng.random() * 2e4:.1f} tokens/s, Avg generation throughput: {rng.random() * 3e3:.1f} tokens/s, "
+                   f"Running: {r} reqs, Waiting: {w} reqs, GPU KV cache usage: {100 * u:.1f}%, "
+                   f"Prefix cache hit rate: {rng.random() * 60:.1f}%")
 
 
 def _lines(path: str) -> int:
@@ -137,15 +298,92 @@ def _sglang_ray(path: str, parser_file: str) -> dict:
     return result
 
 
+class _TreeMemory:
+    """Peak RSS of a process and all its descendants: their RSS summed at each sample, its maximum; and each
+    process's own peak (`VmHWM` of /proc/PID/status, Linux; its largest sampled RSS elsewhere). The tree is
+    listed again every `REFRESH` samples (listing reads all of /proc; reading the known processes is cheap)."""
+
+    REFRESH = 10
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.processes = [self.root]
+        self.peak = 0
+        self.own: dict[int, tuple[str, int]] = {}
+        self.samples = 0
+
+    def sample(self) -> None:
+        import psutil
+
+        if self.samples % self.REFRESH == 0:
+            try:
+                self.processes = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                pass
+        self.samples += 1
+        total = 0
+        for process in self.processes:
+            rss, hwm = _rss(process)
+            total += rss
+            name, seen = self.own.get(process.pid, (None, 0))
+            self.own[process.pid] = (name or _name(process), max(seen, hwm or rss))
+        self.peak = max(self.peak, total)
+
+    def process_peaks_mb(self) -> dict[str, float]:
+        return {f"{name} {pid}": round(peak / 2**20, 1) for pid, (name, peak) in self.own.items() if peak}
+
+
+def _rss(process) -> tuple[int, int]:
+    """(current RSS, peak RSS or 0) of a process in bytes; (0, 0) once it is gone."""
+    try:
+        with open(f"/proc/{process.pid}/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        return int(fields[b"VmRSS"].split()[0]) * 1024, int(fields[b"VmHWM"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        try:
+            return process.memory_info().rss, 0
+        except Exception:
+            return 0, 0
+
+
+def _own_peak_mb() -> float:
+    """This process's peak RSS: VmHWM (getrusage's ru_maxrss carries the benchmark parent's over fork and exec)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(b"VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _name(process) -> str:
+    try:
+        cmdline = process.cmdline()
+        return " ".join(part for part in cmdline[1:3] if part)[:40] or process.name()
+    except Exception:
+        return "?"
+
+
 def _command(argv: list[str]) -> dict:
-    """Run a command (stdout to /dev/null); its wall time, CPU time and peak RSS (the only child waited for)."""
-    start = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - start
+    """Run a command (stdout to /dev/null): its wall time, the CPU time of all its processes, the peak RSS of its
+    process tree (sampled every ~5 ms), each process's peak, and the largest process's by getrusage."""
+    with tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        tree = _TreeMemory(proc.pid)
+        while proc.poll() is None:
+            tree.sample()
+            time.sleep(0.005)
+        seconds = time.perf_counter() - start
+        err.seek(0)
+        stderr = err.read().strip()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 1):
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
-    return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "child_rss_mb": usage.ru_maxrss / 1024}
+        raise RuntimeError(stderr.splitlines()[-1] if stderr else f"exit {proc.returncode}")
+    return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "tree_rss_mb": tree.peak / 2**20,
+            "largest_process_rss_mb": usage.ru_maxrss / 1024, "process_peaks_mb": tree.process_peaks_mb(),
+            "samples": tree.samples}
 
 
 def _child(mode: str, path: str, extra: str | None) -> None:
@@ -159,8 +397,9 @@ def _child(mode: str, path: str, extra: str | None) -> None:
         result = {"analyze": lambda: _analyze(path), "scan": lambda: _scan(path),
                   "sglang": lambda: _sglang(path, extra or ""),
                   "sglang-ray": lambda: _sglang_ray(path, extra or "")}[mode]()
-    rss = result.pop("child_rss_mb", None)
-    result["peak_rss_mb"] = rss if rss is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = result.pop("tree_rss_mb", None)
+    result["peak_rss_mb"] = rss if rss is not None else _own_peak_mb()
+    result["rss_of"] = "process tree" if rss is not None else "one process"
     print(json.dumps(result))
 
 
@@ -202,7 +441,12 @@ def _report(results: dict[str, dict], lines: int) -> dict[str, float]:
         r["lines_per_s"] = lines / r["seconds"]
         r["lines_per_cpu_s"] = lines / r["cpu"] if r["cpu"] else None
         print(f"{name:48s} {r['lines_per_s']:>11,.0f} lines/s  {r['seconds']:6.2f} s  cpu {r['cpu']:6.2f} s"
-              f"  peak RSS {r['peak_rss_mb']:6.1f} MiB  events {r.get('events', '-')}")
+              f"  peak RSS {r['peak_rss_mb']:6.1f} MiB ({r['rss_of']})  events {r.get('events', '-')}")
+        if "process_peaks_mb" in r:
+            own = ", ".join(f"{k}: {v:.1f}" for k, v in r["process_peaks_mb"].items())
+            print(f"{'':48s} each process's own peak (MiB): {own}; largest by getrusage "
+                  f"{r['largest_process_rss_mb']:.1f} MiB; {r['samples']} samples")
+    _targets(results)
     ratios = {}
     for baseline in ("sglang", "sglang-ray"):
         theirs = results.get(baseline, {})
@@ -215,6 +459,19 @@ def _report(results: dict[str, dict], lines: int) -> dict[str, float]:
     return ratios
 
 
+TARGETS = (("command", "lines_per_s", ">=", 1_000_000), ("command", "peak_rss_mb", "<", 300),
+           ("export", "lines_per_s", ">=", 500_000))
+
+
+def _targets(results: dict[str, dict]) -> None:
+    """The issue's targets, met or not (a busy machine's figures say little: see the load average)."""
+    for mode, key, op, bound in TARGETS:
+        r = results.get(mode, {})
+        if key in r:
+            met = r[key] >= bound if op == ">=" else r[key] < bound
+            print(f"target {mode} {key} {op} {bound:,}: {r[key]:,.1f} -> {'met' if met else 'NOT met'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
@@ -222,7 +479,8 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES))
     ap.add_argument("--sglang-parser", default=None, help="a copy of SGLang's log_parser.py (never committed)")
     ap.add_argument("--sglang-path", default=None, help="a directory from which polars imports (pip --target)")
-    ap.add_argument("--json", default=None, help="write the results here (benchmarks/results/diagnose_*.json)")
+    ap.add_argument("--mix", choices=("realistic", "templates"), default="realistic", help="the log (module docstring)")
+    ap.add_argument("--save", action="store_true", help="write the results to benchmarks/results/diagnose_parse.json")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--extra", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -232,26 +490,25 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m in MODES]
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "mixed.log")
-        write_log(log, args.lines)
+        write_log(log, args.lines, mix=args.mix)
         size = os.path.getsize(log)
         load_before = os.getloadavg()
-        print(f"log: {args.lines:,} lines, {size / 1e6:.0f} MB; python {sys.version.split()[0]}, {os.cpu_count()} "
+        print(f"log: {args.lines:,} lines ({args.mix}), {size / 1e6:.0f} MB; python {sys.version.split()[0]}, {os.cpu_count()} "
               f"cores ({cpu_model()}); best of {args.runs} runs; load average before: "
               + " ".join(f"{x:.2f}" for x in load_before))
         results = {mode: _best(mode, log, args, args.runs) for mode in modes}
         load_after = os.getloadavg()
         print("load average after: " + " ".join(f"{x:.2f}" for x in load_after))
     ratios = _report(results, args.lines)
-    if args.json:
+    if args.save:
+        mix = (MIX if args.mix == "realistic" else "50% decode, 25% prefill, 25% access; 5 forms")
         record = {
             **provenance("benchmarks.diagnose_parse", sys.argv[1:], "cpu"), "python": sys.version.split()[0],
-            "log": {"lines": args.lines, "bytes": size, "mix": "50% decode, 25% prefill, 25% access; 5 forms"},
+            "log": {"lines": args.lines, "bytes": size, "mix": args.mix, "proportions": mix},
             "runs": args.runs, "load_average": {"before": load_before, "after": load_after},
             "results": results, "ratio_vs_sglang": ratios,
         }
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=2)
-        print(f"wrote {args.json}")
+        print(f"wrote {write_result('diagnose_parse', record)}")
 
 
 if __name__ == "__main__":

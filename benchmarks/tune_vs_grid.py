@@ -36,14 +36,14 @@ from toolkit.tune.workload import BenchWorkload
 
 MODULE = "benchmarks.tune_vs_grid"
 OUT = Path("toolkit-out/tune_vs_grid")  # NOTE: ignored by git; each run's logs kept for inspection
-# NOTE: a small fixed pool (32 requests x 160 tokens need more than it holds) makes admission, the cap and the
+# NOTE: a small fixed pool (12 requests x 144 tokens need more than it holds) makes admission, the cap and the
 # prefill chunk all matter on this workload, as they do on a busy GPU server.
-BASE_FLAGS = "--max-total-tokens 4096"
-GRID = {"--max-running-requests": ("4", "8", "16", "32"), "--chunked-prefill-size": ("96", "512", "4096"),
+BASE_FLAGS = "--max-total-tokens 1536"
+GRID = {"--max-running-requests": ("2", "4", "12"), "--chunked-prefill-size": ("96", "512", "4096"),
         "--schedule-conservativeness": ("0.3", "1.0", "2.0")}
-STARTS = {"too conservative": "--schedule-conservativeness 2.0", "cap too low": "--max-running-requests 4",
+STARTS = {"too conservative": "--schedule-conservativeness 2.0", "cap too low": "--max-running-requests 2",
           "chunk too small": "--chunked-prefill-size 96",
-          "cap and chunk (the issue's)": "--max-running-requests 4 --chunked-prefill-size 96"}
+          "cap and chunk (the issue's)": "--max-running-requests 2 --chunked-prefill-size 96"}
 QUICK_GRID = {"--max-running-requests": ("4", "16"), "--chunked-prefill-size": ("96", "1024")}
 QUICK_STARTS = {"cap too low": "--max-running-requests 4"}
 
@@ -57,9 +57,9 @@ class NoDoctor:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    prompts: int = 32
+    prompts: int = 12
     input_len: int = 128
-    output_len: int = 32
+    output_len: int = 16
 
     def options(self) -> BenchOptions:
         spec = DatasetSpec(seed=1, random_input_len=self.input_len, random_output_len=self.output_len,
@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small grid and workload: checks the script only")
-    parser.add_argument("--repeats", type=int, default=2, help="the tuner's runs per configuration")
-    parser.add_argument("--max-steps", type=int, default=2, help="the tuner's step budget")
+    # NOTE: a 27-point grid allows the tuner 5 runs (1/5): one run per configuration, the start and 4 steps
+    parser.add_argument("--repeats", type=int, default=1, help="the tuner's runs per configuration")
+    parser.add_argument("--max-steps", type=int, default=4, help="the tuner's step budget")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurements of both bests")
     parser.add_argument("--save", action="store_true")
     return parser

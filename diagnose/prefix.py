@@ -10,9 +10,12 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
   `YYYY-mm-dd HH:MM:SS | LEVEL | name | ` (QAnything);
 - at the start of the line only: `[gpu_id=N] ` / `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), torch.distributed's
   `[rankN]: `, a Python warning's `file.py:N: UserWarning: `, a container runtime's
-  `2025-11-11T04:06:27.123Z stdout F `, markdown bold `**` (a line pasted into an issue);
+  `2025-11-11T04:06:27.123Z stdout F `, journald's `Nov 26 21:03:11 host python[1234]: ` (no year: read as
+  vLLM's clock is), markdown bold `**` (a line pasted into an issue);
 - a vLLM prefix right after a stamp tag (Buildkite's `[2025-03-10T15:07:20Z] INFO 03-10 08:07:20 [core.py:302] `)
   belongs to the prefix.
+
+With two stamps on a line (a collector's, then the engine's) the engine's, closest to the message, gives the time.
 
 Times are seconds on the log's clock: naive timestamps read as UTC. `HH:MM:SS` (SGLang 0.2.15-0.3.0) gives
 seconds within day 0 and vLLM's `MM-DD HH:MM:SS` seconds within the year 2000 (a leap year); `period` says how
@@ -27,15 +30,18 @@ import time
 from functools import lru_cache
 from typing import NamedTuple
 
-from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING, SGLANG_STAMP, TIME, VLLM_DEFAULT_YEAR,
-                                                VLLM_PREFIX, VLLM_PROCESS, YEAR, days_since_epoch, gpu_rank, is_date,
-                                                process_rank, rank_name, time_of_day, tp_rank)
+from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING, SGLANG_STAMP, SYSLOG_STAMP, TIME,
+                                                VLLM_DEFAULT_YEAR, VLLM_PREFIX, VLLM_PROCESS, YEAR, days_since_epoch,
+                                                gpu_rank, is_date, month_number, process_rank, rank_name, time_of_day,
+                                                tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
 _PYLOG = re.compile(PYTHON_LOGGING)
 _START = re.compile(LINE_START)
+_TIME = re.compile(TIME)
+_SYSLOG = re.compile(SYSLOG_STAMP)
 _QUOTES = frozenset("\"'`")
 
 
@@ -148,7 +154,20 @@ def read_prefix(line: str) -> Prefix:
     if rank is not None:
         return Prefix(None, tp_rank(rank), m.end(), None)
     if m.group("iso") is not None:
-        iso = re.match(_TIME, m.group("iso").replace("T", " "))
+        iso = _TIME.match(m.group("iso").replace("T", " "))
         clock = _clock(*iso.groups()) if iso else None
         return Prefix(clock[0] if clock else None, "", m.end(), None)
+    if m.group("syslog") is not None:
+        return _syslog(m.group("syslog"), m.end())
     return Prefix(None, "", m.end(), None)
+
+
+def _syslog(stamp: str, start: int) -> Prefix:
+    """journald's `Nov 26 21:03:11` prints no year: it reads as vLLM's month-day clock does (a year 2000 time
+    that wraps yearly)."""
+    m = _SYSLOG.match(stamp)
+    assert m is not None
+    month, day, *rest = m.groups()
+    clock = _clock(None, str(month_number(month)), day, *rest, VLLM_DEFAULT_YEAR)
+    time, period = clock if clock is not None else (None, None)
+    return Prefix(time, "", start, period)

@@ -105,7 +105,9 @@ STARTS: dict[str, str] = {
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
                          r"number of tokens|Failed to load model - not enough GPU memory",
-    "leak": r"(?:KV cache pool leak|token_to_kv_pool_allocator memory leak|[\w.]{1,80} memory leak) detected"
+    # NOTE: a pool or allocator names the leak (`token_to_kv_pool_allocator`, `req_to_token_pool`, 0.5's `pool`):
+    # another program's `Potential memory leak detected!` is not the KV pool's
+    "leak": r"(?:KV cache pool leak|[\w.]{0,80}(?:pool|allocator)\w{0,40} memory leak) detected"
             r"|Warning: available_size=",
     "watchdog": r"(?:\w{1,40} )?[Ww]atchdog timeout",
     "exception": r"\w{1,40} hit an exception|Traceback \(most recent call last\)|EngineCore (?:encountered a fatal "

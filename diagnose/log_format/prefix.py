@@ -26,9 +26,16 @@ VLLM_PREFIX = (r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS
                + r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?")
 PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}) - [\w.]{1,100} - [A-Z]{1,10} - "
                   r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# journald / syslog: `Nov 26 21:03:11 host python[1234]: ` (journalctl's default `short`, `short-precise` adds
+# `.ffffff`); `-o short-iso` writes the ISO stamp of a container runtime before the same `host ident[pid]:`
+SYSLOG_STAMP = r"(" + "|".join(MONTHS) + r") {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?"
+SYSLOG_SOURCE = r"[^\s:]{1,255} [^\s\[\]:]{1,64}(?:\[\d{1,10}\])?:"
 LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?"
               r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
-              r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP])? ")
+              r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP]"
+              r"| " + SYSLOG_SOURCE + r")? "
+              r"|(?P<syslog>" + SYSLOG_STAMP + r") " + SYSLOG_SOURCE + r" ")
 VLLM_DEFAULT_YEAR = 2000
 
 # -- stamp -> seconds ---------------------------------------------------------------------------------------
@@ -69,6 +76,11 @@ def rank_name(tags: str) -> str:
 def process_rank(process: str) -> str:
     """vLLM's process name as a rank: `EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, `APIServer` -> `""`."""
     return " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
+
+
+def month_number(name: str) -> int:
+    """syslog's month name as its number: `Nov` -> 11."""
+    return MONTHS.index(name) + 1
 
 
 def gpu_rank(gpu: str) -> str:

@@ -1,0 +1,189 @@
+"""Engine lines through the prefixes real deployments add (docs/log-formats.md §1): journald, docker compose,
+container runtimes and cloud logging, Ray workers, a collector's stamp before the engine's, and other programs'
+lines in between. Both readers read them the same (the fast path hands every prefixed line to the per-line
+parser). Also the "regressions" of issue 30: hand-shortened decode lines, the KV-pool leak wordings, and a
+healthy ramp-up that must get no warning.
+
+Real excerpts are kept exactly and cite their source; the other lines are built from real line shapes."""
+from __future__ import annotations
+
+import pytest
+
+from toolkit.diagnose import analyze
+from toolkit.diagnose.lines import ParseStats, parse_lines
+from toolkit.diagnose.prefix import clock_text
+from tests.diagnose import logfactory as lf
+from tests.diagnose.logfactory import Log
+from tests.diagnose.test_log_format_differential import _assert_same_events
+
+STAMP = "[2025-11-26 21:03:11 TP0] "
+VLLM = "INFO 11-26 21:03:11 [loggers.py:123] "
+DECODE = ("Decode batch, #running-req: 12, #token: 9000, token usage: 0.30, cuda graph: True, "
+          "gen throughput (token/s): 812.55, #queue-req: 0")
+STATS = ("Engine 000: Avg prompt throughput: 12.0 tokens/s, Avg generation throughput: 300.5 tokens/s, "
+         "Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.1%, Prefix cache hit rate: 0.0%")
+SG_TIME, VL_TIME = "2025-11-26 21:03:11", "11-26 21:03:11"
+
+# (id, line, kind, time as the log printed it, rank)
+PREFIXED = [
+    # 1. journald (`journalctl -u sglang`): its own stamp, then the engine's; or its stamp only
+    ("journald then sglang stamp", "Nov 26 21:03:11 host python[1234]: " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
+    ("journald stamp only", "Nov 26 21:03:11 host python[1234]: " + DECODE, "decode", VL_TIME, ""),
+    ("journald short-precise, one-digit day", "Nov  6 21:03:11.123456 gpu-1 sglang[7]: " + DECODE, "decode",
+     "11-06 21:03:11", ""),
+    ("journald short-iso", "2025-11-26T21:03:11+0000 host python[1234]: " + DECODE, "decode", SG_TIME, ""),
+    ("journald then vllm", "Nov 26 21:03:15 host vllm[99]: " + VLLM + STATS, "stats", VL_TIME, "DP0"),
+    # 2. docker compose
+    ("compose sglang", "sglang-1  | " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
+    ("compose vllm", "vllm-server  | " + VLLM + STATS, "stats", VL_TIME, "DP0"),
+    # 3. container runtime (CRI) / cloud logging / `kubectl logs --timestamps`
+    ("cri then sglang stamp", "2025-11-26T21:03:11.123456789Z stdout F " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
+    ("rfc3339 then sglang stamp", "2025-11-26T21:03:11.123Z " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
+    ("cri stamp only", "2025-11-26T21:03:11.123456789Z stdout F " + DECODE, "decode", SG_TIME, ""),
+    ("rfc3339 stamp only", "2025-11-26T21:03:11.123Z " + DECODE, "decode", SG_TIME, ""),
+    ("cri then vllm", "2025-11-26T21:03:11.123456789Z stderr F " + VLLM + STATS, "stats", VL_TIME, "DP0"),
+    # 4. Ray workers and vLLM V1's processes
+    ("ray sglang engine", "(SGLangEngine pid=123) " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
+    ("ray vllm worker with ip", "(RayWorkerWrapper pid=1234, ip=10.0.0.1) " + VLLM + STATS, "stats", VL_TIME, "DP0"),
+    ("vllm v1 engine core", "(EngineCore_DP1 pid=123) " + VLLM + STATS.replace("Engine 000", "Engine 001"), "stats",
+     VL_TIME, "DP1"),
+    ("vllm v1 api server", "(APIServer pid=1) " + VLLM + STATS, "stats", VL_TIME, "DP0"),
+    # https://github.com/vllm-project/vllm/issues/43295
+    ("real: vllm v1 api server", "(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt "
+     "throughput: 0.0 tokens/s, Avg generation throughput: 1055.3 tokens/s, Running: 18 reqs, Waiting: 43 reqs, GPU "
+     "KV cache usage: 95.9%, Prefix cache hit rate: 0.0%", "stats", "05-19 10:13:11", "DP0"),
+    # https://github.com/tenstorrent/tt-inference-server/issues/3359
+    ("real: rfc3339 then vllm v1", "2026-05-12T08:01:39.331095044Z (APIServer pid=1) INFO 05-12 08:01:39 "
+     "[loggers.py:271] Engine 000: Avg prompt throughput: 6335.3 tokens/s, Avg generation throughput: 4.8 tokens/s, "
+     "Running: 9 reqs, Waiting: 0 reqs, GPU KV cache usage: 62.8%, Prefix cache hit rate: 0.0%", "stats",
+     "05-12 08:01:39", "DP0"),
+    # 5. two stamps: the engine's (closest to the message) wins
+    ("collector stamp then sglang's", "[2025-11-26T21:09:00Z] " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
+    ("python stamp then sglang's", "2025-11-26 21:09:00.000 " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
+    # https://github.com/vllm-project/vllm/issues/18916 (a collector's local time, vLLM's UTC)
+    ("real: collector stamp then vllm's", "2025-05-30 09:55:29.284 | INFO 05-30 07:55:29 [loggers.py:116] Engine "
+     "000: Avg prompt throughput: 1.1 tokens/s, Avg generation throughput: 315.1 tokens/s, Running: 2 reqs, Waiting: "
+     "0 reqs, GPU KV cache usage: 2.9%, Prefix cache hit rate: 0.0%", "stats", "05-30 07:55:29", "DP0"),
+]
+
+
+@pytest.mark.parametrize("name,line,kind,when,rank", PREFIXED, ids=[p[0] for p in PREFIXED])
+def test_engine_line_is_read_through_the_prefix(name: str, line: str, kind: str, when: str, rank: str) -> None:
+    stats = ParseStats()
+    events = list(parse_lines([line], stats=stats))
+    assert [e.kind for e in events] == [kind]
+    assert clock_text(events[0].time) == when and events[0].rank == rank
+    assert isinstance(events[0].fields["running_req"], int)
+    assert stats.unread == 0 and stats.other == 0
+
+
+def test_a_journald_traceback_stays_one_record() -> None:
+    lines = ["Nov 26 21:03:11 host python[1234]: Traceback (most recent call last):",
+             'Nov 26 21:03:11 host python[1234]:   File "scheduler.py", line 10, in event_loop',
+             "Nov 26 21:03:11 host python[1234]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+             "Nov 26 21:03:12 host python[1234]: " + DECODE]
+    assert [e.kind for e in parse_lines(lines)] == ["exception", "oom", "decode"]
+
+
+# 6. other programs between the engine's lines
+OTHERS = [
+    "[2025-11-26 21:03:11,123] LMCache INFO: Stored 256 out of total 256 tokens (lmcache/v1/cache_engine.py:191)",
+    '{"level":"info","ts":1764191000.123,"caller":"router/main.go:88","msg":"Decode batch, #running-req: 3"}',
+    '{"timestamp":"2025-11-26T21:03:11.123Z","level":"INFO","fields":{"message":"worker ready"},"target":"router"}',
+    "Nov 26 21:03:11 host systemd[1]: Started sglang.service - SGLang server.",
+    # https://github.com/sgl-project/sglang/pull/3699
+    "2025-02-26 15:44:36,973 - INFO - flashinfer.jit: Loading JIT ops: cascade",
+    # https://github.com/vllm-project/vllm/issues/6090
+    "2024-07-03 11:58:42,096 INFO worker.py:1724 -- Started a local Ray instance.",
+    "[2025-11-26 21:03:11] Potential memory leak detected! Growth: 12.00MB over 5 checks",
+]
+
+
+def test_other_programs_lines_are_other_and_leave_the_engine_lines_whole() -> None:
+    lines = []
+    for i, other in enumerate(OTHERS):
+        lines += [f"[2025-11-26 21:03:{10 + i:02d} TP0] " + DECODE, other]
+    lines.append("[2025-11-26 21:04:00 TP0] " + DECODE)
+    stats = ParseStats()
+    events = list(parse_lines(lines, stats=stats))
+    assert [e.kind for e in events] == ["decode"] * (len(OTHERS) + 1)
+    assert [e.line for e in events] == list(range(1, 2 * len(OTHERS) + 2, 2))
+    assert stats.other == len(OTHERS) and stats.unread == 0
+
+
+def _mixed_log() -> bytes:
+    lines = [line for _, line, *_ in PREFIXED] + OTHERS
+    lines += [STAMP + DECODE, "sglang-1  | " + STAMP + DECODE, STAMP + SHORTENED[0][1]]
+    return ("\n".join(lines * 3) + "\n").encode()
+
+
+def test_prefixed_and_other_lines_read_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+    for chunk in (512, 8 << 20):
+        _assert_same_events(tmp_path, monkeypatch, _mixed_log(), chunk)
+
+
+# regressions: decode lines shortened by hand are read where the fields left suffice
+SHORTENED = [
+    ("no #queue-req", "Decode batch, #running-req: 12, #token: 9000, token usage: 0.30, cuda graph: True, "
+     "gen throughput (token/s): 812.55", {"running_req": 12, "token_usage": 0.30, "gen_throughput": 812.55}),
+    ("no throughput nor queue", "Decode batch, #running-req: 12, #token: 9000, token usage: 0.30",
+     {"running_req": 12, "token": 9000, "token_usage": 0.30}),
+    ("`...` in the middle", "Decode batch, #running-req: 12, ..., gen throughput (token/s): 812.55, #queue-req: 4",
+     {"running_req": 12, "gen_throughput": 812.55, "queue_req": 4}),
+    ("trailing `...`", "Decode batch. #running-req: 12, #token: 9000, ...", {"running_req": 12, "token": 9000}),
+]
+
+
+@pytest.mark.parametrize("name,message,fields", SHORTENED, ids=[s[0] for s in SHORTENED])
+def test_a_shortened_decode_line_is_read(tmp_path, monkeypatch, name: str, message: str, fields: dict) -> None:
+    stats = ParseStats()
+    events = list(parse_lines([STAMP + message], stats=stats))
+    assert [e.kind for e in events] == ["decode"] and stats.unread == 0
+    for key, value in fields.items():
+        assert events[0].fields.get(key) == pytest.approx(value), key
+    _assert_same_events(tmp_path, monkeypatch, (STAMP + message + "\n").encode() * 3, 8 << 20)
+
+
+LEAKS = [
+    # toolkit serve (runtime/scheduler/stats_log.py)
+    ("toolkit serve", ["token_to_kv_pool_allocator memory leak detected! max_total_num_tokens=665690, "
+                       "available_size=665000, evictable_size=0, protected_size=0"]),
+    ("sglang 0.3 warning", ["KV cache pool leak detected!"]),
+    ("sglang 0.4.9+ ValueError", ["ValueError: token_to_kv_pool_allocator memory leak detected! available_size=10, "
+                                  "protected_size=0, self.max_total_num_tokens=100"]),
+    ("sglang req_to_token_pool", ["req_to_token_pool memory leak detected!available_size=3756, total_size=3757"]),
+    ("sglang hybrid pools", ["ValueError: pool memory leak detected! [full] total=130, available=126, evictable=0"]),
+    ("sglang traceback", ["Traceback (most recent call last):", '  File "scheduler.py", line 1326, in check_memory',
+                          "ValueError: token_to_kv_pool_allocator memory leak detected! full_available_size=6016, "
+                          "full_evictable_size=390685"]),
+]
+
+
+@pytest.mark.parametrize("name,message", LEAKS, ids=[leak[0] for leak in LEAKS])
+def test_a_kv_pool_leak_is_recognised(name: str, message: list[str]) -> None:
+    lines = [STAMP + message[0]] + message[1:] + ["[2025-11-26 21:03:20 TP0] " + DECODE]
+    events = list(parse_lines(lines))
+    assert "leak" in [e.kind for e in events]
+    assert "crash.leak" in {f.id for f in analyze(lines=lines).findings}
+
+
+def test_another_programs_memory_leak_is_not_the_kv_pool() -> None:
+    assert [e.kind for e in parse_lines(["[2025-11-26 21:03:11] Potential memory leak detected! Growth: 12MB"])] == []
+
+
+def test_a_healthy_ramp_up_gets_no_warning() -> None:
+    log = Log().start(lf.Startup(), model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1,
+                      mem_fraction_static=0.85, schedule_policy="fcfs", cuda_graph_max_bs=256)
+    ramp = [4 * i for i in range(30)]  # 0 -> 116 running over the first minute (a line each 2 s), queue empty
+    log.decode_series(30, running=ramp, queue=0, usage=[0.002 * r for r in ramp], throughput=[30.0 * r for r in ramp])
+    log.decode_series(300, running=120, queue=0, usage=0.24, throughput=3600.0)
+    findings = analyze(lines=log.lines).findings
+    assert [f.id for f in findings if f.severity != "info"] == []
+
+
+def test_the_benchmarks_realistic_log_reads_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+    from benchmarks.diagnose_parse import write_log
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 6000, mix="realistic")
+    _assert_same_events(tmp_path, monkeypatch, path.read_bytes(), 64 * 1024)
