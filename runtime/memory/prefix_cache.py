@@ -1,5 +1,5 @@
 """The prefix-cache interface (match, lock, insert, evict, size, integrity), shared by the radix cache and the
-no-op cache used with --disable-radix-cache."""
+no-op cache used with --disable-radix-cache (an empty tree that stays empty)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -21,6 +21,10 @@ class PrefixCache(ABC):
     @abstractmethod
     def insert(self, key: list[int], value: torch.Tensor) -> int:
         """Cache `value` slots for tokens `key`; returns how many leading tokens were cached already."""
+
+    @abstractmethod
+    def cached_len(self, node: Any) -> int:
+        """Tokens of the prefix ending at lock handle `node` (a match's `last_node`) that the cache holds."""
 
     @abstractmethod
     def inc_lock_ref(self, node: Any) -> None:
@@ -45,7 +49,3 @@ class PrefixCache(ABC):
     @abstractmethod
     def check_integrity(self) -> None:
         """Raise AssertionError if the tree's size bookkeeping disagrees with its contents."""
-
-    @property
-    def disabled(self) -> bool:
-        return False

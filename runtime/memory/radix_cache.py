@@ -15,7 +15,7 @@ _ids = itertools.count()
 
 
 class TreeNode:
-    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access_time", "id")
+    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access_time", "id", "prefix_len")
 
     def __init__(self, parent: TreeNode | None = None, key: list[int] | None = None,
                  value: torch.Tensor | None = None) -> None:
@@ -26,6 +26,8 @@ class TreeNode:
         self.lock_ref = 0
         self.last_access_time = time.monotonic()
         self.id = next(_ids)
+        # NOTE: tokens from the root through this node; a split keeps it for the lower half.
+        self.prefix_len = (parent.prefix_len if parent is not None else 0) + len(self.key)
 
     @property
     def is_leaf(self) -> bool:
@@ -99,6 +101,9 @@ class RadixCache(PrefixCache):
             self._evictable += len(key)
         return matched
 
+    def cached_len(self, node: TreeNode | None) -> int:
+        return 0 if node is None else node.prefix_len
+
     def inc_lock_ref(self, node: TreeNode) -> None:
         while node is not self.root:
             if node.lock_ref == 0:
@@ -147,6 +152,7 @@ class RadixCache(PrefixCache):
             assert len(node.key) == len(node.value), f"node {node.id}: {len(node.key)} keys, {len(node.value)} slots"
             assert len(node.key) % self.page_size == 0, f"node {node.id} is not page-aligned"
             assert node.lock_ref >= 0, f"node {node.id} has a negative lock count"
+            assert node.prefix_len == node.parent.prefix_len + len(node.key), f"node {node.id}: wrong prefix_len"
             if node.parent is not self.root:
                 assert node.lock_ref <= node.parent.lock_ref, f"node {node.id} is locked more than its parent"
 
@@ -177,19 +183,19 @@ class RadixCache(PrefixCache):
 
 
 class NoPrefixCache(PrefixCache):
-    """--disable-radix-cache: nothing is shared or kept after a request finishes."""
+    """--disable-radix-cache: an empty tree that keeps nothing it is given, so nothing is shared or kept after a
+    request finishes."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
-
-    @property
-    def disabled(self) -> bool:
-        return True
 
     def match_prefix(self, key: list[int]) -> MatchResult:
         return MatchResult(self._empty, None)
 
     def insert(self, key: list[int], value: torch.Tensor) -> int:
+        return 0
+
+    def cached_len(self, node: None) -> int:
         return 0
 
     def inc_lock_ref(self, node) -> None:

@@ -17,7 +17,7 @@ IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD = 32  # ...and wait if another waiting re
 
 class SchedulePolicy:
     def __init__(self, policy: str, tree_cache: PrefixCache, seed: int = 0) -> None:
-        if tree_cache.disabled and policy in ("lpm", "dfs-weight"):
+        if not isinstance(tree_cache, RadixCache) and policy in ("lpm", "dfs-weight"):
             policy = "fcfs"  # prefix-aware orders need the radix cache
         self.policy = policy
         self.tree_cache = tree_cache

@@ -22,7 +22,9 @@ class Req:
     return_logprob: bool = False
     top_logprobs_num: int = 0
     output_ids: list[int] = field(default_factory=list)
-    # KV-cache state: fill_ids = the tokens this round makes resident; prefix_indices = slots already resident
+    # KV-cache state (scheduler/cache_manager.py draws the regions): fill_ids = the tokens this round makes resident;
+    # prefix_indices = slots already resident; last_node = the prefix tree's lock handle for the leading slots it
+    # owns; req_pool_idx = the table row, held from admission until finish, retraction or abort.
     fill_ids: list[int] = field(default_factory=list)
     prefix_indices: torch.Tensor = _NO_SLOTS
     last_node: Any = None

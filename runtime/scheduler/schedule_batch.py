@@ -1,4 +1,5 @@
-"""A batch of requests the scheduler runs together, and the KV bookkeeping of one prefill or decode step.
+"""A batch of requests the scheduler runs together, and the layout of one prefill or decode step (its KV slots come
+from the `CacheManager`).
 
 The running (decode) batch keeps its step inputs as device tensors across steps (`DecodeInputs`): the table rows,
 the lengths, and where each request's next input token lives (the previous step's sampled tokens). A steady decode
@@ -12,38 +13,9 @@ from dataclasses import dataclass, field
 import torch
 
 from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
-from toolkit.runtime.memory.allocator import TokenAllocator
-from toolkit.runtime.memory.prefix_cache import PrefixCache
-from toolkit.runtime.memory.req_to_token import ReqToTokenPool
 from toolkit.runtime.model_worker import InputSegment, LaunchedStep
+from toolkit.runtime.scheduler.cache_manager import CacheManager
 from toolkit.runtime.scheduler.request import Req
-
-
-class KVOutOfMemoryError(RuntimeError):
-    """SGLang's hard OOM: the admission budget should have prevented it."""
-
-
-@dataclass
-class KVMemory:
-    req_to_token: ReqToTokenPool
-    allocator: TokenAllocator
-    tree_cache: PrefixCache
-
-    @property
-    def page_size(self) -> int:
-        return self.allocator.page_size
-
-    def evict_if_needed(self, num_tokens: int) -> None:
-        if self.allocator.available_size() < num_tokens:
-            self.tree_cache.evict(num_tokens)
-
-    def oom_message(self, phase: str, num_tokens: int) -> str:
-        available, evictable = self.allocator.available_size(), self.tree_cache.evictable_size()
-        return (
-            f"{phase} out of memory. Try to lower your batch size.\nTry to allocate {num_tokens} tokens.\n"
-            f"Available tokens: {available + evictable}\navailable_size()={available}\n"
-            f"evictable_size()={evictable}\n"
-        )
 
 
 @dataclass
@@ -120,52 +92,25 @@ class ScheduleBatch:
     def is_empty(self) -> bool:
         return not self.reqs
 
-    def prepare_for_extend(self, memory: KVMemory) -> None:
-        """Give every request a table row and slots for its new tokens on top of its resident prefix."""
+    def prepare_for_extend(self, cache: CacheManager) -> None:
+        """Slots for every request's new tokens on top of its resident prefix."""
         self.mode = ForwardMode.EXTEND
         self.prefix_lens = [len(r.prefix_indices) for r in self.reqs]
         self.new_token_ids = [r.fill_ids[len(r.prefix_indices) :] for r in self.reqs]
         seq_lens = [len(r.fill_ids) for r in self.reqs]
-        for req in self.reqs:
-            req.req_pool_idx = memory.req_to_token.alloc()
-            if req.req_pool_idx is None:
-                raise KVOutOfMemoryError("req_to_token pool is exhausted; lower --max-running-requests")
-            if len(req.prefix_indices):
-                memory.req_to_token.write(req.req_pool_idx, 0, req.prefix_indices)
-        last_locs = [int(r.prefix_indices[-1]) if len(r.prefix_indices) else 0 for r in self.reqs]
-        num_new = sum(len(ids) for ids in self.new_token_ids)
-        memory.evict_if_needed(num_new + (len(self.reqs) * memory.page_size if memory.page_size > 1 else 0))
-        slots = memory.allocator.alloc_extend(self.prefix_lens, seq_lens, last_locs)
-        if slots is None:
-            raise KVOutOfMemoryError(memory.oom_message("Prefill", num_new))
-        offset = 0
-        for req, prefix_len, ids, seq_len in zip(self.reqs, self.prefix_lens, self.new_token_ids, seq_lens):
-            memory.req_to_token.write(req.req_pool_idx, prefix_len, slots[offset : offset + len(ids)])
-            offset += len(ids)
+        self.out_cache_loc = cache.alloc_extend(self.reqs, self.prefix_lens, seq_lens)
+        for req, prefix_len, seq_len in zip(self.reqs, self.prefix_lens, seq_lens):
             req.cached_tokens += prefix_len - req.already_computed
             req.already_computed = seq_len
-            req.kv_allocated = seq_len
-        self.out_cache_loc = slots
 
-    def prepare_for_decode(self, memory: KVMemory) -> DecodeInputs:
+    def prepare_for_decode(self, cache: CacheManager) -> DecodeInputs:
         """One slot per request for the token it generated last step (maybe still in flight); returns the step's
         inputs."""
         self.mode = ForwardMode.DECODE
-        inputs = self.decode_inputs or DecodeInputs.of(self.reqs, memory.req_to_token.req_to_token.device)
+        inputs = self.decode_inputs or DecodeInputs.of(self.reqs, cache.req_to_token.device)
         self.decode_inputs = inputs
-        table = memory.req_to_token.req_to_token
-        positions = inputs.seq_lens - 1
-        memory.evict_if_needed(self.new_pages_next_decode(memory.page_size) * memory.page_size)
-        if memory.page_size == 1:
-            slots = memory.allocator.alloc(len(self.reqs))
-        else:
-            slots = memory.allocator.alloc_decode(inputs.seq_lens, table[inputs.rows, positions - 1].to(torch.int64))
-        if slots is None:
-            raise KVOutOfMemoryError(memory.oom_message("Decode", len(self.reqs)))
-        table[inputs.rows, positions] = slots.to(table.dtype)
-        for req in self.reqs:
-            req.kv_allocated += 1
-        self.out_cache_loc = slots
+        cache.make_room(self.new_pages_next_decode(cache.page_size) * cache.page_size)
+        self.out_cache_loc = cache.alloc_decode(self.reqs, inputs.rows, inputs.seq_lens)
         return inputs
 
     def new_pages_next_decode(self, page_size: int) -> int:
@@ -205,12 +150,12 @@ class ScheduleBatch:
         self.reqs = self.reqs + other.reqs
         self.decode_inputs = None
 
-    def forward_batch(self, req_to_token: ReqToTokenPool, runner) -> ForwardBatch:
+    def forward_batch(self, req_to_token: torch.Tensor, runner) -> ForwardBatch:
         if self.mode is ForwardMode.DECODE:
             inputs = self.decode_inputs
             return ForwardBatch.decode(
                 inputs.seq_lens, inputs.seq_lens_cpu, inputs.rows, inputs.rows_cpu, self.out_cache_loc,
-                req_to_token.req_to_token, runner.kv_pool, runner.attn_backend,
+                req_to_token, runner.kv_pool, runner.attn_backend,
             )
         return ForwardBatch.build(
             self.mode,
@@ -218,7 +163,7 @@ class ScheduleBatch:
             self.prefix_lens,
             self.new_token_ids,
             self.out_cache_loc,
-            req_to_token.req_to_token,
+            req_to_token,
             runner.kv_pool,
             runner.attn_backend,
         )

@@ -33,18 +33,16 @@ from toolkit.runtime.io_struct import (
     token_id_error,
 )
 from toolkit.runtime.memory.planning import default_max_running_requests
-from toolkit.runtime.memory.prefix_cache import PrefixCache
-from toolkit.runtime.memory.radix_cache import NoPrefixCache, RadixCache
-from toolkit.runtime.memory.request_cache import RequestCache
 from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.model_worker import LaunchedStep, ModelWorker, OverlapWorker, StepInput
 from toolkit.runtime.sampling.sampler import Sampler, SampleOutput, SamplingBatch, TokenHistory
+from toolkit.runtime.scheduler.cache_manager import CacheManager
 from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
 from toolkit.runtime.scheduler.policy import SchedulePolicy
 from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, never_fits
 from toolkit.runtime.scheduler.request import Req
 from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims
-from toolkit.runtime.scheduler.schedule_batch import KVMemory, ScheduleBatch
+from toolkit.runtime.scheduler.schedule_batch import ScheduleBatch
 from toolkit.runtime.scheduler.stats_log import SchedulerStats, StatsLogger
 from toolkit.runtime.server_args import ResolvedArgs
 
@@ -74,10 +72,8 @@ class Scheduler:
         self.decode_text = decode_text
         self.context_len = runner.context_len
         self.max_total_num_tokens = runner.max_total_num_tokens
-        self.tree_cache = self._make_tree_cache()
-        self.memory = KVMemory(runner.req_to_token_pool, runner.allocator, self.tree_cache)
-        self.req_cache = RequestCache(self.tree_cache, runner.req_to_token_pool, runner.allocator)
-        self.policy = SchedulePolicy(args.schedule_policy, self.tree_cache, seed=args.random_seed or 0)
+        self.cache = CacheManager(runner.req_to_token_pool, runner.allocator, radix_cache=not args.disable_radix_cache)
+        self.policy = SchedulePolicy(args.schedule_policy, self.cache.tree, seed=args.random_seed or 0)
         self.ratio = NewTokenRatio.from_conservativeness(args.schedule_conservativeness)
         self.max_running_requests = args.max_running_requests or default_max_running_requests(
             self.max_total_num_tokens, self.context_len)
@@ -99,11 +95,6 @@ class Scheduler:
             f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={self.max_running_requests}, "
             f"context_len={self.context_len}, {runner.mem_key}={runner.avail_after_pool:.2f} GB"
         )
-
-    def _make_tree_cache(self) -> PrefixCache:
-        if self.args.disable_radix_cache:
-            return NoPrefixCache(self.runner.device)
-        return RadixCache(self.runner.allocator.free, self.args.page_size, self.runner.device)
 
     # ---- requests in ----
     def handle(self, message: object) -> FlushCacheResult | None:
@@ -206,7 +197,7 @@ class Scheduler:
     def _launch(self, batch: ScheduleBatch) -> None:
         """Hand the batch to the model worker; without overlap, process it at once, with overlap, process the
         step launched before it (the worker runs them in order)."""
-        forward_batch = batch.forward_batch(self.runner.req_to_token_pool, self.runner)
+        forward_batch = batch.forward_batch(self.cache.req_to_token, self.runner)
         if batch.mode is ForwardMode.DECODE:
             step = StepInput(forward_batch, self._sampling(batch.reqs), input_segments=batch.decode_inputs.tokens)
         else:
@@ -267,7 +258,7 @@ class Scheduler:
         running_bs = len(self.running)
         mixed = self.args.enable_mixed_chunk and not self.running.is_empty
         adder = PrefillAdder(
-            self.tree_cache, self.runner.allocator, self.running.reqs, self.ratio.value,
+            self.cache.tree, self.cache.allocator, self.running.reqs, self.ratio.value,
             self.args.max_prefill_tokens, self.chunked_prefill_size, running_bs if mixed else 0,
             self.max_running_requests,
         )
@@ -284,7 +275,7 @@ class Scheduler:
         prefix_matched = self.policy.sort(self.waiting) if adder.has_request_slot else False
         for req in self.waiting:
             if not prefix_matched and adder.has_request_slot:
-                req.init_next_round_input(self.tree_cache)
+                self.cache.match_prefix(req)
             result = adder.add_one_req(req)
             if result is not AddReqResult.CONTINUE:
                 # NOTE: no admission is retried until the running batch shrinks (SGLang's batch_is_full).
@@ -304,11 +295,11 @@ class Scheduler:
             running_bs, len(self.waiting),
         )
         batch = ScheduleBatch(list(adder.can_run_list))
-        batch.prepare_for_extend(self.memory)
+        batch.prepare_for_extend(self.cache)
         if mixed:
             self._drop_from_running()
             if not self.running.is_empty:
-                self.running.prepare_for_decode(self.memory)
+                self.running.prepare_for_decode(self.cache)
                 batch.mix_with_running(self.running)
                 self.running = ScheduleBatch([])
         return batch
@@ -317,7 +308,7 @@ class Scheduler:
         """With nothing running and nothing locked, a head request that does not fit the pool never will."""
         if not self.running.is_empty or self.chunked_req is not None or not self.waiting:
             return
-        if self.tree_cache.protected_size() > 0:
+        if self.cache.protected_size() > 0:
             return
         error = never_fits(self.waiting[0], self.max_total_num_tokens)
         if error is not None:
@@ -329,15 +320,12 @@ class Scheduler:
         for row, req in enumerate(producing):
             req.inflight -= 1
             self._append_token(req, sample, row)
-            if req.finished:
-                self.req_cache.cache_finished_req(req)
-            elif id(req) not in decoding:
-                self.req_cache.cache_unfinished_req(req)
+            if req.finished or id(req) not in decoding:
+                self.cache.cache_req(req, finished=req.finished)
         if self.chunked_req is not None:
+            # NOTE: between chunks the request keeps its row and the slots of every chunk so far.
             self.chunked_req.is_chunked -= 1
-            self.req_cache.cache_unfinished_req(self.chunked_req)
-            self.runner.req_to_token_pool.free(self.chunked_req.req_pool_idx)
-            self.chunked_req.req_pool_idx = None
+            self.cache.cache_req(self.chunked_req, finished=False)
         batch.filter([r for r in batch.reqs if not r.finished and r is not self.chunked_req])
         self.running.merge(batch)
         self.running.mode = ForwardMode.DECODE
@@ -359,7 +347,7 @@ class Scheduler:
                     return None
         else:
             self.ratio.step_decay()
-        self.running.prepare_for_decode(self.memory)
+        self.running.prepare_for_decode(self.cache)
         return self.running
 
     def _drop_from_running(self, keep: list[Req] | None = None) -> None:
@@ -370,22 +358,21 @@ class Scheduler:
             self.running.batch_is_full = False
 
     def _check_decode_mem(self) -> bool:
-        needed = self.running.new_pages_next_decode(self.memory.page_size) * self.memory.page_size
-        self.memory.evict_if_needed(needed)
-        return self.runner.allocator.available_size() >= needed
+        page_size = self.cache.page_size
+        return self.cache.make_room(self.running.new_pages_next_decode(page_size) * page_size)
 
     def _retract(self) -> None:
         reqs = self.running.reqs
         old_ratio = self.ratio.value
 
         def release(req: Req, remaining: int) -> None:
-            self.req_cache.release_without_caching(req, req.kv_allocated)
+            self.cache.release(req)
             req.reset_for_retract()
-            shortfall = remaining * RETRACT_DECODE_STEPS - self.runner.allocator.available_size()
+            shortfall = remaining * RETRACT_DECODE_STEPS - self.cache.available_size()
             if shortfall > 0:
-                self.tree_cache.evict(shortfall)
+                self.cache.evict(shortfall)
 
-        kept, retracted = choose_victims(reqs, self.runner.allocator.available_size, release)
+        kept, retracted = choose_victims(reqs, self.cache.available_size, release)
         if not retracted:
             return
         self._drop_from_running([reqs[i] for i in kept])
@@ -410,12 +397,12 @@ class Scheduler:
                 # NOTE: it finished (or was aborted) after this step launched: the token is dropped, and the
                 # request's KV, now complete, goes to the cache once no step in flight holds it.
                 if req.inflight == 0:
-                    self.req_cache.cache_finished_req(req)
+                    self.cache.cache_req(req, finished=True)
                 continue
             kept += 1
             self._append_token(req, sample, row)
             if req.finished and req.inflight == 0:
-                self.req_cache.cache_finished_req(req)
+                self.cache.cache_req(req, finished=True)
         if self.stats_log.on_decode_step(kept):
             used, usage = self._token_usage()
             self.stats_log.log_decode(len(reqs), used, usage, cuda_graph=used_cuda_graph, queue=len(self.waiting))
@@ -457,7 +444,7 @@ class Scheduler:
         chunked = self.chunked_req
         if chunked is not None and chunked.to_abort:
             self.chunked_req = None
-            self.req_cache.release_paused(chunked)
+            self.cache.release(chunked)
             self._finish_unscheduled(chunked, chunked.to_abort)
 
     def _abort_on_queue_timeout(self, now: float) -> None:
@@ -479,7 +466,7 @@ class Scheduler:
     def _finish_running(self, req: Req) -> None:
         req.check_finished()
         if req.inflight == 0:  # else the step in flight still writes its KV: released when it is processed
-            self.req_cache.cache_finished_req(req)
+            self.cache.cache_req(req, finished=True)
         self._emit(req, None)
 
     def _finish_unscheduled(self, req: Req, message: str) -> None:
@@ -496,29 +483,20 @@ class Scheduler:
 
     def check_memory(self) -> bool:
         """SGLang's idle integrity check: every slot is free or cached, nothing is locked or held."""
-        available = self.runner.allocator.available_size()
-        evictable, protected = self.tree_cache.evictable_size(), self.tree_cache.protected_size()
-        table = self.runner.req_to_token_pool
-        ok = available + evictable == self.max_total_num_tokens and protected == 0
-        ok = ok and table.available_size() == table.size
-        try:
-            self.tree_cache.check_integrity()
-        except AssertionError as exc:
-            logger.error(f"radix cache integrity check failed: {exc}")
-            ok = False
+        ok = self.cache.is_idle_clean()
         if not ok:
-            self.stats_log.log_memory_leak(available, evictable, protected)
+            cache = self.cache
+            self.stats_log.log_memory_leak(cache.available_size(), cache.evictable_size(), cache.protected_size())
         return ok
 
     def flush_cache(self) -> bool:
         if self.has_work:
             return False
-        self.tree_cache.reset()
-        self.runner.allocator.clear()
+        self.cache.flush()
         return True
 
     def _token_usage(self) -> tuple[int, float]:
-        return self.stats_log.token_usage(self.runner.allocator.available_size(), self.tree_cache.evictable_size())
+        return self.stats_log.token_usage(self.cache.available_size(), self.cache.evictable_size())
 
     @property
     def stats(self) -> SchedulerStats:
