@@ -127,17 +127,21 @@ def run_tuner(start: str, workload: BenchOptions, knobs: tuple[str, ...], folder
     }
 
 
-def remeasure(pair: dict[str, Flags], workload: BenchOptions, folder: Path, rounds: int, say) -> dict:
-    """Both configurations once per round, cold, the order flipped every round; the ratio tuner/grid per round."""
-    values: dict[str, list[float | None]] = {name: [] for name in pair}
-    names = list(pair)
+def remeasure(configs: list[Flags], workload: BenchOptions, folder: Path, rounds: int, say) -> dict[str, list]:
+    """Every configuration once per round, cold, the order flipped every round; {flags text: values by round}."""
+    values: dict[str, list[float | None]] = {c.text(): [] for c in configs}
     for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            trial = measure_once(pair[name], workload, folder / f"round-{r}" / name.replace(" ", "_"), 0)
-            values[name].append(trial.values[0] if trial.ok else None)
-            say(f"re-measure round {r + 1}: {name} {pair[name].text()} -> {values[name][-1]}")
-    ratios = [t / g for t, g in zip(values["tuner"], values["grid"]) if t and g]
-    return {"values": values, "ratios": ratios, "median_ratio": statistics.median(ratios) if ratios else None}
+        for i, flags in enumerate(configs if r % 2 == 0 else configs[::-1]):
+            trial = measure_once(flags, workload, folder / f"round-{r}", i)
+            values[flags.text()].append(trial.values[0] if trial.ok else None)
+            say(f"re-measure round {r + 1}: {flags.text()} -> {values[flags.text()][-1]}")
+    return values
+
+
+def paired(tuner: list[float | None], grid: list[float | None]) -> dict:
+    ratios = [t / g for t, g in zip(tuner, grid) if t and g]
+    return {"tuner": tuner, "grid": grid, "ratios": ratios,
+            "median_ratio": statistics.median(ratios) if ratios else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,10 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         tuned = run_tuner(start, workload, knobs, root / f"tune-{i}", opts)
         console.print(f"{name}: tuner best {tuned['best_flags']} {tuned['best_mean']:.1f} tok/s in "
                       f"{tuned['runs']} runs ({tuned['seconds']:.0f} s); {tuned['reason']}")
-        pair = {"tuner": Flags.parse(tuned["best_flags"]), "grid": Flags.parse(grid_best["flags"])}
-        check = remeasure(pair, workload, root / f"check-{i}", opts.rounds, console.print)
-        results.append({"name": name, "tuner": tuned, "check": check,
-                        "runs_ratio": tuned["runs"] / len(points)})
+        results.append({"name": name, "tuner": tuned, "runs_ratio": tuned["runs"] / len(points)})
+    # NOTE: one interleaved re-measurement of the grid's best and every distinct tuner best, sharing the rounds
+    configs = list({f.text(): f for f in [Flags.parse(grid_best["flags"])]
+                    + [Flags.parse(r["tuner"]["best_flags"]) for r in results]}.values())
+    values = remeasure(configs, workload, root / "check", opts.rounds, console.print)
+    for r in results:
+        r["check"] = paired(values[Flags.parse(r["tuner"]["best_flags"]).text()], values[grid_best["flags"]])
     table(console, results, grid_best, len(points), grid_seconds)
     if opts.save and not opts.quick:
         record = {"workload": workload_record(workload), "base_flags": BASE_FLAGS, "grid": grid,
