@@ -4,13 +4,37 @@ line — the loop lowers the conservativeness, as the guide says, and the kept c
 same run."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.server.server_process import alive, cmdline
 from toolkit.demo import QUESTIONS
+
+
+def run_to_the_end(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Runs `toolkit tune`; past `timeout` it gets SIGTERM (tune's Ctrl-C: it stops its server and writes what it
+    has), then its whole process group is killed, so no server outlives a slow run."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            out, err = process.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"toolkit tune ran past {timeout:.0f} s: {(out + err)[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
 
 MISTUNED = "--max-total-tokens 2048 --context-length 2048 --schedule-conservativeness 2 --device cpu"
 
@@ -22,7 +46,7 @@ def test_tune_lowers_the_conservativeness_and_the_result_beats_the_start(tmp_pat
                "--dataset", "custom", "--dataset-path", str(prompts), "--sharegpt-output-len", "512",
                "--no-ignore-eos", "--extra-request-body", '{"stop": ["\\n"]}', "--num-prompts", "42",
                "--repeats", "3", "--max-steps", "1", "--max-time", "400", "--out", str(out)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    proc = run_to_the_end(command, timeout=500)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
     assert not [pid for pid in pids if str(out) in cmdline(pid) and alive(pid)], "a tuned server outlived tune"
