@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -152,6 +153,7 @@ def _hot_lines(schema: pa.Schema, chunk: Chunk, scanned: ScannedChunk) -> JobRes
     lines = scanned.access_lines
     read_access, access = access_fields(chunk.data, words, lines, scanned.ends[lines.index])
     times, dated = stamp_times(lines.head)
+    dated |= ~lines.timed
     taken = np.flatnonzero(read_access & dated)
     kept = np.flatnonzero(dated[read_access])
     access = {name: column.take(pa.array(kept)) if isinstance(column, pa.Array) else column[kept]
@@ -182,7 +184,7 @@ def _chunk_table(read: ReadChunk, first: int, parser: LineParser, schema: pa.Sch
         if parser.open_record:
             events += parser.feed(read.texts(begin, begin + 1), first + begin)
             routed.append(begin)
-        parser.stamped = True
+        parser.stamped = parser.stamped or read.stamped(begin, end)
     parts = [_events_table(events, schema)] if events else []
     hot = read.extra.table  # type: ignore[attr-defined]
     if hot is not None:
@@ -209,10 +211,12 @@ def _access_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access
     index = lines.index[rows]
     n = len(rows)
     time = times[rows]
+    untimed = ~lines.timed[rows]
     ranks = _names(lines.rank[rows], scanned.batch.ranks or [""])
     columns = {
-        "kind": _names(np.zeros(n, np.int8), ["access"]), "time": pa.array(time),
-        "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
+        "kind": _names(np.zeros(n, np.int8), ["access"]), "time": pa.array(time, mask=untimed),
+        "timestamp": pa.array(np.round(np.where(untimed, 0, time) * 1000).astype(np.int64), pa.timestamp("ms"),
+                              mask=untimed),
         "rank": ranks, "line": pa.array(index.astype(np.int64)),
         "source": pa.array(np.zeros(n, np.int64)),
         "text": strings(chunk.data, lines.client[rows] - len("INFO:     "), scanned.ends[index]),
@@ -230,16 +234,24 @@ def _access_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access
 def _events_table(events: list[Event], schema: pa.Schema) -> pa.Table:
     import pyarrow as pa
 
-    names = set(schema.names)
-    records = []
-    for e in sorted(events, key=lambda e: e.line):
-        record = {"kind": e.kind, "time": e.time, "timestamp": None if e.time is None else round(e.time * 1000),
-                  "rank": e.rank, "line": e.line, "source": e.source, "text": e.text}
+    events = sorted(events, key=attrgetter("line"))
+    n = len(events)
+    kinds = {name: schema.field(name).type for name in schema.names[len(BASE):]}
+    fields: dict[str, list] = {}
+    for i, e in enumerate(events):
         for name, value in parse_fields(e.kind, e.text).items():
-            if name in names and name not in record:
-                record[name] = _cell(value, schema.field(name).type)
-        records.append(record)
-    return pa.Table.from_pylist(records, schema=schema)
+            kind = kinds.get(name)
+            if kind is not None:
+                column = fields.get(name)
+                if column is None:
+                    column = fields[name] = [None] * n
+                column[i] = _cell(value, kind)
+    times = [e.time for e in events]
+    columns = {"kind": [e.kind for e in events], "time": times,
+               "timestamp": [None if t is None else round(t * 1000) for t in times], "rank": [e.rank for e in events],
+               "line": [e.line for e in events], "source": [e.source for e in events], "text": [e.text for e in events]}
+    columns.update((name, fields.get(name, [None] * n)) for name in kinds)
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 def _cell(value: object, kind: pa.DataType) -> object:

@@ -94,7 +94,9 @@ def value(text: str) -> Value:
 def pairs(text: str) -> dict[str, Value]:
     """Every `key: value` / `key=value` piece of `text`, in canonical names."""
     out: dict[str, Value] = {}
-    for piece in _EST.sub("est ", text).replace(". ", ",").split(","):
+    if "est. " in text:
+        text = _EST.sub("est ", text)
+    for piece in text.replace(". ", ",").split(","):
         key, sep, raw = piece.partition(": ")
         if not sep or "=" in key:
             key, sep, raw = piece.partition("=")

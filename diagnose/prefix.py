@@ -31,18 +31,20 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING, SGLANG_STAMP, SYSLOG_STAMP, TIME,
-                                                VLLM_DEFAULT_YEAR, VLLM_PREFIX, VLLM_PROCESS, YEAR, days_since_epoch,
-                                                gpu_rank, is_date, month_number, process_rank, rank_name, time_of_day,
-                                                tp_rank)
+                                                VLLM_DEFAULT_YEAR, VLLM_LEVELS, VLLM_PREFIX, VLLM_PROCESS, YEAR,
+                                                days_since_epoch, gpu_rank, is_date, month_number, process_rank,
+                                                rank_name, time_of_day, tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
 _VLLM = re.compile(VLLM_PREFIX)
+_VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
 _PYLOG = re.compile(PYTHON_LOGGING)
+_PYLOG_CLOCK = re.compile(r":\d\d(?:,\d{3} - | \| )")  # NOTE: every Python logging prefix holds it: a quick test
 _START = re.compile(LINE_START)
 _TIME = re.compile(TIME)
 _SYSLOG = re.compile(SYSLOG_STAMP)
-_QUOTES = frozenset("\"'`")
+_QUOTES = ("\"", "'", "`")
 
 
 class Prefix(NamedTuple):
@@ -59,8 +61,12 @@ NO_PREFIX = Prefix(None, "", 0, None)
 
 
 @lru_cache(maxsize=512)
-def _midnight(y: int, mo: int, d: int) -> float:
-    return days_since_epoch(y, mo, d) * DAY
+def _midnight(y: str | None, mo: str, d: str, default_year: int | None) -> float | None:
+    """Seconds at the date's midnight (a log holds few dates: read once each), None when it is no calendar date."""
+    year = int(y) if y is not None else default_year
+    if year is None or not is_date(year, int(mo), int(d)):
+        return None
+    return days_since_epoch(year, int(mo), int(d)) * DAY
 
 
 def _clock(y: str | None, mo: str | None, d: str | None, h: str, mi: str, s: str, frac: str | None,
@@ -69,10 +75,10 @@ def _clock(y: str | None, mo: str | None, d: str | None, h: str, mi: str, s: str
     tod = time_of_day(int(h), int(mi), int(s)) + (float("0." + frac) if frac else 0.0)
     if mo is None or d is None:
         return tod, DAY
-    year = int(y) if y is not None else default_year
-    if year is None or not is_date(year, int(mo), int(d)):
+    midnight = _midnight(y, mo, d, default_year)
+    if midnight is None:
         return None
-    return _midnight(year, int(mo), int(d)) + tod, (None if y is not None else YEAR)
+    return midnight + tod, (None if y is not None else YEAR)
 
 
 _YEAR_2000 = days_since_epoch(VLLM_DEFAULT_YEAR, 1, 1) * DAY
@@ -94,7 +100,7 @@ def clock_text(t: float | None) -> str:
 
 
 def _unquoted(text: str) -> bool:
-    return not (_QUOTES & set(text))
+    return not text or not any(quote in text for quote in _QUOTES)
 
 
 def _sglang(line: str) -> Prefix | None:
@@ -106,7 +112,7 @@ def _sglang(line: str) -> Prefix | None:
     clock = _clock(*m.groups()[:7])
     time, period = clock if clock is not None else (None, None)
     start = m.end()
-    gpu = _START.match(line, start)
+    gpu = _START.match(line, start) if line.startswith("[gpu", start) else None
     rank = rank_name(m.group(8))
     if gpu is not None and gpu.group("gpu") is not None:
         start, rank = gpu.end(), rank or gpu_rank(gpu.group('gpu'))
@@ -114,7 +120,7 @@ def _sglang(line: str) -> Prefix | None:
 
 
 def _vllm(line: str) -> Prefix | None:
-    m = _VLLM.search(line)
+    m = _VLLM.search(line) if _VLLM_CLOCK.search(line) is not None else None
     if m is None or not _unquoted(line[: m.start()]):
         return None
     clock = _clock(None, m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7), VLLM_DEFAULT_YEAR)
@@ -139,7 +145,7 @@ def read_prefix(line: str) -> Prefix:
     found = _vllm(line) if ":" in line else None
     if found is not None:
         return found
-    m = _PYLOG.search(line)
+    m = _PYLOG.search(line) if _PYLOG_CLOCK.search(line) is not None else None
     if m is not None and _unquoted(line[: m.start()]):
         clock = _clock(*m.groups())
         return Prefix(clock[0] if clock else None, "", m.end(), None)

@@ -18,6 +18,7 @@ from toolkit.diagnose.fastpath.ahead import (LineTooLong, ReadChunk, runs, sampl
                                               use_processes)
 from toolkit.diagnose.lines import LineParser, ParseStats
 from toolkit.diagnose.log_format.messages import BATCH_KINDS
+from toolkit.diagnose.prefix import read_prefix
 from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
 
@@ -155,11 +156,11 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
             # NOTE: an open multi-line record decides for itself whether the next line continues it.
             sink.take(parser.feed(chunk.texts(begin, begin + 1), first + begin))
             routed.append(begin)
-        parser.stamped = True
+        parser.stamped = parser.stamped or chunk.stamped(begin, end)
     sink.flush(_hot_columns(chunk, first, parser, sink.builder, routed))
     for kind, i in samples(chunk.columns):
         text = chunk.texts(i, i + 1)[0]
-        sink.sample(kind, text[text.index("] ") + 2:])
+        sink.sample(kind, text[read_prefix(text).start:])
     return chunk.lines
 
 

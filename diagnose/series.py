@@ -7,6 +7,7 @@ numeric field under its canonical name (float64, NaN where a line does not print
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -214,14 +215,23 @@ class BatchTableBuilder:
             "time": np.array([np.nan if e.time is None else e.time for e in events], np.float64),
             "rank": self.rank_codes(e.rank for e in events),
         }
+        fields: dict[str, list[float]] = {}
         for i, e in enumerate(events):
             for name, value in parse_fields(e.kind, e.text).items():
                 number = _number(value)
                 if number is None:
                     continue
-                if name not in part:
-                    part[name] = np.full(n, np.nan)
-                part[name][i] = number
+                column = fields.get(name)
+                if column is None:
+                    column = fields[name] = [math.nan] * n
+                column[i] = number
+        for name, column in fields.items():
+            values = np.array(column, np.float64)
+            if name in part:  # NOTE: a field named like a META column overwrites it where the line prints it
+                printed = ~np.isnan(values)
+                part[name][printed] = values[printed]
+            else:
+                part[name] = values
         return part
 
     def build(self, window: tuple[float, float] | None = None) -> dict[str, BatchTable]:
@@ -241,14 +251,17 @@ def merge_parts(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> 
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, bool):
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None  # type: ignore[arg-type,return-value]
+    if kind is bool:
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)):
         try:
             number = float(value)
         except OverflowError:
             return None
-        return number if np.isfinite(number) else None
+        return number if math.isfinite(number) else None
     return None
 
 

@@ -1,6 +1,6 @@
 """The fast path: the common lines of a chunk (decode, prefill and HTTP access lines in the layout SGLang's
-logger writes since 0.3.6) classified and read in vectorized numpy operations; every other line goes to the
-per-line parser (`diagnose.lines`), in order.
+logger writes since 0.3.6, also behind a collector's prefix) classified and read in vectorized numpy operations;
+every other line goes to the per-line parser (`diagnose.lines`), in order.
 
 Results equal the per-line parser: for every line it reads, the kind, line number, time, rank and fields are
 exactly what `LineParser` and `parse_fields` give, and the counts of other and unread lines are the same
@@ -14,6 +14,7 @@ ranges whose last line runs past their end) and `tests/diagnose/test_chunks.py` 
 equal chunks scanned one by one).
 
 - `words`: bytes read eight at a time (SWAR) from any offset of a chunk;
+- `outer`: the outer prefixes (docker compose, CRI, Ray, journald) read past before a line's stamp;
 - `scan`: which lines are hot (matched against a chunk's few layouts), their kind, time and rank;
 - `fields`: the `key: value` pieces of hot decode and prefill lines, walked in groups of one key sequence;
 - `access`: the fields of hot access lines (for `--export`);

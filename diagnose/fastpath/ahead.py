@@ -60,6 +60,14 @@ class ReadChunk:
     cut: bool
     texts: Callable[[int, int], list[str]]
     extra: object = None  # what the caller's job made of the chunk where it was scanned
+    untimed: np.ndarray | None = None  # hot lines without a time, in line order
+
+    def stamped(self, begin: int, end: int) -> bool:
+        """Whether the hot lines [begin, end) hold one with a time (the per-line parser then notes a stamp)."""
+        if self.untimed is None or len(self.untimed) == 0:
+            return True
+        first, last = np.searchsorted(self.untimed, (begin, end)).tolist()
+        return last - first < end - begin
 
 
 def runs(slow: np.ndarray) -> Iterable[tuple[int, int, bool]]:
@@ -100,7 +108,7 @@ def _view(chunk: Chunk, scanned: ScannedChunk, job: Job | None = None) -> ReadCh
     slow = scanned.slow if result.slow is None else result.slow
     columns = scanned.batch.by_kind() if job is None else None
     return ReadChunk(scanned.lines, slow, columns, scanned.batch.ranks, scanned.access, chunk.cut, texts,
-                     result.payload)
+                     result.payload, scanned.access_lines.untimed)
 
 
 def _scan(chunk: Chunk, job: Job | None) -> ReadChunk:
@@ -160,7 +168,7 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
             if packed.too_long:
                 raise LineTooLong(packed.begin)
             yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
-                            packed.extra)
+                            packed.extra, packed.untimed)
 
 
 @dataclass(slots=True)
@@ -176,6 +184,7 @@ class _Packed:
     texts: dict[tuple[int, int], list[str]] | None = None
     too_long: bool = False
     extra: object = None
+    untimed: np.ndarray | None = None
 
     def text(self, begin: int, end: int) -> list[str]:
         return self.texts[(begin, end)]  # type: ignore[index]
@@ -209,7 +218,7 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int) -> _
     for _, i in samples(view.columns):
         texts.setdefault((i, i + 1), view.texts(i, i + 1))
     return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, scanned.access, texts,
-                   extra=view.extra)
+                   extra=view.extra, untimed=view.untimed)
 
 
 _TAIL = 1 << 16  # bytes read past a range for the end of its last line (more where that line is longer)

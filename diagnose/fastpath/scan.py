@@ -1,9 +1,11 @@
 """Which lines of a chunk are hot, and their kind, time and rank, in vectorized operations.
 
-A hot line starts `[YYYY-mm-dd HH:MM:SS(.fff)( TAGn)*] ` (SGLang's logger since 0.3.6, docs/log-formats.md §1)
+A hot line starts `[YYYY-mm-dd HH:MM:SS(.fff)( TAGn)*] ` (SGLang's logger since 0.3.6, docs/log-formats.md §1),
+directly or after an outer prefix (docker compose, CRI, Ray, journald: `outer`, read past before anything else),
 and its message is a decode or prefill line whose pieces the field reader reads completely, or an HTTP access
-line (counted only: the analysis keeps no access events). Every other line (any other prefix, era, kind,
-garbled, non-ASCII or with CR or escape codes) is `slow`: the per-line parser reads it, in order.
+line (counted only: the analysis keeps no access events), also vLLM's API server's access line after its process
+prefix alone (no time). Every other line (any other prefix, era, kind, garbled, non-ASCII or with CR or escape
+codes) is `slow`: the per-line parser reads it, in order.
 
 Each line's first `HEAD` bytes and the `LABEL` bytes at its `]` are gathered once, as rows of 64-bit words, and
 read at fixed offsets. What a chunk repeats is worked out once per distinct value: a rank tag per distinct tag
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.diagnose.fastpath.fields import read_pieces
+from toolkit.diagnose.fastpath.outer import BEFORE_ACCESS, outer_lengths
 from toolkit.diagnose.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather, is_literal,
                                              parse_digits, two_digits, window, word_at)
 from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, PREFILL_LABEL
@@ -77,13 +80,20 @@ class BatchLines:
 
 @dataclass(slots=True)
 class AccessLines:
-    """Hot access lines: index in the chunk, offset of the client (after `] INFO:     `), rank (index into
-    the batch lines' `ranks`), and the first 24 bytes of each line as three words (its stamp)."""
+    """Hot access lines in line order: index in the chunk, offset of the client (after `] INFO:     `), rank
+    (index into the batch lines' `ranks`), the first 24 bytes of each line's stamp as three words, and whether it
+    has a stamp (vLLM's API server prints `(APIServer pid=N) INFO:     ...`, no time; its head words are 0)."""
 
     index: np.ndarray
     client: np.ndarray
     rank: np.ndarray
     head: list[np.ndarray]
+    timed: np.ndarray
+
+    @property
+    def untimed(self) -> np.ndarray:
+        """Indices in the chunk of the lines without a stamp."""
+        return self.index[~self.timed]
 
 
 @dataclass(slots=True)
@@ -115,12 +125,17 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     if words.bytes[:size].max(initial=0) >= 0x80 or b"\r" in data or b"\x1b" in data:
         candidate &= ~_dirty_lines(words, size, starts)
     rows = np.flatnonzero(candidate)
-    head = np.ascontiguousarray(gather(words, starts[rows], HEAD).T)  # word k of every line is head[k]
+    at = starts[rows]
+    skip = outer_lengths(words, at)
+    if skip.any():
+        at = at + skip
+        long_enough = np.flatnonzero((ends[rows] - at) >= 32)
+        rows, at = rows[long_enough], at[long_enough]
+    head = np.ascontiguousarray(gather(words, at, HEAD).T)  # word k of every line is head[k]
     stamped, _ = _stamp_layout(head)
     if not stamped.all():
         stamped = np.flatnonzero(stamped)
-        rows, head = rows[stamped], head[:, stamped]
-    at = starts[rows]
+        rows, at, head = rows[stamped], at[stamped], head[:, stamped]
     layout = _layouts(words, head, at)
     kind, close, rank = layout.kind, layout.close, layout.rank
     if not layout.hot.all():
@@ -130,12 +145,16 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     access = access[_access_layout(words, at[access] + close[access])]
     slow[rows[access]] = False
     access_lines = AccessLines(rows[access], at[access] + close[access] + _ACCESS_LEN, rank[access].astype(np.int16),
-                               list(head[:3, access]))
+                               list(head[:3, access]), np.ones(len(access), bool))
     batch = np.flatnonzero(kind == DECODE)
     batch = np.concatenate([batch, np.flatnonzero(kind == PREFILL)])
     lines = _batch_lines(words, rows[batch], head[:3, batch], kind[batch], rank[batch], layout.ranks,
                          at[batch] + close[batch], ends[rows[batch]])
     slow[lines.index] = False
+    timeless, client = _timeless_access(words, starts, np.flatnonzero(slow & candidate))
+    if len(timeless):
+        slow[timeless] = False
+        access_lines = _with_timeless(access_lines, timeless, client, layout.ranks)
     return ScannedChunk(starts, ends, slow, lines, access_lines)
 
 
@@ -469,6 +488,40 @@ def _access_layout(words: Words, label: np.ndarray) -> np.ndarray:
         space = np.where(at < 8, 8 * k + at, space)
     ok = (space >= 1) & (space <= MAX_CLIENT)
     return ok & is_literal(word_at(client, np.maximum(space, 0)), _DASH)
+
+
+def _timeless_access(words: Words, starts: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index, client offset) of vLLM's access lines without a time: `(APIServer pid=N) INFO:     CLIENT - "`,
+    a client of 1-31 bytes without whitespace or `[` (where the per-line parser would look for a stamp)."""
+    skip = outer_lengths(words, starts[rows], BEFORE_ACCESS)
+    rows = rows[skip > 0]
+    client = starts[rows] + skip[skip > 0] + len(UVICORN_ACCESS)
+    if len(rows) == 0:
+        return rows, client
+    ok = _access_layout(words, client - _ACCESS_LEN)
+    columns = window(words, client, MAX_CLIENT + 9)
+    space, bracket = np.full(len(rows), -1, np.int64), np.full(len(rows), 1 << 20, np.int64)
+    for k in range(len(columns) - 1, -1, -1):
+        at = first_below(columns[k], 0x21)
+        space = np.where(at < 8, 8 * k + at, space)
+        at = first_byte(columns[k], ord("["))
+        bracket = np.where(at < 8, 8 * k + at, bracket)
+    ok &= bracket > space
+    return rows[ok], client[ok]
+
+
+def _with_timeless(lines: AccessLines, index: np.ndarray, client: np.ndarray, ranks: list[str]) -> AccessLines:
+    """The stamped access lines and the timeless ones (rank `""`, added to `ranks` where it lacks it), in line
+    order."""
+    if "" not in ranks:
+        ranks.append("")
+    n = len(index)
+    order = np.argsort(np.concatenate([lines.index, index]), kind="stable")
+    zeros = np.zeros(n, np.uint64)
+    return AccessLines(np.concatenate([lines.index, index])[order], np.concatenate([lines.client, client])[order],
+                       np.concatenate([lines.rank, np.full(n, ranks.index(""), np.int16)])[order],
+                       [np.concatenate([word, zeros])[order] for word in lines.head],
+                       np.concatenate([lines.timed, np.zeros(n, bool)])[order])
 
 
 def _batch_lines(words: Words, rows: np.ndarray, head: np.ndarray, kind: np.ndarray, rank: np.ndarray,

@@ -37,6 +37,23 @@ LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<t
               r"| " + SYSLOG_SOURCE + r")? "
               r"|(?P<syslog>" + SYSLOG_STAMP + r") " + SYSLOG_SOURCE + r" ")
 VLLM_DEFAULT_YEAR = 2000
+# What a collector writes before SGLang's stamp (docker compose `sglang-1  | `, a container runtime's CRI
+# `2025-11-11T04:06:27.123Z stdout F `, Ray's `(SGLangEngine pid=4242) `, journald's `Nov 11 04:06:27 host
+# python[4242]: `). The per-line parser reads past any unquoted text before a stamp; the fast path strips
+# exactly these forms (docs/log-formats.md §14). Both then take time and rank from the stamp alone.
+# NOTE: no form admits a quote, `[` outside `[pid]`, or a newline, and every class that admits a digit admits
+# all ten: a line equal to a matched prefix but for its digits has a prefix of the same form.
+OUTER_PREFIXES: dict[str, str] = {
+    "compose": r"[A-Za-z0-9][\w.-]{0,63} +\| ",
+    "cri": r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] ",
+    "ray": r"\([\w.:-]{1,64} pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) ",
+    "journald": r"(?:" + "|".join(MONTHS) + r") {1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,6})? [\w.-]{1,64} [\w.-]{1,64}"
+                r"(?:\[\d{1,10}\])?: ",
+}
+OUTER_PREFIX = "|".join(f"(?:{form})" for form in OUTER_PREFIXES.values())
+# vLLM's API server writes uvicorn's access lines after its process prefix alone, with no time:
+# `(APIServer pid=N) INFO:     CLIENT - "..."`. NOTE: a name without digits names no rank (`process_rank`).
+TIMELESS_PROCESS = r"\([A-Za-z_.-]{1,64} pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) "
 
 # -- stamp -> seconds ---------------------------------------------------------------------------------------
 

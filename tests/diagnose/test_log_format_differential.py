@@ -13,7 +13,7 @@ import pytest
 from toolkit.diagnose.fastpath.scan import scan_chunk
 from toolkit.diagnose.prefix import read_prefix
 from toolkit.diagnose.source import PAD
-from tests.diagnose.test_fastpath import _read, _table_rows
+from tests.diagnose.test_fastpath import _read, _same, _table_rows
 from tests.diagnose.test_formats import FORMATS, QUOTES, VLLM_ERRORS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,15 +61,31 @@ def test_the_docs_have_sample_lines_of_batch_stats_and_startup_messages() -> Non
         assert any(start in line for line in lines), start
 
 
-@pytest.mark.parametrize("stamped", [False, True], ids=["as-printed", "sglang-stamp"])
+# What collectors write before SGLang's stamp (`log_format.prefix.OUTER_PREFIXES`), in the forms the fast path
+# strips and in forms near them that it leaves to the per-line parser.
+OUTERS = {
+    "compose": "sglang-1  | ",
+    "cri": "2025-11-11T04:06:27.12345Z stdout F ",
+    "cri-offset": "2025-11-11T04:06:27+01:00 stderr P ",
+    "ray": "(SGLangEngine pid=4242) ",
+    "ray-ip": "(SGLangEngine pid=4242, ip=10.0.0.7) ",
+    "journald": "Nov  1 04:06:27 gpu-node-1 python[4242]: ",
+    "journald-precise": "Nov 11 04:06:27.123456 gpu-node-1 python3: ",
+    "quoted": '"sglang-1"  | ',
+    "stamp-in-prefix": "[2025-11-10 01:02:03] sglang-1  | ",
+    "unknown": "sglang-1 >> ",
+}
+
+
+@pytest.mark.parametrize("outer", ["", None, *OUTERS], ids=["as-printed", "sglang-stamp", *OUTERS])
 @pytest.mark.parametrize("samples", [doc_sample_lines, format_table_lines], ids=["docs", "format-table"])
-def test_every_sample_line_reads_the_same_in_both_paths(tmp_path, monkeypatch, samples, stamped: bool) -> None:
+def test_every_sample_line_reads_the_same_in_both_paths(tmp_path, monkeypatch, samples, outer: str | None) -> None:
     lines = samples()
-    if stamped:
-        lines = [STAMP + line[read_prefix(line).start:] for line in lines]
+    if outer != "":
+        lines = [OUTERS.get(outer or "", "") + STAMP + line[read_prefix(line).start:] for line in lines]
     data = ("\n".join(lines) + "\n").encode()
-    if stamped:
-        assert _hot_lines(data) >= 4  # the fast path reads the docs' plain decode and prefill lines itself
+    if outer is None or outer in ("compose", "cri", "cri-offset", "ray", "ray-ip", "journald", "journald-precise"):
+        assert _hot_lines(data) >= 4  # the fast path reads the docs' decode and prefill lines itself
     for chunk in (256, 8 << 20):
         _assert_same_events(tmp_path, monkeypatch, data, chunk)
 
@@ -84,3 +100,77 @@ def test_every_real_log_reads_the_same_in_both_paths(tmp_path, monkeypatch, path
 def test_the_fast_path_reads_part_of_the_real_log_corpus() -> None:
     assert len(REAL_LOGS) >= 40
     assert sum(_hot_lines(path.read_bytes()) for path in REAL_LOGS) > 0
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+@pytest.mark.parametrize("chunk", [4096, 64 * 1024, 8 << 20])
+def test_the_benchmarks_realistic_log_reads_the_same_in_both_paths(tmp_path, monkeypatch, chunk: int,
+                                                                    processes: bool) -> None:
+    from benchmarks.diagnose_parse import write_log
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 12000, seed=chunk, mix="realistic")
+    _same(tmp_path, monkeypatch, path.read_bytes(), chunk=chunk, processes=processes)
+
+
+def test_the_fast_path_reads_sglang_lines_behind_every_outer_prefix(tmp_path) -> None:
+    from benchmarks.diagnose_parse import write_log
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 12000, mix="realistic")
+    lines = path.read_bytes().split(b"\n")
+    for outer in (b"sglang-1  | ", b"Z stdout F ", b"(SGLangEngine pid=4242) ", b" gpu-node-1 python[4242]: "):
+        prefixed = [line for line in lines if outer in line and b"] Decode batch" in line]
+        data = b"\n".join(prefixed)
+        assert prefixed and _hot_lines(data) == len(prefixed), outer
+
+
+ACCESS_LINE = ' - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+TIMELESS = [  # vLLM's API server's access lines: a process prefix, no time (the first two are the fast path's)
+    "(APIServer pid=1) INFO:     10.0.0.7:5000" + ACCESS_LINE,
+    "(APIServer pid=1, ip=10.0.0.7) INFO:     127.0.0.1:1" + ACCESS_LINE,
+    "(APIServer pid=1) INFO:     [::1]:8000" + ACCESS_LINE,
+    "(APIServer pid=1) INFO:     [12:34:56]" + ACCESS_LINE,
+    "(EngineCore_DP1 pid=7) INFO:     10.0.0.7:5000" + ACCESS_LINE,
+    "(APIServer pid=1) INFO:     " + "x" * 40 + ACCESS_LINE,
+    "vllm-1  | (APIServer pid=1) INFO:     10.0.0.7:5000" + ACCESS_LINE,
+]
+# NOTE: before the first stamped line, a line that does not look like a continuation ends a record
+RECORD = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "plain words", TIMELESS[0],
+          '  File "y.py", line 2, in f', TIMELESS[0], "RuntimeError: boom", TIMELESS[1],
+          "[2025-11-11 04:06:27 TP0] Scheduler hit an exception: Traceback (most recent call last):", TIMELESS[0],
+          "ValueError: x", TIMELESS[1]]
+
+
+@pytest.mark.parametrize("chunk", [64, 256, 8 << 20])
+def test_timeless_access_lines_read_the_same_in_both_paths(tmp_path, monkeypatch, chunk: int) -> None:
+    data = ("\n".join(TIMELESS[:2] + RECORD + TIMELESS) + "\n").encode()
+    assert _hot_lines(("\n".join(TIMELESS) + "\n").encode()) == 2
+    _assert_same_events(tmp_path, monkeypatch, data, chunk)
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_export_of_the_realistic_log_equals_the_per_line_events(tmp_path, monkeypatch, processes: bool) -> None:
+    import pandas as pd
+
+    from benchmarks.diagnose_parse import write_log
+    from toolkit.diagnose import analyze
+    from toolkit.diagnose.export import write_events
+    from toolkit.diagnose.lines import parse_lines
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 6000, mix="realistic")
+    lines = TIMELESS[:2] + RECORD + path.read_text().splitlines() + TIMELESS
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 64 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
+    out = write_events([path], tmp_path / "events.csv", analyze([path]))
+    got = pd.read_csv(out, keep_default_na=False, na_values=[""])
+    want = list(parse_lines(lines))
+    assert got["line"].tolist() == [e.line for e in want] and got["kind"].tolist() == [e.kind for e in want]
+    assert got["text"].tolist() == [e.text for e in want]
+    assert got["rank"].fillna("").tolist() == [e.rank for e in want]
+    assert [None if t != t else t for t in got["time"].tolist()] == [e.time for e in want]
+    for column in ("running_req", "queue_req", "gen_throughput", "status", "client", "path"):
+        expected = [e.fields.get(column) for e in want]
+        assert [None if v != v else v for v in got[column].tolist()] == expected, column
