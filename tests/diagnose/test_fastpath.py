@@ -4,6 +4,7 @@ body, cut and garbled lines, random pieces and the whole calendar; and the same 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -250,18 +251,17 @@ def test_timelines_and_findings_equal_the_per_line_path(tmp_path) -> None:
         assert fast.config == per_line.config and fast.timeline.phases == per_line.timeline.phases
 
 
-@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
-def test_export_equals_the_per_line_events(tmp_path, monkeypatch, processes: bool) -> None:
+def export_against_per_line(tmp_path: Path, monkeypatch, lines: list[str], chunk: int, processes: bool):
+    """(the exported events as a DataFrame, the per-line parser's events) for `lines` written as one log; the
+    columns every event has (line, kind, text, rank, time) already checked equal."""
     import pandas as pd
 
     from toolkit.diagnose.export import write_events
     from toolkit.diagnose.lines import parse_lines
 
-    path = tmp_path / "mixed.log"
-    write_log(str(path), 2000)
-    lines = path.read_text().splitlines() + LINES + _era_log("0.5.23").lines
+    path = tmp_path / "export-input.log"
     path.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", chunk)
     monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
     out = write_events([path], tmp_path / "events.csv", analyze([path]))
     got = pd.read_csv(out, keep_default_na=False, na_values=[""])
@@ -270,6 +270,15 @@ def test_export_equals_the_per_line_events(tmp_path, monkeypatch, processes: boo
     assert got["text"].tolist() == [e.text for e in want]
     assert got["rank"].fillna("").tolist() == [e.rank for e in want]
     assert [None if t != t else t for t in got["time"].tolist()] == [e.time for e in want]
+    return got, want
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_export_equals_the_per_line_events(tmp_path, monkeypatch, processes: bool) -> None:
+    path = tmp_path / "mixed.log"
+    write_log(str(path), 2000)
+    lines = path.read_text().splitlines() + LINES + _era_log("0.5.23").lines
+    got, want = export_against_per_line(tmp_path, monkeypatch, lines, 16 * 1024, processes)
     for column in ("running_req", "queue_req", "gen_throughput", "new_token", "status"):
         expected = [e.fields.get(column) for e in want]
         values = [None if v != v else v for v in got[column].tolist()]

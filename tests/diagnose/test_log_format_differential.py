@@ -13,7 +13,7 @@ import pytest
 from toolkit.diagnose.fastpath.scan import scan_chunk
 from toolkit.diagnose.prefix import read_prefix
 from toolkit.diagnose.source import PAD
-from tests.diagnose.test_fastpath import _read, _same, _table_rows
+from tests.diagnose.test_fastpath import _read, _same, _table_rows, export_against_per_line
 from tests.diagnose.test_formats import FORMATS, QUOTES, VLLM_ERRORS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,26 +151,12 @@ def test_timeless_access_lines_read_the_same_in_both_paths(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
 def test_export_of_the_realistic_log_equals_the_per_line_events(tmp_path, monkeypatch, processes: bool) -> None:
-    import pandas as pd
-
     from benchmarks.diagnose_parse import write_log
-    from toolkit.diagnose import analyze
-    from toolkit.diagnose.export import write_events
-    from toolkit.diagnose.lines import parse_lines
 
     path = tmp_path / "realistic.log"
     write_log(str(path), 6000, mix="realistic")
     lines = TIMELESS[:2] + RECORD + path.read_text().splitlines() + TIMELESS
-    path.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 64 * 1024)
-    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
-    out = write_events([path], tmp_path / "events.csv", analyze([path]))
-    got = pd.read_csv(out, keep_default_na=False, na_values=[""])
-    want = list(parse_lines(lines))
-    assert got["line"].tolist() == [e.line for e in want] and got["kind"].tolist() == [e.kind for e in want]
-    assert got["text"].tolist() == [e.text for e in want]
-    assert got["rank"].fillna("").tolist() == [e.rank for e in want]
-    assert [None if t != t else t for t in got["time"].tolist()] == [e.time for e in want]
+    got, want = export_against_per_line(tmp_path, monkeypatch, lines, 64 * 1024, processes)
     for column in ("running_req", "queue_req", "gen_throughput", "status", "client", "path"):
         expected = [e.fields.get(column) for e in want]
         assert [None if v != v else v for v in got[column].tolist()] == expected, column
