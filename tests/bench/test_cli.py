@@ -66,7 +66,9 @@ def test_a_run_appends_one_record_with_sglang_names_and_our_own(tmp_path, thread
     assert record["scraped_metrics"][0]["metrics"]["sglang:token_usage"] == pytest.approx(0.5)
     assert len(record["requests"]) == 8 and all(len(r["itl_ms"]) == 1 for r in record["requests"])
     assert all(b["max_tokens"] <= 4 and b["ignore_eos"] and b["model"] == "stub-model" for b in bodies)
-    assert "Request throughput" in result.output and record["client_verdict"].startswith("The client")
+    # Which verdict a loaded CI machine earns at 200 req/s varies (test_metrics pins each one); the record has one.
+    assert "Request throughput" in result.output
+    assert record["client_verdict"].startswith(("The client kept up", "The client could not", "Dispatch kept up"))
 
 
 def test_a_rate_list_runs_each_rate_and_a_sweep_finds_saturation_first(tmp_path, threaded_stub):

@@ -2,10 +2,14 @@
 tests look at (its log file, its scheduler child, /proc)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
 from toolkit.tune import launcher
@@ -93,3 +97,22 @@ class ServerProcess(launcher.ServerProcess):
                 statuses.append("refused")
             time.sleep(0.05)
         return statuses
+
+
+def run_to_the_end(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Runs a `toolkit` command that starts servers (tune, demo); past `timeout` it gets SIGTERM (their Ctrl-C: they
+    stop their servers and write what they have), then its whole process group is killed, so no server outlives a
+    slow run."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            out, err = process.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"{command[3]} ran past {timeout:.0f} s: {(out + err)[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

@@ -4,36 +4,12 @@ line — the loop lowers the conservativeness, as the guide says, and the kept c
 same run."""
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.server.server_process import alive, cmdline
+from tests.server.server_process import alive, cmdline, run_to_the_end
 from toolkit.demo import QUESTIONS
-
-
-def run_to_the_end(command: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """Runs `toolkit tune`; past `timeout` it gets SIGTERM (tune's Ctrl-C: it stops its server and writes what it
-    has), then its whole process group is killed, so no server outlives a slow run."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        try:
-            out, err = process.communicate(timeout=60)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-        pytest.fail(f"toolkit tune ran past {timeout:.0f} s: {(out + err)[-3000:]}")
-    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 MISTUNED = "--max-total-tokens 2048 --context-length 2048 --schedule-conservativeness 2 --device cpu"
