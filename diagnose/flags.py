@@ -14,9 +14,9 @@ def engine_of(config: ServerConfig) -> Engine:
 
 
 def flag(config: ServerConfig, idea: str) -> str:
-    """The flag of `idea` in the engine that wrote the log (SGLang's when that engine has none)."""
+    """The flag of `idea` in the engine that wrote the log (the other engine's when that one has none)."""
     known = IDEAS[idea]
-    return known.flag(engine_of(config)) or known.sglang
+    return known.flag(engine_of(config)) or known.sglang or known.vllm or idea
 
 
 def fp8_kv(config: ServerConfig) -> str:

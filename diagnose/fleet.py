@@ -24,6 +24,7 @@ import numpy as np
 from toolkit.diagnose.analysis import Diagnosis, analyze
 from toolkit.diagnose.findings import Evidence, Finding, rank_of
 from toolkit.diagnose.flags import engine_of
+from toolkit.diagnose.ideas import Engine
 from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.series import Rows
 
@@ -127,8 +128,8 @@ def compare(workers: list[Worker]) -> FleetDiagnosis:
     window = _common_window([spans[w.name] for w in workers if w.name not in gone and _loaded(w)])
     loads = [_load(w, window, spans[w.name]) for w in workers]
     running = [load for load in loads if load.name not in gone and load.load_lines]
-    found = [f for f in (_imbalance(running, window),) if f is not None] + _retracting(running) + missing
     engine = engine_of(workers[0].diagnosis.config) if workers else "sglang"
+    found = [f for f in (_imbalance(running, window),) if f is not None] + _retracting(running, engine) + missing
     found = sorted((replace(f, engine=engine) for f in found), key=lambda f: -rank_of(f.severity))
     notes = [] if window or len(running) < 2 else ["the running workers' logs share no time window (or have no "
                                                    "times): their whole logs are compared"]
@@ -223,14 +224,14 @@ def _imbalance(loads: list[WorkerLoad], window: tuple[float, float] | None) -> F
         tradeoff="Load-based routing can cost prefix-cache hits that cache-aware routing kept.")
 
 
-def _retracting(loads: list[WorkerLoad]) -> list[Finding]:
+def _retracting(loads: list[WorkerLoad], engine: Engine) -> list[Finding]:
     out = []
     for hot in loads:
         if hot.retraction_rate is None or hot.retraction_rate < FREQUENT_PER_MIN:
             continue
         calm = [other for other in loads if other is not hot and other.retractions == 0 and _has_room(other, hot)]
         if calm:
-            out.append(_retracting_finding(hot, calm, loads))
+            out.append(_retracting_finding(hot, calm, loads, engine))
     return out
 
 
@@ -240,11 +241,12 @@ def _has_room(other: WorkerLoad, hot: WorkerLoad) -> bool:
     return idle or free
 
 
-def _retracting_finding(hot: WorkerLoad, calm: list[WorkerLoad], loads: list[WorkerLoad]) -> Finding:
+def _retracting_finding(hot: WorkerLoad, calm: list[WorkerLoad], loads: list[WorkerLoad], engine: Engine) -> Finding:
     names = ", ".join(c.name for c in calm)
+    verb, did = ("preempts", "preempted") if engine == "vllm" else ("retracts", "retracted")
     return Finding(
-        "fleet.retracting_while_others_idle", "warning", "One worker retracts while others have room",
-        f"{hot.name} retracted {hot.retractions} times ({hot.retraction_rate:.1f} per busy minute) while {names} "
+        "fleet.retracting_while_others_idle", "warning", f"One worker {verb} while others have room",
+        f"{hot.name} {did} {hot.retractions} times ({hot.retraction_rate:.1f} per busy minute) while {names} "
         f"had none and sat idle or with free KV (running: "
         + ", ".join(f"{w.name} {w.running:.1f}" for w in loads if w.running is not None) + "; median KV usage: "
         + ", ".join(f"{w.name} {w.usage:.2f}" for w in loads if w.usage is not None)

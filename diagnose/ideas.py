@@ -20,7 +20,7 @@ ChangeValue = str | bool  # a value as the engine spells it ("0.85", "fp8_e5m2")
 class Idea:
     name: str
     title: str
-    sglang: str
+    sglang: str | None  # None: SGLang has no such knob (a vLLM-only switch)
     vllm: str | None  # None: vLLM has no such knob
     move: Move
     off: str | None = None  # what turning the switch off means, when its flag is a negation
@@ -49,6 +49,9 @@ IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea("tp", "tensor parallel size", "--tp-size", "--tensor-parallel-size", "set"),
     Idea("dp", "data parallel size", "--dp-size", "--data-parallel-size", "set"),
     Idea("watchdog", "watchdog timeout", "--watchdog-timeout", None, "set"),
+    Idea("overlap_off", "overlap scheduling off", "--disable-overlap-schedule", None, "switch", off="overlap on"),
+    Idea("async_scheduling", "async scheduling (vLLM V1)", None, "--async-scheduling", "switch",
+         off="synchronous scheduling"),
     Idea("spec_draft_tokens", "speculative draft tokens per step", "--speculative-num-draft-tokens",
          "--num-speculative-tokens", "set"),
     Idea("spec_steps", "speculative draft steps", "--speculative-num-steps", None, "set"),
@@ -94,5 +97,6 @@ class Change:
 
     def text(self, engine: Engine) -> str:
         """`--flag value` in the engine's words (a switch turned on is its bare flag)."""
-        flag = flag_of(self.idea, engine) or IDEAS[self.idea].sglang
+        known = IDEAS[self.idea]
+        flag = flag_of(self.idea, engine) or known.sglang or known.vllm
         return flag if self.value is True else f"{flag} {self.value_text() or ''}".strip()

@@ -1,7 +1,8 @@
 """Crashes and integrity errors: every occurrence is a finding (critical).
 
 - `crash.exception`: `... hit an exception` / tracebacks / vLLM's `EngineCore encountered a fatal error` (not the
-  OOMs and memory errors, which `oom` explains) and SGLang's parent's `Received sigquit`.
+  OOMs and memory errors, which `oom` explains) and SGLang's parent's `Received sigquit`; with the workaround
+  to try first when the traceback names its cause (`rules.workarounds`).
 - `crash.watchdog`: a forward pass exceeded `--watchdog-timeout` (default 300 s).
 - `crash.leak`: the idle integrity check found KV slots neither free, cached nor in use.
 - `crash.graph_capture`: CUDA graph capture failed at start-up.
@@ -12,6 +13,7 @@ from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.rules.workarounds import workaround
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -21,10 +23,17 @@ def check(ctx: Context) -> list[Finding]:
     if exceptions:
         errors = [str(e.fields.get("error", "")) for e in exceptions if e.kind == "exception"]
         last = errors[-1] if errors else "a child process failed"
-        out.append(Finding(
-            "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
-            f"Last error: {last}", evidence_events(exceptions, error=last), None, None,
-            "Read the traceback at the quoted line; the scheduler does not recover from it."))
+        fix = workaround(ctx.config, [e for e in exceptions if e.kind == "exception"])
+        advice = "Read the traceback at the quoted line; the scheduler does not recover from it."
+        if fix is None:
+            out.append(Finding(
+                "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
+                f"Last error: {last}", evidence_events(exceptions, error=last), None, None, advice))
+        else:
+            out.append(Finding(
+                "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
+                f"Last error: {last.rstrip('.')}. {fix.why}", evidence_events(exceptions, error=last, **fix.facts),
+                fix.change, fix.current, f"{fix.tradeoff} {advice}", action=fix.action))
     watchdog = tl.kind("watchdog")
     if watchdog:
         timeout = watchdog[0].fields.get("watchdog_timeout")

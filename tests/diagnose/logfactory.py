@@ -174,6 +174,26 @@ def oom_block(phase: str, requested: int, available: int, evictable: int) -> lis
     ]
 
 
+def scheduler_traceback(loop: str = "event_loop_overlap", error: str = "RuntimeError: CUDA error: an illegal memory "
+                        "access was encountered", *, frames: tuple[str, ...] = ()) -> str:
+    """SGLang's scheduler crash, raised inside `loop` (`event_loop_overlap` or `event_loop_normal`) and `frames`."""
+    src = "/sgl-workspace/sglang/python/sglang/srt/managers"
+    lines = ["Scheduler hit an exception: Traceback (most recent call last):",
+             f'  File "{src}/scheduler.py", line 2345, in run_scheduler_process', f"    scheduler.{loop}()",
+             f'  File "{src}/scheduler.py", line 812, in {loop}', "    self.process_batch_result(batch, result)"]
+    for frame in frames:
+        lines += [f'  File "{src}/tp_worker_overlap_thread.py", line 150, in {frame}', "    copy_done.synchronize()"]
+    return "\n".join([*lines, error])
+
+
+def pd_tp_error(message: str = "PD Disaggregation does NOT support PD different TP sizes for non-MLA hybrid models "
+                "yet.") -> str:
+    """A PD-disaggregation KV transfer raising on prefill and decode servers of different TP sizes."""
+    return "\n".join(["Scheduler hit an exception: Traceback (most recent call last):",
+                      '  File "/sgl-workspace/sglang/python/sglang/srt/disaggregation/mooncake/conn.py", line 901, '
+                      "in transfer_worker", "    raise RuntimeError(", f"RuntimeError: {message}"])
+
+
 def watchdog(era: str, timeout: int = 300) -> str:
     if _v(era) >= (0, 5, 23):
         return f"Scheduler watchdog timeout (self.watchdog_timeout={timeout}, self.soft=False)"
@@ -270,6 +290,21 @@ def vllm_stats(*, running: int, waiting: int, usage: float, gen: float, prompt: 
     return (f"Engine {engine:03d}: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: "
             f"{gen:.1f} tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, {pre}{device} KV cache usage: "
             f"{100 * usage:.1f}%, Prefix cache hit rate: {100 * hit:.1f}%")
+
+
+def vllm_engine_traceback(*frames: tuple[str, str], error: str = "AssertionError") -> list[str]:
+    """vLLM V1's engine-core crash through `frames` ((file under vllm/v1, function)), as its own lines."""
+    src = "/usr/local/lib/python3.12/dist-packages/vllm/v1"
+    lines = ["EngineCore encountered a fatal error.", "Traceback (most recent call last):",
+             f'  File "{src}/engine/core.py", line 701, in run_engine_core', "    engine_core.run_busy_loop()"]
+    for file, function in frames:
+        lines += [f'  File "{src}/{file}", line 400, in {function}', "    outputs = self.step_fn()"]
+    return [*lines, error]
+
+
+def vllm_resumed(request: str) -> str:
+    """V1's scheduler line when a preempted request comes back (one per preemption)."""
+    return f"Preempted request {request} has been resumed!"
 
 
 @dataclass

@@ -18,8 +18,10 @@ def _finding(diagnosis, rule_id: str) -> Finding:
     return next(f for f in diagnosis.findings if f.id == rule_id)
 
 
-def test_every_idea_has_an_sglang_flag_and_a_way_to_move() -> None:
-    assert all(idea.sglang.startswith("--") and idea.move in ("set", "push", "switch") for idea in IDEAS.values())
+def test_every_idea_has_a_flag_and_a_way_to_move() -> None:
+    assert all((idea.sglang or idea.vllm or "").startswith("--") and idea.move in ("set", "push", "switch")
+               for idea in IDEAS.values())
+    assert [name for name, idea in IDEAS.items() if idea.sglang is None] == ["async_scheduling"]
     assert IDEAS["kv_memory"].flag("vllm") == "--gpu-memory-utilization"
     assert IDEAS["kv_memory"].flag("toolkit") == IDEAS["kv_memory"].flag("sglang") == "--mem-fraction-static"
     assert IDEAS["admission"].flag("vllm") is None

@@ -1,0 +1,100 @@
+"""The workaround an operator tries first for a crash whose traceback names its cause (docs/log-formats.md §6.3):
+
+- a PD-disaggregation KV transfer that rejects prefill and decode servers of different TP sizes
+  (`PD Disaggregation does NOT support PD different TP sizes ...`, or an error naming both sizes): run both with
+  the same `--tp-size`, or upgrade SGLang to a release that transfers KV between different TP sizes;
+- an exception raised on SGLang's overlap path (frames `event_loop_overlap*`, `forward_thread_func`,
+  `TpModelWorkerClient`, `tp_worker_overlap_thread.py`): `--disable-overlap-schedule`;
+- on vLLM V1 started with `--async-scheduling`, an exception raised on the async scheduling path (frames
+  `AsyncScheduler`, `async_scheduler.py`, `step_with_batch_queue`, `AsyncGPUModelRunnerOutput`): drop the flag.
+
+The disaggregation error is checked first: it names the cause, the overlap frames only where it was raised.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.ideas import Change
+
+_PD_TP = re.compile(r"different TP sizes|(?:prefill|decode)\w{0,20}[ _]tp[ _]size\W{1,3}\d+", re.I)
+_PREFILL_TP = re.compile(r"prefill\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
+_DECODE_TP = re.compile(r"(?:decode|dst)\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
+_OVERLAP_FRAMES = re.compile(r"\b(event_loop_overlap\w*|forward_thread_func_?|TpModelWorkerClient"
+                             r"|tp_worker_overlap_thread\.py)")
+_ASYNC_FRAMES = re.compile(r"\b(AsyncScheduler|async_scheduler\.py|step_with_batch_queue|AsyncGPUModelRunnerOutput)")
+
+
+class Workaround(NamedTuple):
+    """What to change (None: nothing on the server), its current value, trade-off, what to do off the server,
+    why (a sentence for the message) and the facts behind it."""
+
+    change: Change | None
+    current: str | None
+    tradeoff: str
+    action: str | None
+    why: str
+    facts: dict[str, str | int | None]
+
+
+def workaround(config: ServerConfig, exceptions: Sequence[Event]) -> Workaround | None:
+    texts = [e.text for e in exceptions]
+    return _pd_tp(config, texts) or _overlap(config, texts) or _async_scheduling(config, texts)
+
+
+def _frames(pattern: re.Pattern[str], texts: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(m for text in texts for m in pattern.findall(text)))
+
+
+def _pd_tp(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    text = next((t for t in texts if _PD_TP.search(t)), None)
+    if text is None:
+        return None
+    sizes = {"prefill": _size(_PREFILL_TP, text), "decode": _size(_DECODE_TP, text)}
+    mode = str(config.arg("disaggregation_mode") or "")
+    if mode in sizes and sizes[mode] is None and config.parallelism_source == "arguments":
+        sizes[mode] = config.tp_size
+    known = " and ".join(f"{side} TP {n}" for side, n in sizes.items() if n is not None)
+    other = {"prefill": "decode", "decode": "prefill"}.get(mode)
+    target = sizes[other] if other is not None else None
+    mine = sizes.get(mode)
+    why = ("The KV transfer between the prefill and decode servers rejects their different TP sizes"
+           + (f" ({known})" if known else "") + ".")
+    return Workaround(
+        Change("tp", str(target)) if target is not None and target != mine else Change("tp"),
+        str(mine) if mine is not None else None,
+        "The same TP size on both sides may need more GPUs on one of them, or fit less KV per server.",
+        "run prefill and decode with the same --tp-size"
+        + (f" (now {known})" if known else "")
+        + ", or upgrade SGLang to a release whose KV transfer supports different TP sizes for this model",
+        why, {"prefill_tp": sizes["prefill"], "decode_tp": sizes["decode"]})
+
+
+def _size(pattern: re.Pattern[str], text: str) -> int | None:
+    m = pattern.search(text)
+    return int(m.group(1)) if m else None
+
+
+def _overlap(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    frames = _frames(_OVERLAP_FRAMES, texts)
+    if config.vllm or not frames or config.arg("disable_overlap_schedule") is True:
+        return None
+    return Workaround(
+        Change("overlap_off", True), "overlap on",
+        "Decode runs a few % slower: the CPU schedules the next batch only after the GPU step ends.",
+        None, f"The traceback runs through the overlap scheduler ({', '.join(frames)}).",
+        {"frames": ", ".join(frames)})
+
+
+def _async_scheduling(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    frames = _frames(_ASYNC_FRAMES, texts)
+    if not config.vllm or not frames or config.arg("async_scheduling") is not True:
+        return None
+    return Workaround(
+        Change("async_scheduling", False), "on",
+        "Decode runs a few % slower: the next step is scheduled only after the current one ends.",
+        None, f"The traceback runs through the async scheduling path ({', '.join(frames)}).",
+        {"frames": ", ".join(frames)})

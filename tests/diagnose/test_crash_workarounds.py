@@ -1,0 +1,161 @@
+"""A crash whose traceback names its cause carries the workaround an operator tries first (diagnose/rules/
+workarounds.py): `--disable-overlap-schedule` for SGLang's overlap path, dropping vLLM's `--async-scheduling` for
+its async path, the same `--tp-size` on both sides of a PD set-up; and preemption findings speak the engine's
+word (vLLM: preempted, SGLang: retracted)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.diagnose import logfactory as lf
+from tests.diagnose.logfactory import Log, Startup, VllmLog
+from toolkit.diagnose import analyze
+from toolkit.diagnose.ideas import Change
+
+REAL = Path(__file__).parent / "real_logs"
+
+
+def _crash(log_lines: list[str]):
+    d = analyze(lines=log_lines)
+    return next(f for f in d.findings if f.id == "crash.exception"), d
+
+
+def _sglang(message: str, **args: object) -> list[str]:
+    return Log("0.5.4").start(Startup(), model_path="m", **args).decode_series(5).add(message, dt=1).lines
+
+
+# -- SGLang's overlap scheduler ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("frames", [(), ("resolve_last_batch_result",), ("forward_thread_func_",)])
+def test_a_crash_raised_in_the_overlap_loop_advises_disabling_overlap(frames) -> None:
+    f, d = _crash(_sglang(lf.scheduler_traceback("event_loop_overlap", frames=frames)))
+    assert f.severity == "critical" and f.change == Change("overlap_off", True)
+    assert f.flag == "--disable-overlap-schedule" and f.current == "overlap on"
+    assert "event_loop_overlap" in f.evidence.facts["frames"] and "overlap scheduler" in f.message
+    assert "slower" in f.tradeoff and "a few %" in f.tradeoff and f.evidence.lines
+    assert d.command.endswith("--disable-overlap-schedule")
+
+
+def test_a_crash_in_the_normal_loop_gets_no_overlap_advice() -> None:
+    f, d = _crash(_sglang(lf.scheduler_traceback("event_loop_normal")))
+    assert f.change is None and "frames" not in f.evidence.facts
+    assert "--disable-overlap-schedule" not in d.command
+
+
+def test_overlap_already_off_is_not_advised_again() -> None:
+    f, _ = _crash(_sglang(lf.scheduler_traceback("event_loop_overlap"), disable_overlap_schedule=True))
+    assert f.change is None
+
+
+def test_real_crash_in_the_normal_loop_gets_no_overlap_advice() -> None:
+    d = analyze([REAL / "sglang" / "sglang-16067-mamba-leak-exception.log"])
+    f = next(f for f in d.findings if f.id == "crash.exception")
+    assert "run_scheduler_process" in (REAL / "sglang" / "sglang-16067-mamba-leak-exception.log").read_text()
+    assert f.change is None
+
+
+@pytest.mark.parametrize("name", ["vllm/vllm-14574-v1-ci-enginecore-exception",
+                                  "vllm/vllm-17939-v1-workerproc-exception-after-graphs",
+                                  "vllm/vllm-22702-v1-ray-actor-enginecore-exception",
+                                  "sglang/sglang-1751-graph-capture-traceback"])
+def test_real_crashes_off_the_overlap_and_async_paths_get_no_scheduling_advice(name) -> None:
+    d = analyze([REAL / f"{name}.log"])
+    ideas = {f.change.idea for f in d.findings if f.change is not None}
+    assert not ideas & {"overlap_off", "async_scheduling", "tp"}
+
+
+# -- vLLM V1's async scheduling ------------------------------------------------------------------------------
+
+_ASYNC_PATH = (("engine/core.py", "step_with_batch_queue"), ("core/sched/async_scheduler.py", "_update_after_schedule"))
+
+
+def _vllm(args: dict, frames: tuple[tuple[str, str], ...]) -> list[str]:
+    log = VllmLog().add(f"non-default args: {({'model': 'Qwen/Qwen3-8B', **args})!r}", file="utils.py:233")
+    log.stats_series(3, running=4, waiting=0, usage=0.1, gen=100.0)
+    for line in lf.vllm_engine_traceback(*frames):
+        log.add(line, process="EngineCore_DP0", level="ERROR", file="core.py:710")
+    return log.lines
+
+
+def test_a_vllm_crash_on_the_async_path_advises_dropping_async_scheduling() -> None:
+    f, _ = _crash(_vllm({"async_scheduling": True}, _ASYNC_PATH))
+    assert f.engine == "vllm" and f.change == Change("async_scheduling", False)
+    assert f.advice() == ("change", "--async-scheduling remove (synchronous scheduling)")
+    assert f.evidence.facts["frames"] == "step_with_batch_queue, async_scheduler.py" and "slower" in f.tradeoff
+
+
+@pytest.mark.parametrize(("args", "frames"), [({}, _ASYNC_PATH), ({"async_scheduling": True}, ())])
+def test_no_async_advice_without_the_flag_in_the_args_or_the_frames(args, frames) -> None:
+    f, _ = _crash(_vllm(args, frames))
+    assert f.change is None
+
+
+# -- PD disaggregation with different TP sizes ---------------------------------------------------------------
+
+def test_a_pd_tp_size_mismatch_advises_the_same_tp_size_or_an_upgrade() -> None:
+    f, _ = _crash(_sglang(lf.pd_tp_error(), tp_size=4, disaggregation_mode="prefill"))
+    assert f.change == Change("tp") and f.flag == "--tp-size" and f.current == "4"
+    assert f.evidence.facts["prefill_tp"] == 4 and f.evidence.facts["decode_tp"] is None
+    assert f.action.startswith("run prefill and decode with the same --tp-size (now prefill TP 4)")
+    assert "upgrade SGLang" in f.action and "different TP sizes" in f.message
+
+
+def test_a_pd_error_naming_both_sizes_names_both_and_sets_this_side() -> None:
+    error = "prefill_tp_size=4 does not match decode_tp_size=2 in disaggregation"
+    f, d = _crash(_sglang(lf.pd_tp_error(error), tp_size=4, disaggregation_mode="prefill"))
+    assert f.change == Change("tp", "2") and f.current == "4"
+    assert "(now prefill TP 4 and decode TP 2)" in f.action and "--tp-size 2" in d.command
+
+
+def test_a_pd_error_on_the_overlap_path_is_advised_as_a_tp_mismatch() -> None:
+    tb = lf.scheduler_traceback("event_loop_overlap_disagg_prefill", "RuntimeError: PD Disaggregation does NOT "
+                                "support PD different TP sizes for hybrid mamba models yet.")
+    f, _ = _crash(_sglang(tb))
+    assert f.change == Change("tp") and f.current is None
+
+
+def test_an_unrelated_crash_gets_no_tp_advice() -> None:
+    f, _ = _crash(_sglang(lf.scheduler_traceback("event_loop_normal", "AssertionError: bad batch")))
+    assert f.change is None and f.action is None
+
+
+# -- preemption in the engine's own word ----------------------------------------------------------------------
+
+def test_v1_resumed_preemptions_are_preemptions_in_vllm_words() -> None:
+    log = VllmLog().start().stats_series(30, running=200, waiting=10, usage=0.99, gen=3000.0)
+    for i in range(6):
+        log.add(lf.vllm_resumed(f"cmpl-{i}-0"), dt=5, process="EngineCore_DP0", file="scheduler.py:495")
+    d = analyze(lines=log.lines)
+    assert d.stats.kinds["preempt"] == 6
+    f = next(f for f in d.findings if f.id == "retraction.frequent")
+    assert f.title == "Frequent preemptions" and "6 preemptions" in f.message and "preempted" in f.message
+    assert "retract" not in (f.title + f.message).lower()
+
+
+def test_v0_and_v1_preemption_lines_are_both_read() -> None:
+    v0 = ("WARNING 08-20 10:18:39 scheduler.py:1141] Sequence group 147 is preempted by PreemptionMode.RECOMPUTE "
+          "mode because there is not enough KV cache space.")
+    v1 = "INFO 08-21 07:17:09 [scheduler.py:495] " + lf.vllm_resumed("cmpl-e595-0")
+    assert analyze(lines=[v0, v1]).stats.kinds["preempt"] == 2
+    real = analyze([REAL / "downstream" / "lmcache-1361-v1-preempted-resumed.log"])
+    assert real.stats.kinds["preempt"] == 2
+
+
+def test_sglang_retractions_stay_retractions() -> None:
+    log = Log("0.4.9").start(Startup(), model_path="m")
+    for _ in range(10):
+        log.decode_series(3).add(lf.retract("0.4.9", k=2, old=0.7, new=0.9), dt=1)
+    f = next(f for f in analyze(lines=log.lines).findings if f.id == "retraction.frequent")
+    assert "retraction" in (f.title + f.message).lower() and "preempt" not in (f.title + f.message).lower()
+
+
+@pytest.mark.parametrize(("engine", "words"), [("vllm", "preempt"), ("sglang", "retract")])
+def test_the_fleet_finding_speaks_the_engine_word(engine, words) -> None:
+    from toolkit.diagnose.fleet import WorkerLoad, _retracting
+
+    hot = WorkerLoad("hot", 30, running=100, usage=0.95, retractions=6, retraction_rate=3.0)
+    calm = WorkerLoad("calm", 30, running=10, usage=0.2)
+    (f,) = _retracting([hot, calm], engine)
+    other = {"preempt": "retract", "retract": "preempt"}[words]
+    assert words in f.title and words in f.message and other not in (f.title + f.message)
