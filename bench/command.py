@@ -18,7 +18,7 @@ from toolkit.bench.datasets import DATASETS, DatasetError, DatasetSpec
 from toolkit.bench.max_rate import DEFAULT_ATTAINMENT, DEFAULT_RUNS, Bracket, SearchSettings, find_max_rate, meets_slo
 from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
 from toolkit.bench.output import append_record, print_summary
-from toolkit.bench.record import build_record
+from toolkit.bench.assemble import build_record
 from toolkit.bench.stats import repeat_summary
 from toolkit.bench.sweep import Step, sweep
 from toolkit.bench.target import TargetError, resolve_model

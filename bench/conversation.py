@@ -46,7 +46,7 @@ def _turn_row(turn: int, outcomes: list[RequestOutcome]) -> dict:
 
 
 def conversation_record(outcomes: list[RequestOutcome], sessions: int, turns: int, think_time: float) -> dict:
-    """The record's multi-turn fields (schema in `bench.output`); turns are numbered from 1 there."""
+    """The record's multi-turn fields (schema in `bench.record`); turns are numbered from 1 there."""
     by_turn = [_turn_row(k, [o for o in outcomes if o.turn == k]) for k in range(turns)]
     done = [o for o in outcomes if o.ok]
     return {

@@ -1,66 +1,5 @@
-"""Run records: the summary table on the terminal and one JSON line per run in `--output-file`.
-
-Record schema (one JSON object per run; numbers that could not be measured are null):
-- run configuration: `tool`, `version`, `backend`, `base_url`, `model`, `tokenizer`, `dataset_name`,
-  `dataset_path`, `random_input_len`, `random_output_len`, `random_range_ratio`, `request_rate` (req/s, or the
-  string "inf"; sessions/s in a multi-turn run), `turns` (1: single requests), `arrival`
-  (poisson|constant|gamma|trace), `burstiness`, `max_concurrency`, `seed`, `warmup_requests`, `warmup_failures`,
-  `request_timeout`, `ignore_eos`,
-  `sweep` ({"role": "saturation"|"rate", "step": i}, only when a command runs several rates);
-  `search` (only with `--find-max-rate`: {"role": "saturation"|"probe", "step": i, "meets_slo": bool, and after
-  each answered probe the bracket so far: "max_rate" (highest passing rate or null), "bracket_hi" (lowest failing
-  rate or null), "probes"});
-- SGLang bench_serving names: `duration` (s, first send to last response), `completed`, `total_input_tokens`,
-  `total_output_tokens`, `request_throughput`, `input_throughput`, `output_throughput`, `total_throughput`,
-  `concurrency` (mean requests in flight), `cached_tokens` (prompt tokens the server said it took from its prefix
-  cache: `usage.prompt_tokens_details.cached_tokens` or `meta_info.cached_tokens`; null when no response said) and
-  `cache_hit_rate` (their share of those responses' prompt tokens), and for each of ttft, tpot, itl and
-  e2e_latency the keys `mean_X_ms`, `median_X_ms`, `p90_X_ms`, `p99_X_ms`, `std_X_ms`, `max_X_ms`;
-- outcome counts: `num_requests` (sent), `failed`, `shed` (refused by the server for load: HTTP 503, or an in-stream
-  error with code 503 / queue_full / waiting_timeout; not counted in `failed`), `cancelled` (stopped by Ctrl-C),
-  `errors` ({kind: count} of the failed, kinds `http_<status>`, `timeout`, `connection`, `malformed_response`,
-  `server_error`, `empty_response`), `interrupted`;
-- goodput (with `--slo`): `slo` ({"ttft"|"tpot"|"e2e": ms}), `goodput` (req/s meeting every SLO),
-  `slo_attainment` (fraction of sent requests meeting every SLO);
-- client verdict (rule in `bench.verdict`), two facts apart: dispatch (did the client send on schedule?)
-  `scheduled_rate`, `achieved_rate` (req/s as sent), `dispatch_ratio`, `send_lag_p50_ms`, `send_lag_p99_ms`,
-  `send_lag_max_ms`, `concurrency_wait_p99_ms`, `send_lag_limit_ms` (the lag past which the client counts as the
-  bottleneck: 10 ms, or a tenth of the mean scheduled gap when longer), `dispatch_kept_up`, and
-  `client_bottleneck` (its negation: the client, not the server, shaped the load); timing (are the measured
-  latencies free of client-side delay?) `loop_lag_p50_ms`, `loop_lag_p99_ms` (how late the client's event loop
-  woke for a due timer, sampled every 10 ms: how late a token arriving then was timestamped; the loop busy or the
-  process descheduled), `timing_lag_limit_ms` (2 ms, or a tenth of the median TTFT when longer), `timing_kept_up` (null when the loop was not sampled); then
-  `client_verdict` (one sentence, e.g. "Dispatch kept up, timing did not: ..."), `shed_verdict` (a sentence when
-  the server shed load, else null);
-- who sent the load: `workers` (`--workers N`; 1: the command's own process), `worker_backend` ("process",
-  "ray" with `--ray-address`, null for the command's own process), `per_worker` ([{"worker", "requests",
-  "sent", "completed", "failed", "scheduled_rate", "achieved_rate", "send_lag_p99_ms", "loop_lag_p99_ms",
-  "ready_before_start_ms"}]: worker w sent arrivals w, w + N, ... of the one schedule from a shared start; every
-  other key of the record is computed from the union of all workers' per-request samples);
-- the window, for cutting server logs: `started_at`, `ended_at` (unix seconds), `started_at_iso`, `ended_at_iso`
-  (local time with offset), `server_log` (the `--server-log` path or null);
-- server side: `scraped_metrics` ([{"t": unix seconds, "metrics": {sample name: value}}]), `scrape_error`;
-- over time (rules in `bench.timeline`): `steady` (null for a burst; else the window `t0`, `t1` in seconds from
-  the run start and `started_at`, `ended_at` in unix seconds, `requests` sent and `completed` in it,
-  `request_throughput`, `output_throughput`, and the ttft/tpot/itl/e2e_latency keys above over the requests sent
-  in it); `slice_seconds`; `slices` ([{"t0", "t1", "sent", "completed", "request_rate", "output_throughput",
-  "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", and with `--scrape-metrics` where the server has the
-  gauges "running", "queued"}]);
-- `--repeats N` (N > 1): `repeat` ({"index", "count", "seed"}) on every repeat's record, and on the last one
-  `repeats` ({"count", "seeds", "confidence": 0.95, "metrics": {key: {"mean", "ci_low", "ci_high", "half_width",
-  "std", "n"}}}: Student-t intervals over the repeats, keys in `bench.stats.REPEAT_METRICS`);
-- several rates (`--sweep`, a rate list): `stopped_early` ({"rate", "reason", "skipped": [rates]}) on the run that
-  showed the server past saturation (rule in `bench.sweep`), and on the last record `pareto` ({"x":
-  "per_user_output_throughput", "y": "output_throughput", "points", "front": [{"request_rate",
-  "per_user_output_throughput", "output_throughput"}]}: rule in `bench.pareto`);
-- multi-turn chat (`--turns T`, T > 1; rule in `bench.conversation`): `sessions` (sessions started), `think_time`
-  (s), `skipped_turns` (turns not sent because an earlier turn of their session failed), `by_turn` ([{"turn" (from
-  1), "requests", "completed", "mean_ttft_ms", "cached_tokens", "cache_hit_rate"}]), `cache_hit_rate_first_turn`,
-  `cache_hit_rate_later_turns` (server-reported, as `cache_hit_rate`; null when unreported);
-- `requests` (only with `--output-details`): one row per request with `index`, `scheduled_ms`, `send_lag_ms`,
-  `sent_at`, `input_len`, `output_len`, `ttft_ms`, `tpot_ms`, `e2e_ms`, `itl_ms` (list), `error`, `message`, `text`,
-  `cached_tokens`, and in a multi-turn run `session` (from 0) and `turn` (from 1).
-"""
+"""Run records: the summary table on the terminal and one JSON line per run in `--output-file` (schema in
+`bench.record`)."""
 from __future__ import annotations
 
 import json
@@ -74,6 +13,7 @@ from rich.table import Table
 
 from toolkit.bench.metrics import request_metrics
 from toolkit.bench.outcome import RequestOutcome
+from toolkit.bench.record import BenchRecord
 from toolkit.bench.runner import RunResult
 
 
@@ -130,9 +70,11 @@ def clean(value):
 
 
 def append_record(path: Path, record: dict) -> None:
+    """Raises ValueError, before touching the file, when a key has a type its readers do not expect."""
+    line = json.dumps(BenchRecord.from_json(clean(record)).to_json())
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(clean(record)) + "\n")
+        out.write(line + "\n")
 
 
 def _fmt(value, digits: int = 2) -> str:

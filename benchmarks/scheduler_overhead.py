@@ -13,6 +13,7 @@ so that their time is the GPU's work and not only its launch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import statistics
@@ -77,7 +78,7 @@ def measure(batch_size: int, steps: int, overlap: bool, outbox: zmq.Socket, devi
 
     def step() -> None:
         outputs = scheduler.step()
-        outbox.send_pyobj(BatchOutput(outputs, scheduler.stats.as_dict()), copy=False)
+        outbox.send_pyobj(BatchOutput(outputs, dataclasses.replace(scheduler.stats)), copy=False)
 
     while scheduler.waiting or scheduler.chunked_req or len(scheduler.running) < batch_size:
         step()

@@ -9,6 +9,7 @@ flag, the more severe one (the earlier in the list) wins. SGLang's command start
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 
@@ -16,20 +17,34 @@ from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.ideas import flag_of
+from toolkit.runtime.server_args import ServerArgs  # torch-free: the flag declarations only
 
 LAUNCHER = "python -m sglang.launch_server"
 VLLM_LAUNCHER = "vllm serve"
-# (argument, value that needs no flag)
-KEPT_ARGS: tuple[tuple[str, Value], ...] = (
-    ("model_path", None), ("tokenizer_path", None), ("served_model_name", None), ("host", "127.0.0.1"),
-    ("port", 30000), ("tp_size", 1), ("dp_size", 1), ("dtype", "auto"), ("quantization", None),
-    ("kv_cache_dtype", "auto"), ("context_length", None), ("mem_fraction_static", None),
-    ("max_running_requests", None), ("max_queued_requests", None), ("max_total_tokens", None), ("chunked_prefill_size", None),
-    ("max_prefill_tokens", 16384), ("schedule_policy", None), ("schedule_conservativeness", 1.0),
-    ("page_size", 1), ("disable_radix_cache", False), ("enable_mixed_chunk", False),
-    ("attention_backend", None), ("disable_cuda_graph", False), ("cuda_graph_max_bs", None),
-    ("enable_torch_compile", False), ("torch_compile_max_bs", 32), ("enable_dp_attention", False),
+# The SGLang arguments a corrected command keeps, in order.
+KEPT_NAMES: tuple[str, ...] = (
+    "model_path", "tokenizer_path", "served_model_name", "host", "port", "tp_size", "dp_size", "dtype",
+    "quantization", "kv_cache_dtype", "context_length", "mem_fraction_static", "max_running_requests",
+    "max_queued_requests", "max_total_tokens", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
+    "schedule_conservativeness", "page_size", "disable_radix_cache", "enable_mixed_chunk", "attention_backend",
+    "disable_cuda_graph", "cuda_graph_max_bs", "enable_torch_compile", "torch_compile_max_bs", "enable_dp_attention",
 )
+# NOTE: the logs are SGLang's, so where its default is not ours the log source's wins: page_size (ours is filled
+# from the device, SGLang's is 1), attention_backend (SGLang's None picks per device, ours spells it "auto"),
+# schedule_policy (SGLang releases differ, lpm in older ones, fcfs in newer: always written), and
+# enable_dp_attention (no flag of ours).
+SGLANG_DEFAULTS: dict[str, Value] = {
+    "page_size": 1, "attention_backend": None, "schedule_policy": None, "enable_dp_attention": False,
+}
+
+
+def _kept_args(names: tuple[str, ...]) -> tuple[tuple[str, Value], ...]:
+    """(argument, value that needs no flag): SGLang's override, else our `ServerArgs` field's default."""
+    ours = {f.name: f.default for f in dataclasses.fields(ServerArgs)}
+    return tuple((name, SGLANG_DEFAULTS[name] if name in SGLANG_DEFAULTS else ours[name]) for name in names)
+
+
+KEPT_ARGS: tuple[tuple[str, Value], ...] = _kept_args(KEPT_NAMES)
 VLLM_KEPT_ARGS: tuple[tuple[str, Value], ...] = (
     ("host", None), ("port", 8000), ("tensor_parallel_size", 1), ("data_parallel_size", 1),
     ("quantization", None), ("kv_cache_dtype", "auto"), ("max_model_len", None),

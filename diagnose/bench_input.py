@@ -1,26 +1,18 @@
-"""`--bench RESULT.jsonl`: `toolkit bench` records (one JSON object per run) as evidence; missing keys are fine."""
+"""`--bench RESULT.jsonl`: `toolkit bench` records (one JSON object per run, read by `bench.record`) as evidence;
+missing keys are fine, and lines that are not a bench record are skipped."""
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-
-def _float(record: dict[str, Any], key: str) -> float | None:
-    v = record.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+from toolkit.bench.record import BenchRecord, RecordError, read_records
 
 
 def to_log_clock(unix: float) -> float:
     """A unix time on the clock of a log written in this machine's time zone (naive timestamps as UTC)."""
     return unix + time.localtime(unix).tm_gmtoff
-
-
-def _int(record: dict[str, Any], key: str) -> int | None:
-    v = _float(record, key)
-    return int(v) if v is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,25 +37,25 @@ class BenchRun:
     client_verdict: str | None = None
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> BenchRun:
-        flagged = record.get("client_bottleneck")
-        verdict = record.get("client_verdict")
+    def from_record(cls, record: BenchRecord | Mapping[str, Any]) -> BenchRun:
+        """Raises ValueError when `record` (a parsed JSON object) is not a bench record."""
+        r = record if isinstance(record, BenchRecord) else BenchRecord.from_json(dict(record))
         return cls(
-            request_rate=_float(record, "request_rate"),
-            achieved_rate=_float(record, "achieved_rate"),
-            send_lag_p99_ms=_float(record, "send_lag_p99_ms"),
-            client_bottleneck=flagged if isinstance(flagged, bool) else None,
-            completed=_int(record, "completed"),
-            output_throughput=_float(record, "output_throughput"),
-            mean_ttft_ms=_float(record, "mean_ttft_ms"),
-            started_at=_float(record, "started_at"),
-            ended_at=_float(record, "ended_at"),
-            scheduled_rate=_float(record, "scheduled_rate"),
-            dispatch_ratio=_float(record, "dispatch_ratio"),
-            send_lag_p50_ms=_float(record, "send_lag_p50_ms"),
-            num_requests=_int(record, "num_requests"),
-            max_concurrency=_int(record, "max_concurrency"),
-            client_verdict=verdict if isinstance(verdict, str) else None,
+            request_rate=None if isinstance(r.request_rate, str) else _float(r.request_rate),  # "inf": no rate
+            achieved_rate=_float(r.achieved_rate),
+            send_lag_p99_ms=_float(r.send_lag_p99_ms),
+            client_bottleneck=r.client_bottleneck,
+            completed=r.completed,
+            output_throughput=_float(r.output_throughput),
+            mean_ttft_ms=_float(r.mean_ttft_ms),
+            started_at=_float(r.started_at),
+            ended_at=_float(r.ended_at),
+            scheduled_rate=_float(r.scheduled_rate),
+            dispatch_ratio=_float(r.dispatch_ratio),
+            send_lag_p50_ms=_float(r.send_lag_p50_ms),
+            num_requests=r.num_requests,
+            max_concurrency=r.max_concurrency,
+            client_verdict=r.client_verdict,
         )
 
     @property
@@ -78,22 +70,20 @@ class BenchRun:
 class BenchInput:
     source: str
     runs: tuple[BenchRun, ...] = field(default_factory=tuple)
+    skipped: int = 0  # lines of the file that were not a bench record
 
 
 def read_bench(path: str) -> BenchInput:
-    """Every JSON object line of `path`; raises `ValueError` when none can be read."""
+    """Every bench record of `path`; raises `ValueError` when none can be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise ValueError(f"cannot read bench results {path}: {exc}") from exc
-    runs = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            runs.append(BenchRun.from_record(record))
-    if not runs:
+        read = read_records(path, strict=False)
+    except RecordError as exc:
+        raise ValueError(f"cannot read bench results: {exc}") from exc
+    if not read.records:
         raise ValueError(f"{path} holds no JSON records of a bench run")
-    return BenchInput(path, tuple(runs))
+    return BenchInput(path, tuple(BenchRun.from_record(r) for r in read.records), skipped=read.skipped)
+
+
+def _float(value: float | None) -> float | None:
+    """A JSON integer as a float (the record's number keys accept both)."""
+    return None if value is None else float(value)

@@ -1,11 +1,12 @@
 """What a report reads: `toolkit bench` JSONL records (strictly: a bad line is an error) and the run's window."""
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from toolkit.bench.record import RecordError
+from toolkit.bench.record import read_records as bench_records
 from toolkit.diagnose.bench_input import to_log_clock
 
 
@@ -14,30 +15,14 @@ class ReportError(ValueError):
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """Every record of one JSONL file; blank lines are skipped, anything else that is not a JSON object fails."""
+    """Every record of one JSONL file (`bench.record`, strictly: a line that is not a bench record fails)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: cannot read ({exc})") from None
-    records = []
-    for no, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            records.append(_record(line, path, no))
+        records = bench_records(path, strict=True).records
+    except RecordError as exc:
+        raise ReportError(str(exc)) from None
     if not records:
         raise ReportError(f"{path}: no bench records (the file is empty)")
-    return records
-
-
-def _record(line: str, path: str | Path, no: int) -> dict:
-    try:
-        record = json.loads(line)
-    except ValueError as exc:
-        raise ReportError(f"{path} line {no}: not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise ReportError(f"{path} line {no}: not a bench record (a JSON {type(record).__name__}, not an object)")
-    return record
+    return [record.to_json() for record in records]
 
 
 def read_all(paths: Iterable[str | Path]) -> list[dict]:

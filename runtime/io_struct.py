@@ -96,10 +96,33 @@ class SchedulerReady:
     tokenizer_folder: str  # a folder the front end's torch-free FastTokenizer loads (a GGUF's is converted once)
 
 
+@dataclass
+class SchedulerStats:
+    """The scheduler's live counters: the latest log-line values plus cumulative totals. The scheduler updates its
+    own in place and sends a copy with every step; the front end serves them (/get_server_info, /get_load, /metrics)."""
+
+    num_running_reqs: int = 0
+    num_queue_reqs: int = 0
+    num_used_tokens: int = 0
+    token_usage: float = 0.0
+    gen_throughput: float = 0.0
+    input_throughput: float = 0.0
+    cache_hit_rate: float = 0.0
+    num_retracted_reqs: int = 0
+    total_retracted_reqs: int = 0
+    total_prefill_tokens: int = 0
+    total_cached_tokens: int = 0
+    total_generated_tokens: int = 0
+    total_decode_steps: int = 0
+    total_prefill_batches: int = 0
+    new_token_ratio: float = 0.0
+    memory_leak_detected: bool = False
+
+
 @dataclass(frozen=True)
 class BatchOutput:
     outputs: list[TokenOutput]
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: SchedulerStats = field(default_factory=SchedulerStats)  # NOTE: a copy, never the scheduler's live object
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,21 @@ class MatchResult(NamedTuple):
     last_node: Any  # lock handle for the matched prefix
 
 
+class InsertResult(NamedTuple):
+    already_cached: int  # leading tokens the cache held before (the caller's copies of them are duplicates)
+    indices: torch.Tensor  # the cache's KV slots for the whole (page-aligned) key, now resident
+    last_node: Any  # lock handle for the key: what `match_prefix(key)` returns right after the insert
+
+
 class PrefixCache(ABC):
     @abstractmethod
     def match_prefix(self, key: list[int]) -> MatchResult:
         """Longest cached prefix of `key` (page-aligned)."""
 
     @abstractmethod
-    def insert(self, key: list[int], value: torch.Tensor) -> int:
-        """Cache `value` slots for tokens `key`; returns how many leading tokens were cached already."""
+    def insert(self, key: list[int], value: torch.Tensor) -> InsertResult:
+        """Cache `value` slots for tokens `key` (page-aligned); returns how many leading tokens were cached
+        already, and the key's match as it now stands (no second lookup needed)."""
 
     @abstractmethod
     def cached_len(self, node: Any) -> int:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections import defaultdict
 from collections.abc import Callable
 
 import torch
 
-from toolkit.runtime.memory.prefix_cache import MatchResult, PrefixCache
+from toolkit.runtime.memory.prefix_cache import InsertResult, MatchResult, PrefixCache
 
 _ids = itertools.count()
 
@@ -84,9 +85,9 @@ class RadixCache(PrefixCache):
         indices = torch.cat(values) if values else self.root.value
         return MatchResult(indices, node)
 
-    def insert(self, key: list[int], value: torch.Tensor) -> int:
+    def insert(self, key: list[int], value: torch.Tensor) -> InsertResult:
         key, value = self._aligned(key), value[: len(self._aligned(key))]
-        node, matched = self.root, 0
+        node, matched, values = self.root, 0, []
         now = time.monotonic()
         while key and self._child_key(key) in node.children:
             child = node.children[self._child_key(key)]
@@ -95,11 +96,18 @@ class RadixCache(PrefixCache):
             matched += n
             key, value = key[n:], value[n:]
             node = self._split(child, n) if n < len(child.key) else child
+            values.append(node.value)
         if key:
-            new = TreeNode(parent=node, key=list(key), value=value.clone())
-            node.children[self._child_key(key)] = new
-            self._evictable += len(key)
-        return matched
+            node = self._add_leaf(node, key, value)
+            values.append(node.value)
+        indices = torch.cat(values) if values else self.root.value
+        return InsertResult(matched, indices, node)
+
+    def _add_leaf(self, parent: TreeNode, key: list[int], value: torch.Tensor) -> TreeNode:
+        leaf = TreeNode(parent=parent, key=list(key), value=value.clone())
+        parent.children[self._child_key(key)] = leaf
+        self._evictable += len(key)
+        return leaf
 
     def cached_len(self, node: TreeNode | None) -> int:
         return 0 if node is None else node.prefix_len
@@ -156,6 +164,30 @@ class RadixCache(PrefixCache):
             if node.parent is not self.root:
                 assert node.lock_ref <= node.parent.lock_ref, f"node {node.id} is locked more than its parent"
 
+    def dfs_weight_order(self, handles: list[TreeNode | None]) -> list[int]:
+        """Positions of `handles` (match lock handles) depth-first over the tree, heavier subtrees (more handles
+        under them) first; handles at the same node keep their order."""
+        at: dict[int, list[int]] = defaultdict(list)
+        nodes: dict[int, TreeNode] = {}
+        for i, node in enumerate(handles):
+            node = node or self.root
+            at[node.id].append(i)
+            nodes[node.id] = node
+        weight: dict[int, int] = defaultdict(int)
+        for node_id, positions in at.items():
+            node = nodes[node_id]
+            while node is not None:
+                weight[node.id] += len(positions)
+                node = node.parent
+        order: list[int] = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            order.extend(at.get(node.id, []))
+            children = sorted(node.children.values(), key=lambda c: weight[c.id])
+            stack.extend(c for c in children if weight[c.id] > 0)
+        return order
+
     # ---- internals ----
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut `child` after n tokens; returns the new node holding the first n."""
@@ -192,8 +224,8 @@ class NoPrefixCache(PrefixCache):
     def match_prefix(self, key: list[int]) -> MatchResult:
         return MatchResult(self._empty, None)
 
-    def insert(self, key: list[int], value: torch.Tensor) -> int:
-        return 0
+    def insert(self, key: list[int], value: torch.Tensor) -> InsertResult:
+        return InsertResult(0, self._empty, None)
 
     def cached_len(self, node: None) -> int:
         return 0

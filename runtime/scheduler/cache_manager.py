@@ -50,9 +50,27 @@ class CacheManager:
         return self.table.req_to_token
 
     # ---- admission ----
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether requests share cached prefixes (the radix cache is on)."""
+        return isinstance(self.tree, RadixCache)
+
     def match_prefix(self, req: Req) -> None:
         """The tokens the request makes resident this round, and the longest cached prefix of them."""
-        req.init_next_round_input(self.tree)
+        req.init_next_round_input(self.tree.match_prefix(req.max_prefix_ids()))
+
+    def lock_prefix(self, req: Req) -> None:
+        """Protect the request's matched prefix from eviction (admission holds it until the request releases)."""
+        self.tree.inc_lock_ref(req.last_node)
+
+    def unlock_prefix(self, req: Req) -> None:
+        self.tree.dec_lock_ref(req.last_node)
+
+    def dfs_weight_order(self, reqs: list[Req]) -> list[Req]:
+        """`reqs` depth-first over the tree by their matched prefixes, heavier subtrees first."""
+        if not isinstance(self.tree, RadixCache):
+            return list(reqs)
+        return [reqs[i] for i in self.tree.dfs_weight_order([r.last_node for r in reqs])]
 
     # ---- allocation ----
     def make_room(self, num_tokens: int) -> bool:
@@ -123,9 +141,8 @@ class CacheManager:
         token_ids = (req.origin_input_ids + req.output_ids)[:resident]
         aligned = token_ids[: resident // self.page_size * self.page_size]
         tree_len = self.tree.cached_len(req.last_node)
-        already_cached = self.tree.insert(aligned, slots[: len(aligned)].clone())
+        already_cached, prefix, node = self.tree.insert(aligned, slots[: len(aligned)])
         self.allocator.free(slots[tree_len:already_cached])
-        prefix, node = self.tree.match_prefix(aligned)
         self.tree.dec_lock_ref(req.last_node)
         if finished:
             self.allocator.free(slots[len(prefix) :])

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import random
-from collections import defaultdict
 
 import torch
 
-from toolkit.runtime.memory.prefix_cache import PrefixCache
-from toolkit.runtime.memory.radix_cache import RadixCache, TreeNode
+from toolkit.runtime.memory.radix_cache import RadixCache
+from toolkit.runtime.scheduler.cache_manager import CacheManager
 from toolkit.runtime.scheduler.request import Req
 
 LPM_FALLBACK_QUEUE_LEN = 128  # above this many waiting requests, lpm costs more than it saves: use fcfs
@@ -16,11 +15,11 @@ IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD = 32  # ...and wait if another waiting re
 
 
 class SchedulePolicy:
-    def __init__(self, policy: str, tree_cache: PrefixCache, seed: int = 0) -> None:
-        if not isinstance(tree_cache, RadixCache) and policy in ("lpm", "dfs-weight"):
+    def __init__(self, policy: str, cache: CacheManager, seed: int = 0) -> None:
+        if not cache.shares_prefixes and policy in ("lpm", "dfs-weight"):
             policy = "fcfs"  # prefix-aware orders need the radix cache
         self.policy = policy
-        self.tree_cache = tree_cache
+        self.cache = cache
         self._random = random.Random(seed)
 
     def active_policy(self, waiting: list[Req]) -> str:
@@ -40,17 +39,18 @@ class SchedulePolicy:
             if policy == "lpm":
                 waiting.sort(key=lambda r: float("inf") if r.rid in deprioritized else -len(r.prefix_indices))
             else:
-                self._sort_by_dfs_weight(waiting)
+                waiting[:] = self.cache.dfs_weight_order(waiting)
             return True
         return False
 
     def _match_prefixes(self, waiting: list[Req]) -> set[str]:
         """Match every waiting request against the cache; of requests with little cached prefix that share a
         long prefix with an earlier waiting request, only the first goes ahead (the rest reuse its KV later)."""
+        # NOTE: a scratch tree of the waiting requests' own prefixes, not the KV cache's.
         in_batch = RadixCache(free_slots=lambda _: None)
         deprioritized: set[str] = set()
         for req in waiting:
-            req.init_next_round_input(self.tree_cache)
+            self.cache.match_prefix(req)
             if len(req.prefix_indices) > IN_BATCH_PREFIX_CHECK_THRESHOLD:
                 continue
             prefix_ids = req.max_prefix_ids()
@@ -60,28 +60,3 @@ class SchedulePolicy:
             else:
                 in_batch.insert(prefix_ids, torch.empty(len(prefix_ids), dtype=torch.int64))
         return deprioritized
-
-    def _sort_by_dfs_weight(self, waiting: list[Req]) -> None:
-        """Depth-first over the cache tree, heavier subtrees (more waiting requests under them) first."""
-        if not isinstance(self.tree_cache, RadixCache):
-            return
-        by_node: dict[int, list[Req]] = defaultdict(list)
-        nodes: dict[int, TreeNode] = {}
-        for req in waiting:
-            node = req.last_node or self.tree_cache.root
-            by_node[node.id].append(req)
-            nodes[node.id] = node
-        weight: dict[int, int] = defaultdict(int)
-        for node_id, reqs in by_node.items():
-            node = nodes[node_id]
-            while node is not None:
-                weight[node.id] += len(reqs)
-                node = node.parent
-        ordered: list[Req] = []
-        stack = [self.tree_cache.root]
-        while stack:
-            node = stack.pop()
-            ordered.extend(by_node.get(node.id, []))
-            children = sorted(node.children.values(), key=lambda c: weight[c.id])
-            stack.extend(c for c in children if weight[c.id] > 0)
-        waiting[:] = ordered

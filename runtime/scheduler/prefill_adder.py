@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from enum import Enum, auto
 from typing import Iterator, Protocol
 
-from toolkit.runtime.memory.prefix_cache import PrefixCache
 from toolkit.runtime.scheduler.request import Req
 
 CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096
@@ -26,10 +25,18 @@ class AddReqResult(Enum):
     NO_REQUEST_SLOT = auto()  # max_running_requests are running or admitted
 
 
-class FreeSlots(Protocol):
+class AdmissionCache(Protocol):
+    """What admission reads and locks of the KV cache (the `CacheManager`)."""
+
     page_size: int
 
     def available_size(self) -> int: ...
+
+    def evictable_size(self) -> int: ...
+
+    def lock_prefix(self, req: Req) -> None: ...
+
+    def unlock_prefix(self, req: Req) -> None: ...
 
 
 def clipped_max_new(req: Req) -> int:
@@ -47,8 +54,7 @@ def running_reservation(running: list[Req], new_token_ratio: float) -> float:
 class PrefillAdder:
     def __init__(
         self,
-        tree_cache: PrefixCache,
-        allocator: FreeSlots,
+        cache: AdmissionCache,
         running: list[Req],
         new_token_ratio: float,
         max_prefill_tokens: int,
@@ -56,11 +62,10 @@ class PrefillAdder:
         mixed_with_decode_tokens: int = 0,
         max_running_requests: int | None = None,
     ) -> None:
-        self.tree_cache = tree_cache
+        self.cache = cache
         self.running_count = len(running)
         self.rem_requests = None if max_running_requests is None else max_running_requests - len(running)
-        self.allocator = allocator
-        self.page_size = allocator.page_size
+        self.page_size = cache.page_size
         self.rem_input_tokens = max_prefill_tokens - mixed_with_decode_tokens
         self.rem_chunk_tokens = None if chunked_prefill_size is None else chunked_prefill_size - mixed_with_decode_tokens
         self.rem_total_token_offset = mixed_with_decode_tokens + running_reservation(running, new_token_ratio)
@@ -79,7 +84,7 @@ class PrefillAdder:
         return self._free_and_evictable() - self.cur_rem_token_offset
 
     def _free_and_evictable(self) -> int:
-        return self.allocator.available_size() + self.tree_cache.evictable_size()
+        return self.cache.available_size() + self.cache.evictable_size()
 
     def ceil_paged(self, tokens: int) -> int:
         return -(-tokens // self.page_size) * self.page_size
@@ -117,12 +122,12 @@ class PrefillAdder:
         return req if truncated else None
 
     @contextmanager
-    def _locked(self, node) -> Iterator[None]:
-        self.tree_cache.inc_lock_ref(node)
+    def _locked(self, req: Req) -> Iterator[None]:
+        self.cache.lock_prefix(req)
         try:
             yield
         finally:
-            self.tree_cache.dec_lock_ref(node)
+            self.cache.unlock_prefix(req)
 
     def add_one_req(self, req: Req) -> AddReqResult:
         if not self.has_request_slot:
@@ -134,13 +139,13 @@ class PrefillAdder:
             return AddReqResult.NO_TOKEN
         if input_tokens >= self.rem_input_tokens and self.can_run_list:
             return AddReqResult.OTHER
-        with self._locked(req.last_node):
+        with self._locked(req):
             # NOTE: locking the prefix makes it non-evictable, so the budget may have shrunk.
             if total_tokens >= self.rem_total_tokens:
                 return AddReqResult.NO_TOKEN
             if self.rem_chunk_tokens is None or input_tokens <= self.rem_chunk_tokens:
                 self.can_run_list.append(req)
-                self.tree_cache.inc_lock_ref(req.last_node)
+                self.cache.lock_prefix(req)
                 self._update_budget(prefix_len, input_tokens, clipped_max_new(req))
             else:
                 truncated_len = self.rem_chunk_tokens - self.page_size + 1
@@ -150,7 +155,7 @@ class PrefillAdder:
                 req.fill_ids = req.fill_ids[: prefix_len + truncated_len]
                 self.can_run_list.append(req)
                 self.new_chunked_req = req
-                self.tree_cache.inc_lock_ref(req.last_node)
+                self.cache.lock_prefix(req)
                 self._update_budget(prefix_len, truncated_len, 0)
         return self.budget_state()
 

@@ -1,16 +1,41 @@
-"""A request's state inside the scheduler: its tokens, its place in the KV cache, and why it finished."""
+"""A request's state inside the scheduler: its lifecycle status, its tokens, its place in the KV cache, and why it
+finished."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import torch
 
 from toolkit.runtime.io_struct import FinishReason
+from toolkit.runtime.memory.prefix_cache import MatchResult
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 
 _NO_SLOTS = torch.empty(0, dtype=torch.int64)
+
+
+class ReqStatus(Enum):
+    """Where a request is in its life; each transition is set in one place:
+
+        WAITING ─admit─> PREFILLING ─prefill done─> RUNNING ─retract─> RETRACTED ─admit─> PREFILLING ...
+        any live status ─finish─> FINISHED or ABORTED (`Req.finish`, by the reason's kind)
+
+    Held by the scheduler: WAITING and RETRACTED in the waiting queue; PREFILLING in a prefill batch, and between
+    chunks as the chunked request; RUNNING in the running batch (where a finished request stays until filtered).
+    """
+
+    WAITING = "waiting"  # queued, never admitted
+    PREFILLING = "prefilling"  # admitted: its input (maybe in chunks) is being made resident
+    RUNNING = "running"  # decoding in the running batch
+    RETRACTED = "retracted"  # back in the queue, its KV released, to be prefilled again
+    FINISHED = "finished"  # stopped by a stop token or string, or its length
+    ABORTED = "aborted"  # aborted by the client, a limit, or the scheduler
+
+    @property
+    def is_done(self) -> bool:
+        return self in (ReqStatus.FINISHED, ReqStatus.ABORTED)
 
 
 @dataclass(eq=False)
@@ -33,8 +58,9 @@ class Req:
     is_chunked: int = 0  # > 0 while a prefill chunk is in flight and more chunks follow
     already_computed: int = 0
     cached_tokens: int = 0
-    finished_reason: FinishReason | None = None
-    to_abort: str | None = None
+    status: ReqStatus = ReqStatus.WAITING
+    finished_reason: FinishReason | None = None  # set with the status, by `finish` only
+    to_abort: str | None = None  # an abort asked for, applied by the scheduler at its next step
     # outputs
     output_logprobs: list[float] = field(default_factory=list)
     output_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -65,17 +91,22 @@ class Req:
 
     @property
     def finished(self) -> bool:
-        return self.finished_reason is not None
+        return self.status.is_done
+
+    def finish(self, reason: FinishReason) -> None:
+        self.finished_reason = reason
+        self.status = ReqStatus.ABORTED if reason.kind == "abort" else ReqStatus.FINISHED
 
     @property
     def seq_len(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
 
-    def init_next_round_input(self, tree_cache=None) -> None:
-        """Tokens to make resident this round, and (with a cache) the longest cached prefix of them."""
+    def init_next_round_input(self, prefix: MatchResult | None = None) -> None:
+        """Tokens to make resident this round on top of the resident prefix, or of `prefix` (a fresh cache match
+        of `max_prefix_ids()`, from the `CacheManager`)."""
         self.fill_ids = self.origin_input_ids + self.output_ids
-        if tree_cache is not None:
-            self.prefix_indices, self.last_node = tree_cache.match_prefix(self.max_prefix_ids())
+        if prefix is not None:
+            self.prefix_indices, self.last_node = prefix
         self.extend_input_len = len(self.fill_ids) - len(self.prefix_indices)
 
     def max_prefix_ids(self) -> list[int]:
@@ -84,6 +115,8 @@ class Req:
         return self.fill_ids[: max(len(self.fill_ids) - 1, 0)]
 
     def reset_for_retract(self) -> None:
+        """Back to the queue with no KV: the next admission prefills every token so far again."""
+        self.status = ReqStatus.RETRACTED
         self.kv_allocated = 0
         self.token_source = None
         self.prefix_indices = _NO_SLOTS
@@ -101,9 +134,11 @@ class Req:
         if self.finished:
             return
         if self.to_abort is not None:
-            self.finished_reason = FinishReason("abort", message=self.to_abort)
+            self.finish(FinishReason("abort", message=self.to_abort))
             return
-        self.finished_reason = self.finish_after(self.output_ids[-1])
+        reason = self.finish_after(self.output_ids[-1])
+        if reason is not None:
+            self.finish(reason)
 
     def finish_after(self, token: int) -> FinishReason | None:
         """Why the request ends with `token` (just appended), or None: the per-token check of the hot path."""
@@ -124,3 +159,9 @@ class Req:
             if stop in tail:
                 return FinishReason("stop", matched=stop)
         return None
+
+
+def check_statuses(reqs: list[Req], allowed: frozenset[ReqStatus], where: str) -> None:
+    """Raise AssertionError if a request held in `where` has a status not in `allowed`."""
+    wrong = [f"{r.rid}: {r.status.value}" for r in reqs if r.status not in allowed]
+    assert not wrong, f"{where} holds requests in the wrong status: {', '.join(wrong)}"

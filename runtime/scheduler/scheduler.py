@@ -28,6 +28,7 @@ from toolkit.runtime.io_struct import (
     FlushCacheRequest,
     FlushCacheResult,
     GenerateInput,
+    SchedulerStats,
     TokenOutput,
     context_length_error,
     token_id_error,
@@ -40,13 +41,17 @@ from toolkit.runtime.scheduler.cache_manager import CacheManager
 from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
 from toolkit.runtime.scheduler.policy import SchedulePolicy
 from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, never_fits
-from toolkit.runtime.scheduler.request import Req
+from toolkit.runtime.scheduler.request import Req, ReqStatus, check_statuses
 from toolkit.runtime.scheduler.retraction import RETRACT_DECODE_STEPS, choose_victims
 from toolkit.runtime.scheduler.schedule_batch import ScheduleBatch
-from toolkit.runtime.scheduler.stats_log import SchedulerStats, StatsLogger
+from toolkit.runtime.scheduler.stats_log import StatsLogger
 from toolkit.runtime.server_args import ResolvedArgs
 
 logger = logging.getLogger("runtime")
+
+_QUEUED = frozenset({ReqStatus.WAITING, ReqStatus.RETRACTED})
+_IN_RUNNING_BATCH = frozenset({ReqStatus.RUNNING, ReqStatus.FINISHED, ReqStatus.ABORTED})
+_CHUNKED = frozenset({ReqStatus.PREFILLING})
 
 
 @dataclass
@@ -73,7 +78,7 @@ class Scheduler:
         self.context_len = runner.context_len
         self.max_total_num_tokens = runner.max_total_num_tokens
         self.cache = CacheManager(runner.req_to_token_pool, runner.allocator, radix_cache=not args.disable_radix_cache)
-        self.policy = SchedulePolicy(args.schedule_policy, self.cache.tree, seed=args.random_seed or 0)
+        self.policy = SchedulePolicy(args.schedule_policy, self.cache, seed=args.random_seed or 0)
         self.ratio = NewTokenRatio.from_conservativeness(args.schedule_conservativeness)
         self.max_running_requests = args.max_running_requests or default_max_running_requests(
             self.max_total_num_tokens, self.context_len)
@@ -258,7 +263,7 @@ class Scheduler:
         running_bs = len(self.running)
         mixed = self.args.enable_mixed_chunk and not self.running.is_empty
         adder = PrefillAdder(
-            self.cache.tree, self.cache.allocator, self.running.reqs, self.ratio.value,
+            self.cache, self.running.reqs, self.ratio.value,
             self.args.max_prefill_tokens, self.chunked_prefill_size, running_bs if mixed else 0,
             self.max_running_requests,
         )
@@ -285,6 +290,8 @@ class Scheduler:
     def _build_prefill_batch(self, adder: PrefillAdder, running_bs: int, mixed: bool) -> ScheduleBatch:
         admitted = set(map(id, adder.can_run_list))
         self.waiting = [r for r in self.waiting if id(r) not in admitted]
+        for req in adder.can_run_list:
+            req.status = ReqStatus.PREFILLING
         if adder.new_chunked_req is not None:
             self.chunked_req = adder.new_chunked_req
         if self.chunked_req is not None:
@@ -327,6 +334,8 @@ class Scheduler:
             self.chunked_req.is_chunked -= 1
             self.cache.cache_req(self.chunked_req, finished=False)
         batch.filter([r for r in batch.reqs if not r.finished and r is not self.chunked_req])
+        for req in batch.reqs:
+            req.status = ReqStatus.RUNNING
         self.running.merge(batch)
         self.running.mode = ForwardMode.DECODE
 
@@ -421,7 +430,9 @@ class Scheduler:
             if req.top_logprobs_num and sample.top_logprobs is not None:
                 top = sample.top_logprobs[row][: req.top_logprobs_num]
                 req.output_top_logprobs.append(top)
-        req.finished_reason = req.finish_after(token)
+        reason = req.finish_after(token)
+        if reason is not None:
+            req.finish(reason)
         self._emit(req, token, logprob, top)
 
     def _emit(self, req: Req, token: int | None, logprob: float | None = None, top=None) -> None:
@@ -458,7 +469,7 @@ class Scheduler:
         self.waiting = [r for r in self.waiting if id(r) not in gone]
         message = f"the request waited more than {limit:g} s in the queue (--queue-timeout); retry later"
         for req in expired:
-            req.finished_reason = FinishReason("abort", message=message, code=WAITING_TIMEOUT)
+            req.finish(FinishReason("abort", message=message, code=WAITING_TIMEOUT))
             self._emit(req, None)
         logger.info(f"Queue timeout: aborted {len(expired)} requests that waited more than {limit:g} s, "
                     f"#queue-req: {len(self.waiting)}")
@@ -470,9 +481,16 @@ class Scheduler:
         self._emit(req, None)
 
     def _finish_unscheduled(self, req: Req, message: str) -> None:
-        req.finished_reason = FinishReason("abort", message=message)
+        req.finish(FinishReason("abort", message=message))
         logger.info(f"Abort request {req.rid}: {message}")
         self._emit(req, None)
+
+    def check_statuses(self) -> None:
+        """Raise AssertionError if a request's status disagrees with where the scheduler holds it (between steps;
+        a finished request stays in the running batch until it is filtered)."""
+        check_statuses(self.waiting, _QUEUED, "the waiting queue")
+        check_statuses(self.running.reqs, _IN_RUNNING_BATCH, "the running batch")
+        check_statuses([self.chunked_req] if self.chunked_req else [], _CHUNKED, "the chunked request")
 
     # ---- idle ----
     def _on_idle(self) -> None:

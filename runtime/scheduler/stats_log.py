@@ -1,38 +1,13 @@
 """The scheduler's SGLang-format log lines (docs/log-formats.md §2-§4, §6) and the live counters behind them and
-/metrics."""
+/metrics (`io_struct.SchedulerStats`, the type the front end receives)."""
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+
+from toolkit.runtime.io_struct import SchedulerStats
 
 logger = logging.getLogger("runtime")
-
-
-@dataclass
-class SchedulerStats:
-    """Live counters: the latest log-line values plus cumulative totals."""
-
-    num_running_reqs: int = 0
-    num_queue_reqs: int = 0
-    num_used_tokens: int = 0
-    token_usage: float = 0.0
-    gen_throughput: float = 0.0
-    input_throughput: float = 0.0
-    cache_hit_rate: float = 0.0
-    num_retracted_reqs: int = 0
-    total_retracted_reqs: int = 0
-    total_prefill_tokens: int = 0
-    total_cached_tokens: int = 0
-    total_generated_tokens: int = 0
-    total_decode_steps: int = 0
-    total_prefill_batches: int = 0
-    new_token_ratio: float = 0.0
-    memory_leak_detected: bool = False
-
-    def as_dict(self) -> dict[str, int | float | bool]:
-        """A snapshot for the front end (every field is a number, so a shallow copy)."""
-        return dict(vars(self))
 
 
 class StatsLogger:

@@ -5,11 +5,9 @@ observed by the front end as tokens reach it.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from toolkit.runtime.io_struct import TokenOutput
+from toolkit.runtime.io_struct import SchedulerStats, TokenOutput
 
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4,
@@ -17,7 +15,7 @@ ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035
 E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
                800.0)
 
-# scheduler stat → (gauge name, help)
+# SchedulerStats field → (gauge name, help)
 SCHEDULER_GAUGES: dict[str, tuple[str, str]] = {
     "num_running_reqs": ("sglang:num_running_reqs", "The number of running requests."),
     "num_used_tokens": ("sglang:num_used_tokens", "The number of used KV tokens."),
@@ -73,7 +71,7 @@ class RequestMetrics:
         self.e2e = self._family(Histogram, "sglang:e2e_request_latency_seconds", "End-to-end request latency.",
                                 buckets=E2E_BUCKETS)
         self._retracted_seen = [0] * self.replicas
-        self._stats: list[dict[str, Any]] = [{} for _ in range(self.replicas)]
+        self._stats: list[SchedulerStats | None] = [None] * self.replicas  # None: not reported yet
         self._pools = pools
 
     def _family(self, kind, name: str, doc: str, **options) -> list:
@@ -85,20 +83,18 @@ class RequestMetrics:
         """The replica's series and the total's (the same one series with one replica)."""
         return family if self.replicas == 1 else [family[dp_rank], family[-1]]
 
-    def on_scheduler_stats(self, stats: dict[str, Any], dp_rank: int = 0) -> None:
+    def on_scheduler_stats(self, stats: SchedulerStats, dp_rank: int = 0) -> None:
         self._stats[dp_rank] = stats
         for key, family in self.gauges.items():
-            if key in stats:
-                family[dp_rank].set(stats[key])
-        total = stats.get("total_retracted_reqs", self._retracted_seen[dp_rank])
-        if total > self._retracted_seen[dp_rank]:
+            family[dp_rank].set(getattr(stats, key))
+        if stats.total_retracted_reqs > self._retracted_seen[dp_rank]:
             for child in self._observed(self.retracted_total, dp_rank):
-                child.inc(total - self._retracted_seen[dp_rank])
-            self._retracted_seen[dp_rank] = total
+                child.inc(stats.total_retracted_reqs - self._retracted_seen[dp_rank])
+            self._retracted_seen[dp_rank] = stats.total_retracted_reqs
         if self.replicas > 1:
-            for key, value in summed_stats(self._stats, self._pools).items():
-                if key in self.gauges:
-                    self.gauges[key][-1].set(value)
+            total = summed_stats([s for s in self._stats if s is not None], self._pools)
+            for key, family in self.gauges.items():
+                family[-1].set(getattr(total, key))
 
     def on_first_token(self, seconds: float, dp_rank: int = 0) -> None:
         for child in self._observed(self.ttft, dp_rank):
@@ -134,17 +130,19 @@ class RequestMetrics:
         return generate_latest(self.registry)
 
 
-def summed_stats(replicas: list[dict[str, Any]], pools: list[int]) -> dict[str, float]:
-    """The replicas' scheduler counters as one: sums, with usage and hit rate over the summed tokens (`pools`: each
-    replica's max_total_num_tokens)."""
+def summed_stats(replicas: list[SchedulerStats], pools: list[int]) -> SchedulerStats:
+    """The replicas' scheduler counters as one: sums, with usage and hit rate over the summed tokens (`pools`: every
+    replica's max_total_num_tokens) and the mean new-token ratio."""
     def total(key: str) -> float:
-        return sum(stats.get(key, 0) for stats in replicas)
+        return sum(getattr(stats, key) for stats in replicas)
 
-    out = {key: total(key) for key in ("num_running_reqs", "num_used_tokens", "num_queue_reqs", "gen_throughput",
-                                       "num_retracted_reqs", "total_retracted_reqs")}
-    out["token_usage"] = round(out["num_used_tokens"] / sum(pools), 4)
-    seen = total("total_prefill_tokens") + total("total_cached_tokens")
-    out["cache_hit_rate"] = total("total_cached_tokens") / seen if seen else 0.0
-    ratios = [s["new_token_ratio"] for s in replicas if "new_token_ratio" in s]
-    out["new_token_ratio"] = sum(ratios) / len(ratios) if ratios else 0.0
-    return out
+    summed = SchedulerStats(**{key: total(key) for key in (
+        "num_running_reqs", "num_used_tokens", "num_queue_reqs", "gen_throughput", "input_throughput",
+        "num_retracted_reqs", "total_retracted_reqs", "total_prefill_tokens", "total_cached_tokens",
+        "total_generated_tokens", "total_decode_steps", "total_prefill_batches")})
+    summed.token_usage = round(summed.num_used_tokens / sum(pools), 4)
+    seen = summed.total_prefill_tokens + summed.total_cached_tokens
+    summed.cache_hit_rate = summed.total_cached_tokens / seen if seen else 0.0
+    summed.new_token_ratio = total("new_token_ratio") / len(replicas) if replicas else 0.0
+    summed.memory_leak_detected = any(stats.memory_leak_detected for stats in replicas)
+    return summed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -111,7 +112,7 @@ async def get_server_info(request: web.Request) -> web.Response:
         "max_running_requests": state.ready.max_running_requests,
         "context_len": state.ready.context_len,
         "attention_backend": state.ready.attention_backend,
-        "internal_states": [replica.stats for replica in state.manager.replicas],
+        "internal_states": [asdict(replica.stats) for replica in state.manager.replicas],
         "num_pending_http_requests": len(state.manager.states),
         "dp_replicas": _replicas(state),
     })
@@ -125,8 +126,8 @@ def _replicas(state: ServerState) -> list[dict[str, Any]]:
         "max_total_num_tokens": replica.ready.max_total_num_tokens if replica.ready else None,
         "max_running_requests": replica.ready.max_running_requests if replica.ready else None,
         "open_requests": replica.load.open_requests, "open_tokens": replica.load.open_tokens,
-        "num_running_reqs": replica.stats.get("num_running_reqs"),
-        "num_queue_reqs": replica.stats.get("num_queue_reqs"),
+        "num_running_reqs": replica.stats.num_running_reqs,
+        "num_queue_reqs": replica.stats.num_queue_reqs,
     } for replica in state.manager.replicas]
 
 
@@ -137,9 +138,9 @@ async def get_load(request: web.Request) -> web.Response:
     return web.json_response([{
         "dp_rank": replica.dp_rank,
         "num_reqs": replica.load.open_requests,
-        "num_running_reqs": replica.stats.get("num_running_reqs", 0),
-        "num_waiting_reqs": queued(replica.load.open_requests, replica.stats.get("num_running_reqs", 0)),
-        "num_tokens": replica.stats.get("num_used_tokens", 0),
+        "num_running_reqs": replica.stats.num_running_reqs,
+        "num_waiting_reqs": queued(replica.load.open_requests, replica.stats.num_running_reqs),
+        "num_tokens": replica.stats.num_used_tokens,
     } for replica in state.manager.replicas])
 
 

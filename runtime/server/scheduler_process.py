@@ -22,6 +22,7 @@ from toolkit.runtime.io_struct import (
     SchedulerFailed,
     SchedulerReady,
     ShutdownRequest,
+    TokenOutput,
 )
 from toolkit.runtime.distributed.group import DistributedError, TPGroup
 from toolkit.runtime.distributed.topology import RankInfo
@@ -122,7 +123,7 @@ class SchedulerLoop:
     def run(self) -> None:
         if self.is_leader:
             # NOTE: the front end's counters exist from the first moment /get_server_info can be asked.
-            self.outbox.send_pyobj(BatchOutput([], self.scheduler.stats.as_dict()))
+            self.outbox.send_pyobj(self._batch_output([]))
         try:
             self._loop()
         except BaseException:
@@ -130,6 +131,10 @@ class SchedulerLoop:
                 self.scheduler.shutdown()
             raise
         self.scheduler.shutdown()
+
+    def _batch_output(self, outputs: list[TokenOutput]) -> BatchOutput:
+        # NOTE: a copy: the scheduler keeps updating its own counters while the message waits to be sent.
+        return BatchOutput(outputs, dataclasses.replace(self.scheduler.stats))
 
     def _loop(self) -> None:
         pending: list[object] = []
@@ -143,7 +148,7 @@ class SchedulerLoop:
             with self.watchdog.armed():
                 outputs = self.scheduler.step()
             if self.is_leader:
-                self.outbox.send_pyobj(BatchOutput(outputs, self.scheduler.stats.as_dict()), copy=False)
+                self.outbox.send_pyobj(self._batch_output(outputs), copy=False)
             self.live_rids.difference_update(o.rid for o in outputs if o.finished_reason is not None)
             if self.shutting_down and not self.scheduler.has_work:
                 self._report_shutdown()

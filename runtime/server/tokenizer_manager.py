@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -26,6 +25,7 @@ from toolkit.runtime.io_struct import (
     GenerateInput,
     SchedulerFailed,
     SchedulerReady,
+    SchedulerStats,
     ShutdownRequest,
     TokenOutput,
 )
@@ -81,7 +81,7 @@ class Replica:
         self.from_scheduler = context.socket(zmq.PULL)
         self.from_scheduler.bind(endpoints.from_scheduler)
         self.ready: SchedulerReady | None = None
-        self.stats: dict[str, Any] = {}
+        self.stats = SchedulerStats()  # NOTE: zeros until the replica's first BatchOutput
         self.load = ReplicaLoad()
 
     def send(self, message: object) -> bool:
@@ -129,7 +129,7 @@ class TokenizerManager:
         return self.replicas[0].ready if all(r.ready is not None for r in self.replicas) else None
 
     @property
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> SchedulerStats:
         return self.replicas[0].stats
 
     # ---- lifecycle ----
@@ -184,7 +184,7 @@ class TokenizerManager:
     @property
     def waiting_requests(self) -> int:
         """The requests waiting to be scheduled, over every replica, as the front end sees them (`admission`)."""
-        return sum(queued(r.load.open_requests, r.stats.get("num_running_reqs", 0)) for r in self.replicas)
+        return sum(queued(r.load.open_requests, r.stats.num_running_reqs) for r in self.replicas)
 
     def admit(self, sequences: int) -> None:
         """Raise Overloaded when `sequences` more requests would make the waiting queue exceed

@@ -119,9 +119,16 @@ class StubServer:
         app = web.Application(middlewares=[self._auth])
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/stub/served", self._take_served)
         for path in ("/generate", "/v1/completions", "/v1/chat/completions"):
             app.router.add_post(path, self._generate)
         return app
+
+    async def _take_served(self, request: web.Request) -> web.Response:
+        """What the stub did since the last call, on its own clock (for a client in another process to compare its
+        numbers with): per request, when it arrived and when each chunk went out. The list is emptied."""
+        taken, self.served = self.served, []
+        return web.json_response([{"received": s.received, "writes": s.writes} for s in taken])
 
     async def start(self) -> StubServer:
         if self.capacity is not None:

@@ -9,7 +9,7 @@ from toolkit.bench.arrivals import schedule
 from toolkit.bench.benchmark import Measurement
 from toolkit.bench.output import append_record
 from toolkit.bench.outcome import RequestOutcome
-from toolkit.bench.record import build_record
+from toolkit.bench.assemble import build_record
 from toolkit.bench.runner import RunResult
 from toolkit.bench.verdict import LAG_TOLERANCE_MS
 from toolkit.bench.workload import Workload
@@ -36,7 +36,7 @@ def _outcomes(offsets: np.ndarray, lag_s: float, wait_s: float, drift_s: float) 
 
 def bench_record(rate: float, n: int, *, seed: int = 0, lag_ms: float = 0.5, wait_ms: float = 0.0,
                  drift_ms: float = 0.0, max_concurrency: int | None = None) -> dict:
-    """A `toolkit bench` record of a Poisson run at `rate`, as `bench.record.build_record` writes it."""
+    """A `toolkit bench` record of a Poisson run at `rate`, as `bench.assemble.build_record` writes it."""
     offsets = schedule(rate, num_requests=n, seed=seed)
     outcomes = _outcomes(offsets, lag_ms / 1000.0, wait_ms / 1000.0, drift_ms / 1000.0)
     duration = max(o.ended for o in outcomes) - START

@@ -24,7 +24,7 @@ def _req(rid: str) -> Req:
 
 def _admit(cache: CacheManager, req: Req) -> None:
     cache.match_prefix(req)
-    cache.tree.inc_lock_ref(req.last_node)  # the admission rule's lock (PrefillAdder)
+    cache.lock_prefix(req)  # the admission rule's lock (PrefillAdder)
 
 
 def _prefill(cache: CacheManager, req: Req, upto: int | None = None) -> None:

@@ -41,6 +41,7 @@ def _drain(scheduler, limit: int = 2000) -> list:
     outputs = []
     for _ in range(limit):
         outputs += scheduler.step()
+        scheduler.check_statuses()
         if not scheduler.has_work:
             scheduler.step()  # an idle step runs the integrity check
             return outputs

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from toolkit.runtime.memory.radix_cache import NoPrefixCache, RadixCache
+from toolkit.runtime.memory.allocator import TokenAllocator
+from toolkit.runtime.memory.req_to_token import ReqToTokenPool
 from toolkit.runtime.sampling.sampling_params import SamplingParams
+from toolkit.runtime.scheduler.cache_manager import CacheManager
 from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
 from toolkit.runtime.scheduler.policy import SchedulePolicy
 from toolkit.runtime.scheduler.prefill_adder import AddReqResult, PrefillAdder, running_reservation
@@ -15,11 +17,26 @@ from toolkit.runtime.scheduler.retraction import choose_victims, retraction_orde
 
 
 class _Slots:
+    """The admission view of a KV cache with nothing cached (the radix cache off)."""
+
     def __init__(self, available: int, page_size: int = 1) -> None:
         self.available, self.page_size = available, page_size
 
     def available_size(self) -> int:
         return self.available
+
+    def evictable_size(self) -> int:
+        return 0
+
+    def lock_prefix(self, req: Req) -> None:
+        pass
+
+    def unlock_prefix(self, req: Req) -> None:
+        pass
+
+
+def _manager(radix: bool) -> CacheManager:
+    return CacheManager(ReqToTokenPool(4, 256, "cpu"), TokenAllocator(1024, 1, "cpu"), radix_cache=radix)
 
 
 def _req(rid: str, input_len: int, max_new: int, generated: int = 0, first_token: int = 0) -> Req:
@@ -28,8 +45,8 @@ def _req(rid: str, input_len: int, max_new: int, generated: int = 0, first_token
     return req
 
 
-def _ready(req: Req, cache=None) -> Req:
-    req.init_next_round_input(cache)
+def _ready(req: Req) -> Req:
+    req.init_next_round_input()
     return req
 
 
@@ -40,9 +57,8 @@ def test_running_requests_reserve_their_remaining_tokens_times_the_ratio():
 
 
 def test_admission_budget_is_free_plus_evictable_minus_reservations():
-    cache = NoPrefixCache()
     running = [_req("r", 10, 200, generated=100)]  # reserves 100 * 0.7 = 70
-    adder = PrefillAdder(cache, _Slots(1000), running, 0.7, max_prefill_tokens=16384, chunked_prefill_size=None)
+    adder = PrefillAdder(_Slots(1000), running, 0.7, max_prefill_tokens=16384, chunked_prefill_size=None)
     assert adder.rem_total_tokens == pytest.approx(930)
     # 500 + 300 = 800 < 930: admitted, budget now 130
     assert adder.add_one_req(_ready(_req("a", 500, 300))) is AddReqResult.CONTINUE
@@ -53,19 +69,19 @@ def test_admission_budget_is_free_plus_evictable_minus_reservations():
 
 
 def test_max_new_tokens_estimate_is_clipped_at_4096():
-    adder = PrefillAdder(NoPrefixCache(), _Slots(5000), [], 1.0, 16384, None)
+    adder = PrefillAdder(_Slots(5000), [], 1.0, 16384, None)
     assert adder.add_one_req(_ready(_req("a", 100, 1_000_000))) is AddReqResult.CONTINUE
     assert adder.rem_total_tokens == 5000 - 100 - 4096
 
 
 def test_request_cost_is_page_ceiled():
-    adder = PrefillAdder(NoPrefixCache(), _Slots(1000, page_size=16), [], 1.0, 16384, None)
+    adder = PrefillAdder(_Slots(1000, page_size=16), [], 1.0, 16384, None)
     adder.add_one_req(_ready(_req("a", 17, 10)))
     assert (adder.log_input_tokens, adder.rem_total_tokens) == (32, 1000 - 32 - 10)
 
 
 def test_max_prefill_tokens_stops_the_batch_but_the_first_request_may_exceed_it():
-    adder = PrefillAdder(NoPrefixCache(), _Slots(100_000), [], 1.0, max_prefill_tokens=100, chunked_prefill_size=None)
+    adder = PrefillAdder(_Slots(100_000), [], 1.0, max_prefill_tokens=100, chunked_prefill_size=None)
     assert adder.add_one_req(_ready(_req("big", 300, 10))) is AddReqResult.OTHER
     assert [r.rid for r in adder.can_run_list] == ["big"]
     assert adder.add_one_req(_ready(_req("next", 5, 10))) is AddReqResult.OTHER
@@ -73,7 +89,7 @@ def test_max_prefill_tokens_stops_the_batch_but_the_first_request_may_exceed_it(
 
 
 def test_long_input_is_split_into_a_chunk_of_the_remaining_chunk_budget():
-    adder = PrefillAdder(NoPrefixCache(), _Slots(100_000), [], 1.0, 16384, chunked_prefill_size=64)
+    adder = PrefillAdder(_Slots(100_000), [], 1.0, 16384, chunked_prefill_size=64)
     assert adder.add_one_req(_ready(_req("a", 40, 10))) is AddReqResult.CONTINUE  # 24 chunk tokens remain
     long_req = _ready(_req("b", 200, 10))
     assert adder.add_one_req(long_req) is AddReqResult.OTHER
@@ -82,25 +98,25 @@ def test_long_input_is_split_into_a_chunk_of_the_remaining_chunk_budget():
     # the next round continues the chunked request from where it stopped
     long_req.prefix_indices = torch.arange(24)
     long_req.init_next_round_input()
-    adder = PrefillAdder(NoPrefixCache(), _Slots(100_000), [], 1.0, 16384, chunked_prefill_size=64)
+    adder = PrefillAdder(_Slots(100_000), [], 1.0, 16384, chunked_prefill_size=64)
     assert adder.add_chunked_req(long_req) is long_req and long_req.extend_input_len == 64
     long_req.prefix_indices = torch.arange(152)
     long_req.init_next_round_input()
-    adder = PrefillAdder(NoPrefixCache(), _Slots(100_000), [], 1.0, 16384, chunked_prefill_size=64)
+    adder = PrefillAdder(_Slots(100_000), [], 1.0, 16384, chunked_prefill_size=64)
     assert adder.add_chunked_req(long_req) is None  # the last 48 tokens fit: the chunked prefill is done
     assert long_req.extend_input_len == 48 and adder.rem_total_tokens == 100_000 - 48 - 10
 
 
 def test_chunk_with_pages_leaves_room_for_a_page():
-    adder = PrefillAdder(NoPrefixCache(), _Slots(100_000, page_size=16), [], 1.0, 16384, chunked_prefill_size=64)
+    adder = PrefillAdder(_Slots(100_000, page_size=16), [], 1.0, 16384, chunked_prefill_size=64)
     req = _ready(_req("a", 200, 10))
     adder.add_one_req(req)
     assert req.extend_input_len == 64 - 16 + 1
 
 
 def test_lpm_orders_by_cached_prefix_and_deprioritizes_in_queue_sharing():
-    cache = RadixCache(lambda slots: None)
-    cache.insert(list(range(100)), torch.arange(100))
+    cache = _manager(radix=True)
+    cache.tree.insert(list(range(100)), cache.allocator.alloc(100))
     long_hit = _req("long-hit", 120, 10)  # tokens 0..119: 100 cached
     short_hit = _req("short-hit", 60, 10)  # tokens 0..59: 59 cached (one token is always computed)
     miss_a = _req("miss-a", 50, 10, first_token=1000)
@@ -112,7 +128,7 @@ def test_lpm_orders_by_cached_prefix_and_deprioritizes_in_queue_sharing():
 
 
 def test_lpm_falls_back_to_fcfs_above_128_waiting():
-    cache = RadixCache(lambda slots: None)
+    cache = _manager(radix=True)
     waiting = [_req(str(i), 5, 1) for i in range(129)]
     policy = SchedulePolicy("lpm", cache)
     assert policy.active_policy(waiting) == "fcfs"
@@ -121,7 +137,7 @@ def test_lpm_falls_back_to_fcfs_above_128_waiting():
 
 def test_lof_puts_longest_output_first():
     waiting = [_req("a", 5, 10), _req("b", 5, 300), _req("c", 5, 20)]
-    SchedulePolicy("lof", NoPrefixCache()).sort(waiting)
+    SchedulePolicy("lof", _manager(radix=False)).sort(waiting)
     assert [r.rid for r in waiting] == ["b", "c", "a"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from toolkit.runtime.io_struct import TokenOutput
+from toolkit.runtime.io_struct import SchedulerStats, TokenOutput
 from toolkit.runtime.server.load_balance import LoadBalancer, ReplicaLoad
 from toolkit.runtime.server.metrics import RequestMetrics
 
@@ -36,10 +36,10 @@ def _value(text: str, name: str, dp_rank: str) -> float:
 
 def test_metrics_carry_each_replica_and_their_totals():
     metrics = RequestMetrics("m", [1000, 3000])
-    metrics.on_scheduler_stats({"num_running_reqs": 3, "num_used_tokens": 500, "token_usage": 0.5,
-                                "total_prefill_tokens": 90, "total_cached_tokens": 10}, 0)
-    metrics.on_scheduler_stats({"num_running_reqs": 4, "num_used_tokens": 1500, "token_usage": 0.5,
-                                "total_prefill_tokens": 70, "total_cached_tokens": 30}, 1)
+    metrics.on_scheduler_stats(SchedulerStats(num_running_reqs=3, num_used_tokens=500, token_usage=0.5,
+                                              total_prefill_tokens=90, total_cached_tokens=10), 0)
+    metrics.on_scheduler_stats(SchedulerStats(num_running_reqs=4, num_used_tokens=1500, token_usage=0.5,
+                                              total_prefill_tokens=70, total_cached_tokens=30), 1)
     metrics.on_finish(1.5, TokenOutput("r", 1, None, 7, 3, 0), 1)
     text = metrics.render().decode()
     assert _value(text, "sglang:num_running_reqs", "0") == 3 and _value(text, "sglang:num_running_reqs", "1") == 4
