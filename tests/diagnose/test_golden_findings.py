@@ -86,6 +86,17 @@ def _stalls() -> list[str]:
     return log.lines
 
 
+def _small_chunk() -> list[str]:
+    """1200-token prompts queued behind a 256-token chunk with the pool nearly empty."""
+    log = _base(Startup(chunk=256), chunked_prefill_size=256)
+    for i in range(N):
+        seqs = 2 if i % 5 == 4 else 1  # a prompt ends inside every fifth step and the next one starts there
+        log.add(lf.prefill("0.4.9", new_seq=seqs, new_token=256, cached=0, running=4, queue=6, usage=0.05,
+                           token=30000), dt=1)
+        log.add(lf.decode("0.4.9", running=4, token=30000, usage=0.05, throughput=300, queue=6), dt=1)
+    return log.lines
+
+
 def _shedding() -> list[str]:
     log = _base()
     for i in range(N):
@@ -195,6 +206,7 @@ SYNTHETIC: dict[str, Callable[[], list[str]]] = {
     "cuda-graph-disabled": lambda: _base(disable_cuda_graph=True).decode_series(N, running=8, queue=5).lines,
     "cuda-graph-capture-memory": lambda: _base(Startup(graph_mem=1.5, available=1.45)).decode_series(5).lines,
     "prefill-stall": _stalls,
+    "prefill-chunk-too-small": _small_chunk,
     "schedule-policy-try-lpm": lambda: _prefills("fcfs", cached=300, queue=30),
     "schedule-policy-try-fcfs": lambda: _prefills("lpm", cached=49, queue=150),
     "parallelism-dp-over-tp": lambda: _base(rank=Rank(tp=0, tp_size=2), tp_size=2).decode_series(5).lines,

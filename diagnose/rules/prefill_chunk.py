@@ -1,0 +1,80 @@
+"""`prefill_chunk.too_small`: the prefill chunk, not memory, paces admission (SGLang).
+
+Trigger: `--chunked-prefill-size` C is in the log, at least MIN_PREFILLS prefill lines (steady ones when there are
+enough, else all), and in >= CUT_FRACTION of them the step was cut at the chunk (`#new-token` >= C) while the KV
+pool had room (token usage < ROOM). Each cut line leaves its last request's prompt to the next step, so prompts
+longer than C take several steps and everyone queued behind them waits.
+
+The size comes from the evidence: a prompt's mean length is the prefill tokens (new + cached) over the requests
+admitted (`#new-seq` summed, less one per cut: the cut request is counted again in the step that finishes it), and
+the chunk suggested is the power of two that holds the median cut line's waiting prompts (queued + the cut one) at
+that mean length — at least 2 C, at most MAX_CHUNK and the pool's size. vLLM prints no prefill lines; its token
+budget is judged from its stats lines (`usage.low_while_queued`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.diagnose.findings import Finding, confidence_of, evidence
+from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
+
+MIN_PREFILLS = 5
+CUT_FRACTION = 0.5
+ROOM = 0.9
+MAX_CHUNK = 8192
+
+
+def check(ctx: Context) -> list[Finding]:
+    chunk = ctx.config.chunked_prefill_size
+    if ctx.config.vllm or not chunk or chunk <= 0:
+        return []
+    prefill = ctx.timeline.series("prefill", "steady")
+    if len(prefill) < MIN_LINES:
+        prefill = ctx.timeline.series("prefill")
+    if len(prefill) < MIN_PREFILLS or "new_token" not in prefill:
+        ctx.cannot_judge(f"{len(prefill)} prefill lines (needs {MIN_PREFILLS})")
+        return []
+    cut = prefill.where((prefill["new_token"] >= chunk) & (prefill["usage"] < ROOM))
+    if len(cut) / len(prefill) < CUT_FRACTION:
+        return []
+    prompt = mean_prompt_tokens(prefill, len(cut))
+    if prompt is None:
+        return []
+    waiting = float(np.nanmedian(cut["queue_req"])) + 1 if "queue_req" in cut else 1.0
+    suggested = suggested_chunk(chunk, waiting * prompt, ctx.config.max_total_num_tokens)
+    if suggested <= chunk:
+        return []
+    return [_finding(ctx, chunk, suggested, cut, len(prefill), prompt, waiting)]
+
+
+def mean_prompt_tokens(prefill, cuts: int) -> float | None:
+    """Prefill tokens (new + cached) per admitted request; None when no request can be counted."""
+    seqs = float(np.nansum(prefill["new_seq"])) - cuts if "new_seq" in prefill else 0.0
+    tokens = float(np.nansum(prefill["new_token"]))
+    if "cached_token" in prefill:
+        tokens += float(np.nansum(prefill["cached_token"]))
+    return tokens / seqs if seqs >= 1 and tokens > 0 else None
+
+
+def suggested_chunk(chunk: int, demand_tokens: float, pool: int | None) -> int:
+    """The power of two that holds `demand_tokens`, at least 2x the chunk, at most MAX_CHUNK and the pool."""
+    cap = MAX_CHUNK if not pool else min(MAX_CHUNK, 2 ** int(np.log2(pool)))
+    return pow2_at_least(max(demand_tokens, 2 * chunk), cap)
+
+
+def _finding(ctx: Context, chunk: int, suggested: int, cut, total: int, prompt: float, waiting: float) -> Finding:
+    cfg = ctx.config
+    companions = ((Change("max_prefill", str(suggested)),)
+                  if cfg.max_prefill_tokens is not None and cfg.max_prefill_tokens < suggested else ())
+    confidence = confidence_of(total, MIN_LINES)
+    return Finding(
+        "prefill_chunk.too_small", "info" if confidence == "low" else "warning", "The prefill chunk paces admission",
+        f"{len(cut)} of {total} prefill steps were cut at the chunk of {chunk} tokens with the KV pool below "
+        f"{ROOM:.0%} used: prompts average about {prompt:.0f} tokens, so each takes several steps and the "
+        f"{waiting - 1:.0f} queued behind the cut one (median) wait for them. {suggested} tokens holds those "
+        "prompts in one step.",
+        evidence(cut, total, chunk=chunk, mean_prompt_tokens=round(prompt, 1), median_waiting=waiting),
+        Change("prefill_budget", str(suggested), companions=companions), str(chunk),
+        "Larger prefill steps make the decode steps that share them slower (higher ITL for running requests) and "
+        "need more activation memory.", cut.ranks, confidence=confidence)
