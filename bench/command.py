@@ -16,7 +16,7 @@ from toolkit.bench.backends import ALIASES, BACKENDS, CHAT_BACKENDS
 from toolkit.bench.benchmark import Measurement, RunSettings, Target, measure
 from toolkit.bench.datasets import DATASETS, DatasetError, DatasetSpec
 from toolkit.bench.max_rate import DEFAULT_ATTAINMENT, DEFAULT_RUNS, Bracket, SearchSettings, find_max_rate, meets_slo
-from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
+from toolkit.bench.options import UsageError, WorkerError, parse_extra_body, parse_rates, parse_slo
 from toolkit.bench.output import append_record, print_summary
 from toolkit.bench.assemble import build_record
 from toolkit.bench.stats import repeat_summary
@@ -357,6 +357,9 @@ def run(opts: BenchOptions, console: Console | None = None) -> int:
     except (UsageError, DatasetError, TargetError, ValueError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
+    except WorkerError as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        return 1
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]stopped[/]")
         return 130

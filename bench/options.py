@@ -1,4 +1,5 @@
-"""Parsing of the flags that carry small languages: rate lists, SLOs, and the extra request body."""
+"""Parsing of the flags that carry small languages (rate lists, SLOs, the extra request body), and the errors the
+command reports in one line."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,11 @@ from toolkit.bench.metrics import SLO_METRICS
 
 class UsageError(ValueError):
     """A flag's value is wrong; the message names the flag and what it accepts."""
+
+
+class WorkerError(RuntimeError):
+    """A `--workers` process died mid-run: its share of the requests is lost, so there is no whole record to write
+    (exit 1, one line)."""
 
 
 def parse_rates(text: str) -> list[float]:

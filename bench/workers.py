@@ -8,11 +8,14 @@ the server did not give come back unsettled and the parent counts them, so a wor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from time import perf_counter, time
@@ -22,7 +25,7 @@ from toolkit.bench import eventloop
 from toolkit.bench.benchmark import (Measurement, RunSettings, Target, client_for, send_workload, warm_up,
                                      warmup_bodies, while_scraping)
 from toolkit.bench.client import Unsettled, settle
-from toolkit.bench.options import UsageError
+from toolkit.bench.options import UsageError, WorkerError
 from toolkit.bench.runner import Runner, RunResult
 from toolkit.bench.split import WorkerRun, merge, onto_clock, split_cap, split_workload
 from toolkit.bench.workload import Workload
@@ -57,8 +60,18 @@ class JobResult:
 
 
 def run_job(job: Job) -> JobResult:
-    """The worker's entry point (a process-pool task or a Ray task): the job's requests on the shared schedule."""
-    return eventloop.run(_send_share(job))
+    """The worker's entry point (a process-pool task or a Ray task): the job's requests on the shared schedule.
+    While it sends, SIGINT stops it as it stops a single process (the load loop's handler); before and after, the
+    worker ignores SIGINT, so a late Ctrl-C cannot kill it while the parent collects its result."""
+    try:
+        return eventloop.run(_send_share(job))
+    finally:
+        _ignore_ctrl_c()
+
+
+def _ignore_ctrl_c() -> None:
+    with contextlib.suppress(ValueError):  # not the main thread (a Ray task may run elsewhere): nothing to ignore
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 async def _send_share(job: Job) -> JobResult:
@@ -84,11 +97,39 @@ class ProcessLauncher:
 
     backend: WorkerBackend = "process"
 
-    def __init__(self, pool: ProcessPoolExecutor):
+    def __init__(self, pool: ProcessPoolExecutor, pids: list[int]):
         self.pool = pool
+        self.pids = pids
 
     async def run(self, jobs: list[Job]) -> list[JobResult]:
-        return list(await asyncio.gather(*(asyncio.wrap_future(self.pool.submit(run_job, job)) for job in jobs)))
+        futures = [asyncio.wrap_future(self.pool.submit(run_job, job)) for job in jobs]
+        try:
+            with self._ctrl_c_reaches_workers():
+                return list(await asyncio.gather(*futures))
+        except BrokenProcessPool:
+            raise WorkerError(f"a --workers process died during the run (workers {self.pids}); its share of the "
+                              "requests is lost, so no record is written") from None
+
+    @contextlib.contextmanager
+    def _ctrl_c_reaches_workers(self) -> Iterator[None]:
+        """Ctrl-C stops the run as it stops one process: each worker stops sending and returns what it has, and
+        the merged record says `interrupted`. A terminal's Ctrl-C reaches the workers already (one process group);
+        a SIGINT sent to this process alone is passed on."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._interrupt_workers)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signal support
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    def _interrupt_workers(self) -> None:
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
 
 
 class RayLauncher:
@@ -112,11 +153,12 @@ def process_launcher(workers: int) -> Iterator[ProcessLauncher]:
     # run jobs then find N idle processes and each takes one.
     everyone = context.Barrier(workers)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_wait_for_all, initargs=(everyone,)) as pool:
-        list(pool.map(worker_ready, range(workers)))
-        yield ProcessLauncher(pool)
+        pids = list(pool.map(worker_ready, range(workers)))
+        yield ProcessLauncher(pool, pids)
 
 
 def _wait_for_all(everyone) -> None:
+    _ignore_ctrl_c()
     everyone.wait(timeout=_STARTUP_TIMEOUT_S)
 
 

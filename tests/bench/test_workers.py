@@ -2,8 +2,13 @@
 senders, merged into one record computed from the union of their per-request samples."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.bench.stub import Script
+from tests.server.server_process import children_of, cmdline
 from toolkit.bench.arrivals import schedule
 from toolkit.bench.split import split_cap, split_workload
 from toolkit.bench.workload import Workload
@@ -128,3 +134,58 @@ def test_max_concurrency_below_one_slot_per_worker_is_refused(threaded_stub):
         result = bench("--base-url", stub.base_url, *SMALL, "--num-prompts", "2", "--workers", "3",
                        "--max-concurrency", "2")
     assert result.exit_code == 2 and "one slot per worker" in result.output
+
+
+def _bench_process(url: str, out: Path, *args: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "toolkit.cli", "bench", "--base-url", url, *SMALL, "--workers", "2",
+               "--warmup-requests", "0", "--output-file", str(out), *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _wait_for(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert condition(), f"not within {timeout} s"
+
+
+def _finish(process: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, out + err
+
+
+def test_ctrl_c_to_the_parent_alone_reaches_the_workers_and_keeps_their_samples(tmp_path, threaded_stub):
+    out, slow = tmp_path / "runs.jsonl", Script(ttft=0.005, chunks=((0.0, 1), (0.2, 1), (0.2, 1), (0.2, 1)))
+    with threaded_stub(default=slow) as stub:
+        process = _bench_process(stub.base_url, out, "--num-prompts", "400", "--rate", "20")
+        _wait_for(lambda: len(stub.served) >= 20, timeout=60)  # both workers are sending
+        process.send_signal(signal.SIGINT)  # the parent only, as `kill -INT` would (a terminal signals all)
+        code, output = _finish(process)
+    assert code == 130, output[-3000:]
+    assert "Traceback" not in output
+    [record] = records(out)
+    assert record["interrupted"] and record["workers"] == 2
+    # what finished is kept, what was in flight is counted as cancelled, the rest was never sent
+    assert 0 < record["completed"] < 400 and record["cancelled"] > 0 and record["duration"] < 30
+    assert all(w["sent"] > 0 for w in record["per_worker"])
+
+
+def test_a_worker_that_dies_ends_the_run_with_one_clear_line(tmp_path, threaded_stub):
+    out = tmp_path / "runs.jsonl"
+    with threaded_stub(default=FAST) as stub:
+        process = _bench_process(stub.base_url, out, "--num-prompts", "400", "--rate", "20")
+        _wait_for(lambda: len(stub.served) >= 10, timeout=60)
+        workers = children_of(process.pid)
+        spawned = [pid for pid in workers if "spawn_main" in cmdline(pid)]
+        assert len(spawned) == 2, [cmdline(pid) for pid in workers]
+        os.kill(spawned[0], signal.SIGKILL)
+        code, output = _finish(process)
+    assert code == 1, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "a --workers process died during the run" in errors[0], output[-3000:]
+    assert "Traceback" not in output and not out.exists()
