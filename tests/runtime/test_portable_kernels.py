@@ -84,23 +84,44 @@ LIMITS = {"float32": 2e-5, "bfloat16": 0.04}
 
 
 CPU = cpu_capability.probe()
+TIERS = [t.name for t in cpu_capability.KERNEL_TIERS]
+
+
+def _runnable(tier: str) -> bool:
+    chosen = cpu_capability.tier_named(tier)
+    return chosen.arch == CPU.arch and chosen.requires <= CPU.features
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, tuple[subprocess.Popen, object]]:
+    """Every tier this CPU can run, built at once, one process each (a build is one compiler process: side by side
+    they take the time of the slowest, not the sum); each test waits for its own."""
+    started = {}
+    for tier in filter(_runnable, TIERS):
+        folder = tmp_path_factory.mktemp(tier)
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(folder), cpu_capability.TIER_ENV: tier}
+        started[tier] = (subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env=env), folder)
+    yield started
+    for process, _ in started.values():
+        process.kill()
+        process.communicate()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the tiers are built with the machine's GCC")
-@pytest.mark.parametrize("tier", [t.name for t in cpu_capability.KERNEL_TIERS])
-def test_each_tier_builds_and_agrees_with_torch(tier, tmp_path):
+@pytest.mark.parametrize("tier", TIERS)
+def test_each_tier_builds_and_agrees_with_torch(tier, builds):
     chosen = cpu_capability.tier_named(tier)
-    if chosen.arch != CPU.arch or not chosen.requires <= CPU.features:
+    if not _runnable(tier):
         pytest.skip(f"this CPU ({CPU.arch}) cannot run {tier}: lacks "
                     f"{' '.join(sorted(chosen.requires - CPU.features)) or 'its architecture'}")
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), cpu_capability.TIER_ENV: tier}
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=400, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    process, folder = builds[tier]
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
     print(f"{tier}: " + ", ".join(f"{check} {error:.2e}" for check, error in result["errors"].items()))
     assert result["tier"] == tier
-    assert (tmp_path / cpu_kernels.extension_name(chosen)).is_dir(), sorted(p.name for p in tmp_path.iterdir())
+    assert (folder / cpu_kernels.extension_name(chosen)).is_dir(), sorted(p.name for p in folder.iterdir())
     assert len(result["errors"]) == 10 + ("prefill_attention bfloat16" in result["errors"])
     for check, error in result["errors"].items():
         assert error <= LIMITS[check.split()[-1]], (check, error)
-
