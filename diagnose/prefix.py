@@ -85,6 +85,27 @@ _YEAR_2000 = days_since_epoch(VLLM_DEFAULT_YEAR, 1, 1) * DAY
 _YEAR_2010 = days_since_epoch(VLLM_DEFAULT_YEAR + 10, 1, 1) * DAY
 
 
+def window_on_clock(window: tuple[float, float], sample: float | None) -> tuple[float, float]:
+    """A window of dated times (naive, as UTC) moved onto the clock of a log whose latest time is `sample`: the
+    same month-day-time in vLLM's year-2000 clock (`MM-DD`, journald), the same time of day on the sample's day for
+    a time-only clock, unchanged for a dated log. A window that wraps the clock's period ends one period later."""
+    if sample is None or not (sample < 1000 * DAY or _YEAR_2000 <= sample < _YEAR_2010):
+        return window
+    if sample < 1000 * DAY:
+        base, period = (sample // DAY) * DAY, DAY
+        start, end = (base + w % DAY for w in window)
+    else:
+        period = YEAR
+        start, end = (_in_year_2000(w) for w in window)
+    return (start, end if end >= start else end + period)
+
+
+def _in_year_2000(t: float) -> float:
+    stamp = time.gmtime(t)
+    seconds = stamp.tm_hour * 3600 + stamp.tm_min * 60 + stamp.tm_sec + (t % 1)
+    return float(days_since_epoch(VLLM_DEFAULT_YEAR, stamp.tm_mon, stamp.tm_mday)) * DAY + seconds
+
+
 def clock_text(t: float | None) -> str:
     """A log-clock time as the log printed it: `HH:MM:SS` (`day N HH:MM:SS` after a wrap) for time-only clocks,
     `MM-DD HH:MM:SS` for vLLM's year-less clock, else `YYYY-mm-dd HH:MM:SS`; `?` for no time."""

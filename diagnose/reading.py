@@ -18,7 +18,7 @@ from toolkit.diagnose.fastpath.ahead import (LineTooLong, ReadChunk, runs, sampl
                                               use_processes)
 from toolkit.diagnose.lines import LineParser, ParseStats
 from toolkit.diagnose.log_format.messages import BATCH_KINDS
-from toolkit.diagnose.prefix import read_prefix
+from toolkit.diagnose.prefix import read_prefix, window_on_clock
 from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
 
@@ -71,8 +71,17 @@ def read_logs(paths: Sequence[str | Path] = (), lines: Iterable[str] | None = No
         _read_lines(lines, len(paths), stats, sink)
     events = sink.events
     if window is not None:
+        window = window_on_clock(window, _latest_time(sink))
         events = {kind: [e for e in rows if _inside(e, window)] for kind, rows in events.items()}
     return LogRecords(sink.builder.build(window), events, sink.samples, sink.builder.ranks)
+
+
+def _latest_time(sink: _Sink) -> float | None:
+    """The latest time the log printed, which tells the clock it keeps: dated wherever any line is dated, else
+    vLLM's year-less clock or time of day only (the same answer whichever path read the lines)."""
+    times = [e.time for rows in sink.events.values() for e in rows if e.time is not None]
+    found = sink.builder.latest_time()
+    return max(times + ([found] if found is not None else []), default=None)
 
 
 def _inside(e: Event, window: tuple[float, float]) -> bool:

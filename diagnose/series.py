@@ -234,6 +234,12 @@ class BatchTableBuilder:
                 part[name] = values
         return part
 
+    def latest_time(self) -> float | None:
+        """The latest time a batch line printed (None if none did): a dated one whenever the log has any."""
+        latest = [float(np.nanmax(g.columns["time"][: g.n])) for g in self._kinds.values()
+                  if g.n and "time" in g.columns and not np.isnan(g.columns["time"][: g.n]).all()]
+        return max(latest, default=None)
+
     def build(self, window: tuple[float, float] | None = None) -> dict[str, BatchTable]:
         tables = {kind: growing.table(kind, self.ranks, window) for kind, growing in self._kinds.items()}
         self._kinds = {kind: _Growing() for kind in BATCH_KINDS}

@@ -122,3 +122,29 @@ def test_sglang_advice_is_unchanged_for_the_same_idea() -> None:
     assert f["capacity.pool_bound"].flag == "--mem-fraction-static"
     assert (f["fp8.kv_cache"].flag, f["fp8.kv_cache"].suggested) == ("--kv-cache-dtype", "fp8_e5m2")
     assert analyze(lines=log.lines).command.startswith("python -m sglang.launch_server --model-path m")
+
+
+def test_a_dated_window_selects_the_lines_of_a_year_less_vllm_log(tmp_path) -> None:
+    """`toolkit tune` and `report` cut the log to the bench window, given in dated (unix) times; vLLM prints
+    `MM-DD HH:MM:SS`, so the window is moved onto that clock (same month, day and time) — by both parser paths."""
+    log, printed = lf.VllmLog().start(max_num_seqs=4), []
+    for _ in range(40):
+        printed.append(log.add(lf.vllm_stats(running=4, waiting=30, usage=0.02, gen=300.0), dt=1).t)
+    path = tmp_path / "vllm.log"
+    path.write_text("\n".join(log.lines) + "\n")
+    window = (printed[5], printed[35])
+    other_day = (window[0] + 86400, window[1] + 86400)  # the same times a day later: none of the lines
+    for cut, expected in ((window, 31), (other_day, 0)):
+        for d in (analyze([path], window=cut), analyze(lines=log.lines, window=cut)):
+            assert len(d.timeline.series("stats")) == expected, cut
+    inside = analyze([path], window=window)
+    assert "running_cap.pinned" in {f.id for f in inside.findings}
+
+
+def test_a_window_moves_onto_the_logs_clock_only_when_the_log_has_no_date() -> None:
+    from toolkit.diagnose.prefix import window_on_clock
+
+    window = (lf.T0, lf.T0 + 10)  # 2025-11-11 04:06:27 UTC
+    assert window_on_clock(window, lf.T0 + 5) == window  # a dated log
+    assert window_on_clock(window, 3600.0) == (4 * 3600 + 387, 4 * 3600 + 397)  # time of day only, day 0
+    assert window_on_clock((lf.T0 + 70000, lf.T0 + 73000), 3600.0) == (84787, 86400 + 1387)  # over midnight
