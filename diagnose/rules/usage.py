@@ -1,7 +1,8 @@
 """`usage.low_while_queued`: requests wait although the KV pool has room: admission, not memory, holds them.
 
-Trigger: among steady load lines with a queue (and the running batch below 95% of its cap, so the cap is not
-the reason), >= 50% show KV usage < 0.9, and retractions are not frequent.
+Trigger: among steady load lines with a queue and the running batch below 95% of its cap (so the cap is not the
+reason; when fewer than half the lines with a queue are below it, the cap is: no finding), >= 50% show KV usage
+< 0.9, and retractions are not frequent.
 - SGLang: `token usage` excludes the evictable radix cache, which admission counts as free, so low usage with a
   queue means the admission estimate (`new_token_ratio`, scaled by `--schedule-conservativeness`) held requests
   back. Suggest 0.3 (half the current value when it is <= 0.5, at least 0.1); at 0.1 or below there is nothing
@@ -27,6 +28,7 @@ LOW_FRACTION = 0.5
 SUGGESTED = 0.3
 MIN_SUGGESTED = 0.1
 MIN_BATCHED_TOKENS = 8192
+BELOW_CAP_SHARE = 0.5  # of the steady lines with a queue, at least this share below the cap
 LONG_QUEUE = 100  # a short excerpt: hundreds waiting ...
 EMPTY_USAGE = 0.1  # ... at a nearly empty pool
 
@@ -36,7 +38,10 @@ def check(ctx: Context) -> list[Finding]:
     queued = steady.where(steady["queue_req"] > 0)
     cap = ctx.config.max_running_requests
     if cap:
+        with_queue = len(queued)
         queued = queued.where(queued["running_req"] < 0.95 * cap)
+        if with_queue and len(queued) < BELOW_CAP_SHARE * with_queue:
+            return []  # NOTE: mostly at the cap: the cap held the queue (running_cap's finding), not admission
     if len(queued) < MIN_LINES:
         short = _prefill_bound_short(ctx)
         if short is None:

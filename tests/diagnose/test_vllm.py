@@ -148,3 +148,16 @@ def test_a_window_moves_onto_the_logs_clock_only_when_the_log_has_no_date() -> N
     assert window_on_clock(window, lf.T0 + 5) == window  # a dated log
     assert window_on_clock(window, 3600.0) == (4 * 3600 + 387, 4 * 3600 + 397)  # time of day only, day 0
     assert window_on_clock((lf.T0 + 70000, lf.T0 + 73000), 3600.0) == (84787, 86400 + 1387)  # over midnight
+
+
+@pytest.mark.parametrize("below_cap,fires", [(20, True), (12, False)])
+def test_a_queue_held_mostly_at_the_cap_is_the_caps_finding_not_the_budgets(below_cap: int, fires: bool) -> None:
+    """With `--max-num-seqs 2` the batch dips to 1 between requests; those few lines must not read as the token
+    budget holding the queue (the vLLM-CPU tune run's start: 107 of 128 lines at the cap, 15 below)."""
+    log = lf.VllmLog().start(max_num_seqs=2)
+    below = set(range(0, 40, 40 // below_cap)[:below_cap])
+    for i in range(40):
+        log.add(lf.vllm_stats(running=1 if i in below else 2, waiting=20, usage=0.01, gen=30.0), dt=1)
+    found = {f.id for f in analyze(lines=log.lines).findings}
+    assert ("usage.low_while_queued" in found) is fires
+    assert "running_cap.pinned" in found or fires
