@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+import signal
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -14,3 +16,19 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(coro)
     return uvloop.run(coro)
+
+
+@contextlib.contextmanager
+def on_ctrl_c(callback: Callable[[], None]) -> Iterator[None]:
+    """While inside, SIGINT calls `callback` on the running loop instead of raising KeyboardInterrupt; outside the
+    main thread (or without signal support) SIGINT is left as it is."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, callback)
+    except (NotImplementedError, RuntimeError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)

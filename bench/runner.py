@@ -4,13 +4,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import signal
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from time import perf_counter, time
 
 import numpy as np
 
+from toolkit.bench import eventloop
 from toolkit.bench.client import Client
 from toolkit.bench.conversation import Session, assistant, user
 from toolkit.bench.datasets import Prompt
@@ -188,25 +188,14 @@ class Runner:
         if self.on_tick is not None:
             self.on_tick(progress)
 
-    @contextlib.contextmanager
     def _ctrl_c(self, dispatcher: asyncio.Future):
-        loop = asyncio.get_running_loop()
-
         def interrupt() -> None:
             self.interrupted = True
             dispatcher.cancel()
             for task in self._tasks:
                 task.cancel()
 
-        try:
-            loop.add_signal_handler(signal.SIGINT, interrupt)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signal support
-            yield
-            return
-        try:
-            yield
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
+        return eventloop.on_ctrl_c(interrupt)
 
 
 async def _probe_loop(lags: list[float]) -> None:

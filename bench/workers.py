@@ -110,21 +110,11 @@ class ProcessLauncher:
             raise WorkerError(f"a --workers process died during the run (workers {self.pids}); its share of the "
                               "requests is lost, so no record is written") from None
 
-    @contextlib.contextmanager
-    def _ctrl_c_reaches_workers(self) -> Iterator[None]:
+    def _ctrl_c_reaches_workers(self):
         """Ctrl-C stops the run as it stops one process: each worker stops sending and returns what it has, and
         the merged record says `interrupted`. A terminal's Ctrl-C reaches the workers already (one process group);
         a SIGINT sent to this process alone is passed on."""
-        loop = asyncio.get_running_loop()
-        try:
-            loop.add_signal_handler(signal.SIGINT, self._interrupt_workers)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signal support
-            yield
-            return
-        try:
-            yield
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
+        return eventloop.on_ctrl_c(self._interrupt_workers)
 
     def _interrupt_workers(self) -> None:
         for pid in self.pids:
