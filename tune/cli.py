@@ -17,7 +17,11 @@ NUM_PROMPTS = 32  # unless --duration
 # NOTE: the shared workload flags (bench.workload_options) differ here, and only here: tune runs every configuration
 # --repeats times for up to --max-steps steps, so its default run is short (small prompts, few requests, a shorter
 # max-rate search) where bench's default is one long measurement.
+# NOTE: the backend follows --engine unless given: vLLM serves no /generate, so `--engine vllm` talks openai.
+BACKEND_BY_ENGINE = {"sglang": "sglang", "vllm": "openai"}
 WORKLOAD_DIFFERENCES: Differences = {
+    "backend": {"default": None, "help": "sglang (/generate) | openai (/v1/completions) | openai-chat "
+                "(/v1/chat/completions); default: sglang, or openai with --engine vllm."},
     "random_input_len": {"default": 128},
     "random_output_len": {"default": 64},
     "random_range_ratio": {"default": 0.5},
@@ -67,7 +71,8 @@ def tune(
     from toolkit.tune.session import TuneOptions, run_tune
 
     num_prompts = NUM_PROMPTS if workload.num_prompts is None and workload.duration is None else workload.num_prompts
-    workload = replace(workload, num_prompts=num_prompts, progress=False)
+    backend = workload.backend or BACKEND_BY_ENGINE.get(engine, "sglang")
+    workload = replace(workload, num_prompts=num_prompts, backend=backend, progress=False)
     error = Console(stderr=True, soft_wrap=True)
     try:
         options = TuneOptions(workload, objective, Flags.parse(flags), launch, engine, repeats, max_steps, max_time,

@@ -114,3 +114,24 @@ def test_knobs_are_named_by_idea_or_by_the_engines_flag_and_an_unknown_one_is_re
     assert knob_ideas(("--max-num-seqs",), "vllm") == {"running_cap"} and knob_ideas((), "sglang") is None
     with pytest.raises(UsageError, match="--knobs '--max-num-seqs' is no tuning idea or sglang flag"):
         knob_ideas(("--max-num-seqs",), "sglang")
+
+
+@pytest.mark.parametrize(("argv", "backend"), [((), "sglang"), (("--engine", "vllm"), "openai"),
+                                               (("--engine", "vllm", "--backend", "openai-chat"), "openai-chat")])
+def test_the_backend_follows_the_engine_unless_given(monkeypatch, argv, backend):
+    """vLLM serves no /generate: `--engine vllm` alone must not send every request to a 404."""
+    from typer.testing import CliRunner
+
+    import toolkit.tune.session as session
+    from toolkit.cli import app
+
+    seen: list[TuneOptions] = []
+
+    def record(opts: TuneOptions, console: Console) -> None:
+        seen.append(opts)
+        raise UsageError("recorded")
+
+    monkeypatch.setattr(session, "run_tune", record)
+    result = CliRunner().invoke(app, ["tune", *argv])
+    assert result.exit_code == 2 and "recorded" in result.output, result.output
+    assert seen[0].workload.backend == backend
