@@ -7,6 +7,11 @@ re-measured interleaved (fresh launch each, order flipped every round) and the p
 Goal (issue 33): tuner best >= 0.95x grid best with <= 1/5 of the grid's runs, for every start.
 
     python -m benchmarks.tune_vs_grid [--quick] [--rounds 2] [--save]
+    python -m benchmarks.tune_vs_grid --recheck [--rounds 8] [--save]
+
+`--recheck` runs no grid and no tuner: it re-measures the latest saved run's grid best and tuner bests in more
+interleaved rounds (a paired ratio per round, its median and spread), for ratios the first check left inside the
+machine's noise; saved to tune_vs_grid_recheck.json (every recheck kept), naming the run it checks.
 
 `--quick` shrinks the grid and workload to check the script itself (a minute or two); numbers from it mean
 nothing. `--save` writes benchmarks/results/tune_vs_grid.json (every run kept, see `write_result`).
@@ -76,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=1, help="the tuner's runs per configuration")
     parser.add_argument("--max-steps", type=int, default=4, help="the tuner's step budget")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurements of both bests")
+    parser.add_argument("--recheck", action="store_true",
+                        help="re-measure the latest saved run's bests only (module docstring)")
     parser.add_argument("--save", action="store_true")
     return parser
 
@@ -144,9 +151,42 @@ def paired(tuner: list[float | None], grid: list[float | None]) -> dict:
             "median_ratio": statistics.median(ratios) if ratios else None}
 
 
+def recheck(opts: argparse.Namespace, argv: list[str] | None, console: Console) -> int:
+    """The latest saved run's bests, re-measured in `opts.rounds` interleaved rounds (cold runs, order flipped)."""
+    from benchmarks.common import RESULTS
+
+    run = json.loads((RESULTS / "tune_vs_grid.runs.jsonl").read_text().splitlines()[-1])
+    w = run["workload"]
+    workload = Workload(w["prompts"], w["input_len"], w["output_len"]).options()
+    grid_best = run["grid_best"]["flags"]
+    configs = list({f.text(): f for f in [Flags.parse(grid_best)]
+                    + [Flags.parse(s["tuner"]["best_flags"]) for s in run["starts"]]}.values())
+    root = OUT / time.strftime("recheck-%Y%m%d-%H%M%S")
+    console.print(f"re-measuring {len(configs)} configurations of the run of {run['provenance']['date']} "
+                  f"({opts.rounds} rounds); logs go to {root}")
+    values = remeasure(configs, workload, root, opts.rounds, console.print)
+    starts = []
+    for s in run["starts"]:
+        check = paired(values[Flags.parse(s["tuner"]["best_flags"]).text()], values[grid_best])
+        ratios = check["ratios"]
+        check["spread"] = [min(ratios), max(ratios)] if ratios else None
+        starts.append({"name": s["name"], "tuner_best": s["tuner"]["best_flags"], "runs_ratio": s["runs_ratio"],
+                       "check": check})
+        console.print(f"{s['name']}: per round {', '.join(f'{x:.2f}' for x in ratios)}; median "
+                      f"{check['median_ratio']:.3f}, spread {check['spread']}")
+    if opts.save:
+        record = {"of": run["provenance"]["date"], "grid_best": grid_best,
+                  "rounds": opts.rounds, "values": values, "starts": starts,
+                  "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}
+        console.print(f"saved {write_result('tune_vs_grid_recheck', record)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = build_parser().parse_args(argv)
     console = Console(highlight=False)
+    if opts.recheck:
+        return recheck(opts, argv, console)
     workload = (Workload(8, 64, 8) if opts.quick else Workload()).options()
     grid, starts = (QUICK_GRID, QUICK_STARTS) if opts.quick else (GRID, STARTS)
     knobs = tuple(grid)

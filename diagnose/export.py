@@ -25,7 +25,7 @@ from toolkit.diagnose.fastpath.scan import DECODE, ScannedChunk, stamp_times
 from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.lines import LineParser, ParseStats
-from toolkit.diagnose.reading import chunk_size
+from toolkit.diagnose.reading import chunk_size, feed_slow
 from toolkit.diagnose.series import META
 from toolkit.diagnose.source import Chunk, LineReader, open_log
 
@@ -179,7 +179,7 @@ def _chunk_table(read: ReadChunk, first: int, parser: LineParser, schema: pa.Sch
     routed: list[int] = []
     for begin, end, slow in runs(read.slow):
         if slow:
-            events += parser.feed(read.texts(begin, end), first + begin)
+            events += feed_slow(parser, read, begin, end, first)
             continue
         if parser.open_record:
             events += parser.feed(read.texts(begin, begin + 1), first + begin)

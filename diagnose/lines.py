@@ -96,6 +96,14 @@ class LineParser:
         self.stats.lines = max(self.stats.lines, no)
         return events
 
+    def skip_plain(self, count: int, last_line: int) -> None:
+        """Count `count` plain lines (`is_plain`) read elsewhere as other: what `feed` does with them while no
+        multi-line record is open (one that is open decides for itself whether they continue it)."""
+        assert self._record is None, "an open record must read the next lines itself"
+        self.stamped = True
+        self.stats.other += count
+        self.stats.lines = max(self.stats.lines, last_line)
+
     def finish(self) -> list[Event]:
         """The events of a multi-line record left open at the end of the source."""
         events = self._close() if self._record is not None else []
@@ -164,6 +172,15 @@ class LineParser:
             kinds = []
             self.stats.other += 1
         return [Event(kind, record.line, record.time, record.rank, text, self.source) for kind in kinds]
+
+
+def is_plain(line: str) -> bool:
+    """A line `feed` counts as other and nothing more while no record is open: a readable line whose prefix has a
+    time (so the log is stamped) and whose message is no event. The fast path's workers classify slow lines with
+    it, so that the caller reads only the rest (`LineParser.skip_plain`)."""
+    prefix = read_prefix(line)
+    return (prefix.time is not None and line_kind(line, prefix.start) is None
+            and "\ufffd" not in line and "\x00" not in line)
 
 
 def _readable_batch(kind: str, text: str) -> bool:

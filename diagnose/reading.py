@@ -153,13 +153,13 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
     if chunk.lines == 0:
         return 0
     if chunk.columns is None or chunk.slow.all():
-        sink.take(parser.feed(chunk.texts(0, chunk.lines), first))
+        sink.take(feed_slow(parser, chunk, 0, chunk.lines, first))
         sink.flush()
         return chunk.lines
     routed: list[int] = []
     for begin, end, slow in runs(chunk.slow):
         if slow:
-            sink.take(parser.feed(chunk.texts(begin, end), first + begin))
+            sink.take(feed_slow(parser, chunk, begin, end, first))
             continue
         if parser.open_record:
             # NOTE: an open multi-line record decides for itself whether the next line continues it.
@@ -171,6 +171,26 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
         text = chunk.texts(i, i + 1)[0]
         sink.sample(kind, text[read_prefix(text).start:])
     return chunk.lines
+
+
+def feed_slow(parser: LineParser, chunk: ReadChunk, begin: int, end: int, first: int) -> list[Event]:
+    """The events of the chunk's slow lines [begin, end) (the chunk's first line is number `first`): lines a worker found plain are only counted, unless an open
+    multi-line record must see them."""
+    texts = chunk.texts(begin, end)
+    plain = chunk.plain[begin:end] if chunk.plain is not None else None
+    if plain is None or not plain.any():
+        return parser.feed(texts, first + begin)
+    events: list[Event] = []
+    for a, b, is_plain in runs(plain):
+        if not is_plain:
+            events += parser.feed(texts[a:b], first + begin + a)
+            continue
+        while a < b and parser.open_record:
+            events += parser.feed(texts[a:a + 1], first + begin + a)
+            a += 1
+        if a < b:
+            parser.skip_plain(b - a, first + begin + b - 1)
+    return events
 
 
 def _hot_columns(chunk: ReadChunk, first: int, parser: LineParser, builder: BatchTableBuilder,

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
+from toolkit.diagnose.lines import is_plain
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
@@ -61,6 +62,7 @@ class ReadChunk:
     texts: Callable[[int, int], list[str]]
     extra: object = None  # what the caller's job made of the chunk where it was scanned
     untimed: np.ndarray | None = None  # hot lines without a time, in line order
+    plain: np.ndarray | None = None  # slow lines a worker found plain (`lines.is_plain`); None: not classified
 
     def stamped(self, begin: int, end: int) -> bool:
         """Whether the hot lines [begin, end) hold one with a time (the per-line parser then notes a stamp)."""
@@ -168,7 +170,7 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
             if packed.too_long:
                 raise LineTooLong(packed.begin)
             yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
-                            packed.extra, packed.untimed)
+                            packed.extra, packed.untimed, packed.plain)
 
 
 @dataclass(slots=True)
@@ -185,6 +187,7 @@ class _Packed:
     too_long: bool = False
     extra: object = None
     untimed: np.ndarray | None = None
+    plain: np.ndarray | None = None
 
     def text(self, begin: int, end: int) -> list[str]:
         return self.texts[(begin, end)]  # type: ignore[index]
@@ -212,13 +215,18 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int) -> _
         return _Packed(begin, too_long=True)
     view = _view(Chunk(buf, length, False), scanned, job)
     texts: dict[tuple[int, int], list[str]] = {}
+    # NOTE: the slow lines are classified here, in parallel: the caller then reads only those that are not plain
+    # (most slow lines of a long log are other INFO lines)
+    plain = np.zeros(scanned.lines, bool)
     for first, end, slow in runs(view.slow):
         key = (first, end) if slow else (first, first + 1)
         texts[key] = view.texts(*key)
+        if slow:
+            plain[first:end] = [is_plain(line) for line in texts[key]]
     for _, i in samples(view.columns):
         texts.setdefault((i, i + 1), view.texts(i, i + 1))
     return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, scanned.access, texts,
-                   extra=view.extra, untimed=view.untimed)
+                   extra=view.extra, untimed=view.untimed, plain=plain)
 
 
 _TAIL = 1 << 16  # bytes read past a range for the end of its last line (more where that line is longer)

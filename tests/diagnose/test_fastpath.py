@@ -310,3 +310,20 @@ def test_access_fields_equal_parse_fields(lines) -> None:
     plain = [t for t in texts if '"POST /v1/chat/completions HTTP/1.1" 200 OK' in t and "127.0.0.1" in t]
     if "\t" not in "".join(texts):  # a tab anywhere in the chunk leaves its access lines to parse_fields
         assert read.sum() >= len(plain)
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_fast_path_equals_the_per_line_parser_on_the_realistic_log(tmp_path, monkeypatch, processes) -> None:
+    """The realistic mix: start-up blocks, tracebacks, other INFO and WARNING lines (slow lines that the workers
+    classify plain), six prefixes and a vLLM segment, read in ranges small enough that records cross them."""
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 6000, mix="realistic")
+    _same(tmp_path, monkeypatch, path.read_bytes(), chunk=16 * 1024, processes=processes)
+
+
+def test_export_of_the_realistic_log_equals_the_per_line_events(tmp_path, monkeypatch) -> None:
+    """The export's workers classify slow lines plain too: their events stay those of the per-line parser."""
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 4000, mix="realistic")
+    got, want = export_against_per_line(tmp_path, monkeypatch, path.read_text().splitlines(), 16 * 1024, True)
+    assert len(got) == len(want) > 3000
