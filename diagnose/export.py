@@ -177,9 +177,10 @@ def _chunk_table(read: ReadChunk, first: int, parser: LineParser, schema: pa.Sch
 
     events: list[Event] = []
     routed: list[int] = []
+    plain = read.plain.tolist() if read.plain is not None else None
     for begin, end, slow in runs(read.slow):
         if slow:
-            events += feed_slow(parser, read, begin, end, first)
+            events += feed_slow(parser, read, begin, end, first, plain)
             continue
         if parser.open_record:
             events += parser.feed(read.texts(begin, begin + 1), first + begin)

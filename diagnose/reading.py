@@ -7,6 +7,7 @@ tested against).
 """
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -152,14 +153,15 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
     """Read one chunk whose first line is number `first`; returns its number of lines."""
     if chunk.lines == 0:
         return 0
+    plain = chunk.plain.tolist() if chunk.plain is not None else None
     if chunk.columns is None or chunk.slow.all():
-        sink.take(feed_slow(parser, chunk, 0, chunk.lines, first))
+        sink.take(feed_slow(parser, chunk, 0, chunk.lines, first, plain))
         sink.flush()
         return chunk.lines
     routed: list[int] = []
     for begin, end, slow in runs(chunk.slow):
         if slow:
-            sink.take(feed_slow(parser, chunk, begin, end, first))
+            sink.take(feed_slow(parser, chunk, begin, end, first, plain))
             continue
         if parser.open_record:
             # NOTE: an open multi-line record decides for itself whether the next line continues it.
@@ -173,23 +175,31 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
     return chunk.lines
 
 
-def feed_slow(parser: LineParser, chunk: ReadChunk, begin: int, end: int, first: int) -> list[Event]:
-    """The events of the chunk's slow lines [begin, end) (the chunk's first line is number `first`): lines a worker found plain are only counted, unless an open
-    multi-line record must see them."""
-    texts = chunk.texts(begin, end)
-    plain = chunk.plain[begin:end] if chunk.plain is not None else None
-    if plain is None or not plain.any():
-        return parser.feed(texts, first + begin)
-    events: list[Event] = []
-    for a, b, is_plain in runs(plain):
+def feed_slow(parser: LineParser, chunk: ReadChunk, begin: int, end: int, first: int,
+              plain: list[bool] | None) -> list[Event]:
+    """The events of the chunk's slow lines [begin, end) (the chunk's first line is number `first`; `plain`, the
+    chunk's `plain` flags as a list, or None): plain lines are only counted, unless an open multi-line record must
+    see them. Plain Python on purpose: a long log's slow runs are mostly one line long."""
+    flags = plain[begin:end] if plain is not None else None
+    if flags is None or not any(flags):
+        return parser.feed(chunk.texts(begin, end), first + begin)
+    if all(flags) and not parser.open_record:
+        parser.skip_plain(end - begin, first + end - 1)
+        return []
+    texts, events, at = chunk.texts(begin, end), [], 0
+    for is_plain, group in itertools.groupby(flags):
+        size = len(list(group))
+        stop = at + size
         if not is_plain:
-            events += parser.feed(texts[a:b], first + begin + a)
+            events += parser.feed(texts[at:stop], first + begin + at)
+            at = stop
             continue
-        while a < b and parser.open_record:
-            events += parser.feed(texts[a:a + 1], first + begin + a)
-            a += 1
-        if a < b:
-            parser.skip_plain(b - a, first + begin + b - 1)
+        while at < stop and parser.open_record:
+            events += parser.feed(texts[at:at + 1], first + begin + at)
+            at += 1
+        if at < stop:
+            parser.skip_plain(stop - at, first + begin + stop - 1)
+        at = stop
     return events
 
 
