@@ -20,7 +20,7 @@ from toolkit.diagnose.log_format.batch import QUEUE
 from toolkit.diagnose.log_format.messages import CONTINUATION, OPENERS, SELF_CONTINUING, engine_tag
 from toolkit.diagnose.log_format.prefix import engine_rank
 from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
-from toolkit.diagnose.prefix import Prefix, read_prefix
+from toolkit.diagnose.prefix import Prefix, read_prefix, stamped_message_start
 
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
@@ -178,9 +178,13 @@ def is_plain(line: str) -> bool:
     """A line `feed` counts as other and nothing more while no record is open: a readable line whose prefix has a
     time (so the log is stamped) and whose message is no event. The fast path's workers classify slow lines with
     it, so that the caller reads only the rest (`LineParser.skip_plain`)."""
-    prefix = read_prefix(line)
-    return (prefix.time is not None and line_kind(line, prefix.start) is None
-            and "\ufffd" not in line and "\x00" not in line)
+    start = stamped_message_start(line)
+    if start is None:
+        prefix = read_prefix(line)
+        if prefix.time is None:
+            return False
+        start = prefix.start
+    return line_kind(line, start) is None and "\ufffd" not in line and "\x00" not in line
 
 
 def _readable_batch(kind: str, text: str) -> bool:

@@ -36,6 +36,7 @@ from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING,
                                                 rank_name, time_of_day, tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
+_FIRST_SGLANG = re.compile(r"[^\"'`]*?" + SGLANG_STAMP)  # the first stamp, only unquoted text before it
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
@@ -156,6 +157,23 @@ def _vllm_inside(line: str, outer: Prefix) -> Prefix:
     if inner is None:
         return outer
     return Prefix(outer.time, process_rank(inner.group(1) or "") or outer.rank, inner.end(), outer.period)
+
+
+def stamped_message_start(line: str) -> int | None:
+    """Where the message starts when the line's prefix is one SGLang stamp with a valid time (after any unquoted
+    text): the commonest prefix, read in one match; None for every other line. Where it answers, it is
+    `read_prefix(line).start` with a time (tests/diagnose/test_log_format_differential.py checks it on every
+    sample and real line)."""
+    m = _FIRST_SGLANG.match(line)
+    if m is None:
+        return None
+    start = m.end()
+    if _SGLANG.match(line, start) is not None or line.startswith("[gpu", start) or _VLLM.match(line, start):
+        return None
+    y, mo, d = m.group(1, 2, 3)
+    if mo is not None and _midnight(y, mo, d, None) is None:
+        return None
+    return start
 
 
 def read_prefix(line: str) -> Prefix:

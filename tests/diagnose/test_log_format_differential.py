@@ -160,3 +160,25 @@ def test_export_of_the_realistic_log_equals_the_per_line_events(tmp_path, monkey
     for column in ("running_req", "queue_req", "gen_throughput", "status", "client", "path"):
         expected = [e.fields.get(column) for e in want]
         assert [None if v != v else v for v in got[column].tolist()] == expected, column
+
+
+def test_the_one_match_stamp_reader_agrees_with_read_prefix_on_every_sample_and_real_line() -> None:
+    """`stamped_message_start` (the workers' quick read of the commonest prefix) answers only where `read_prefix`
+    finds a time, and then with the same message start; it answers for most stamped lines (else it saves nothing)."""
+    from benchmarks.diagnose_parse import RAY_PREFIX
+    from toolkit.diagnose.prefix import stamped_message_start
+
+    lines = doc_sample_lines() + format_table_lines()
+    lines += [line for path in REAL_LOGS for line in path.read_text(errors="replace").splitlines()]
+    lines += [STAMP + line for line in lines[:400]] + [RAY_PREFIX + STAMP + "x", "'quoted' " + STAMP + "x",
+                                                       "[2025-02-30 04:06:27] x", STAMP + STAMP + "x",
+                                                       STAMP + "[gpu=1] x", STAMP + "INFO 03-10 08:07:20 [a.py:1] x"]
+    answered = 0
+    for line in lines:
+        start = stamped_message_start(line)
+        if start is not None:
+            prefix = read_prefix(line)
+            assert prefix.time is not None and prefix.start == start, line
+            answered += 1
+    stamped = sum(read_prefix(line).time is not None and "[" in line for line in lines)
+    assert answered > 0.5 * stamped, (answered, stamped)
