@@ -258,6 +258,27 @@ def _client_gone(text: str) -> dict[str, Value]:
     return {"method": m.group(1), "path": m.group(2)} if m else _message(text)
 
 
+_TRANSFER = re.compile(r"(Prefill|Decode) transfer failed for request (?:rank=(\d+) )?(?:.*?rid='([^']*)')?.*?"
+                       r"(?: with exception (?:\w+\([^()]*\): )?(.*))?$")
+
+
+def _transfer_failed(text: str) -> dict[str, Value]:
+    """`Prefill transfer failed for request rank=4 req.rid='ab' req.bootstrap_room=9 with exception
+    KVTransferError(bootstrap_room=9): Decode instance could be dead, ...`: the side, rank, request and why."""
+    m = _TRANSFER.match(text)
+    if m is None:
+        return {}
+    side, rank, rid, reason = m.groups()
+    out: dict[str, Value] = {"side": side.lower()}
+    if rank is not None:
+        out["transfer_rank"] = int(rank)
+    if rid is not None:
+        out["rid"] = rid
+    if reason:
+        out["reason"] = reason.strip()
+    return out
+
+
 # -- vLLM (docs/log-formats.md §9) ----------------------------------------------------------------------
 
 _KV_USAGE = re.compile(r"^(\w+)_kv_cache_usage$")
@@ -421,6 +442,7 @@ _READERS = {
     "shed": _shed,
     "queue_timeout": _queue_timeout,
     "client_gone": _client_gone,
+    "kv_transfer_failed": _transfer_failed,
     "stats": _stats,
     "prefix_cache": _after_label,
     "spec_metrics": _after_label,

@@ -24,7 +24,7 @@ from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
 
 SERIES_KINDS = frozenset({"retract", "preempt", "oom", "watchdog", "exception", "leak", "spec_metrics",
-                          "prefix_cache", "shed", "queue_timeout", "client_gone"})
+                          "prefix_cache", "shed", "queue_timeout", "client_gone", "kv_transfer_failed"})
 
 
 class _Sink:

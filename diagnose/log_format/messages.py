@@ -36,6 +36,8 @@ Kind = Literal[
     "shed",              # Shed N requests[ in the last S s] (503, Retry-After 1 s): queue_full: a, waiting_timeout: b
     "queue_timeout",     # Queue timeout: aborted N requests that waited more than S s, #queue-req: Q
     "client_gone",       # the client of POST /path disconnected ... / Request is disconnected from the client side
+    # PD disaggregation (docs/log-formats.md §6.3)
+    "kv_transfer_failed",  # Prefill|Decode transfer failed for request rank=N ... with exception KVTransferError(...): why
     # vLLM (docs/log-formats.md §9)
     "stats",             # Engine 000: Avg prompt throughput: ..., Running: ..., Waiting: ..., KV cache usage
     "prefix_cache",      # V0: Prefix cache hit rate: GPU: x%, CPU: y%
@@ -58,7 +60,8 @@ BATCH_KINDS = (*SGLANG_BATCH_KINDS, "stats")  # the time series: kept as columns
 # Messages only one engine prints (an access line, an OOM, an exception can be either's).
 SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
                           "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
-                          "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout", "client_gone"})
+                          "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout", "client_gone",
+                          "kv_transfer_failed"})
 VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
                         "gpu_blocks", "kv_memory", "memory_profile", "weights_loaded", "graph_captured",
                         "engine_config", "engine_args", "scheduler_config"})
@@ -118,6 +121,8 @@ STARTS: dict[str, str] = {
     "queue_timeout": r"Queue timeout: aborted \d+ requests? ",
     "client_gone": r"the client of [A-Z]{1,10} \S{1,2000} disconnected before the response"
                    r"|(?:\[http_server\] Error: )?Request is disconnected from the client side",
+    # PD disaggregation: a request's KV transfer between the prefill and the decode server failed
+    "kv_transfer_failed": r"(?:Prefill|Decode) transfer failed for request ",
     # vLLM
     "prefix_cache": r"Prefix cache hit rate: GPU: ",
     "spec_metrics": r"SpecDecoding metrics: |Speculative metrics: ",

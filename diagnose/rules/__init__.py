@@ -23,6 +23,7 @@ from toolkit.diagnose.rules import (
     gpu_memory,
     oom,
     parallelism,
+    pd_transfer,
     prefill_chunk,
     prefill_stall,
     queue,
@@ -41,6 +42,7 @@ Rule = Callable[[Context], list[Finding]]
 
 RULES: dict[str, Rule] = {
     "crashes": crashes.check,
+    "pd_transfer": pd_transfer.check,
     "oom": oom.check,
     "gpu_memory": gpu_memory.check,
     "capacity": capacity.check,

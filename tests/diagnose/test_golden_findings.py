@@ -160,6 +160,10 @@ SYNTHETIC: dict[str, Callable[[], list[str]]] = {
     "crash-graph-capture": lambda: _crash("Capture cuda graph failed: CUDA out of memory\n"
                                           "Possible solutions: lower --mem-fraction-static"),
     "crash-sigquit": lambda: _crash("Received sigquit from a child proces. It usually means the child failed."),
+    "pd-transfer-peer-gone": lambda: _crash(
+        "Prefill transfer failed for request rank=0 req.rid='05d7' req.bootstrap_room=8 with exception "
+        "KVTransferError(bootstrap_room=8): Decode instance could be dead, remote mooncake session 10.0.0.1:1 is not "
+        "alive"),
     "oom-prefill": lambda: _oom("prefill"),
     "oom-decode": lambda: _oom("decode"),
     "oom-other": lambda: _crash("Scheduler hit an exception: Traceback (most recent call last):\n  File \"x.py\", "

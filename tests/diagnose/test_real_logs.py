@@ -36,7 +36,7 @@ MIN_FILES = 60
 LITTLE_DATA = 2 * MIN_LINES  # "little data": fewer load lines than this
 ALIASES = {"vllm_stats": "stats", "crash": "exception"}
 ALWAYS_SCORED = ("decode", "prefill", "stats", "retract", "preempt", "oom", "leak", "exception", "sigquit",
-                 "watchdog", "not_enough_memory", "spec_metrics")
+                 "watchdog", "not_enough_memory", "spec_metrics", "kv_transfer_failed")
 LOAD_KINDS = ("decode", "stats")
 LOUD = ("warning", "critical")
 SIDECAR_KEYS = {"engine", "version", "kind", "events", "advice", "nothing_to_advise", "notes"}
