@@ -125,12 +125,21 @@ def _unquoted(text: str) -> bool:
     return not text or not any(quote in text for quote in _QUOTES)
 
 
-def _sglang(line: str) -> Prefix | None:
-    m = _SGLANG.search(line)
-    if m is None or not _unquoted(line[: m.start()]):
+def _closest_stamp(line: str) -> re.Match[str] | None:
+    """The SGLang stamp closest to the message: the line's first stamp (only unquoted text before it) or the last of
+    the stamps that directly follow it."""
+    m = _FIRST_SGLANG.match(line)
+    if m is None:
         return None
     while (nxt := _SGLANG.match(line, m.end())) is not None:
         m = nxt
+    return m
+
+
+def _sglang(line: str) -> Prefix | None:
+    m = _closest_stamp(line)
+    if m is None:
+        return None
     clock = _clock(*m.groups()[:7])
     time, period = clock if clock is not None else (None, None)
     start = m.end()
@@ -160,15 +169,15 @@ def _vllm_inside(line: str, outer: Prefix) -> Prefix:
 
 
 def stamped_message_start(line: str) -> int | None:
-    """Where the message starts when the line's prefix is one SGLang stamp with a valid time (after any unquoted
-    text): the commonest prefix, read in one match; None for every other line. Where it answers, it is
-    `read_prefix(line).start` with a time (tests/diagnose/test_log_format_differential.py checks it on every
-    sample and real line)."""
-    m = _FIRST_SGLANG.match(line)
+    """Where the message starts when the line's prefix is an SGLang stamp with a valid time (after any unquoted
+    text) and nothing else: the commonest prefix, read without `read_prefix`'s time, rank and other prefixes; None
+    for every other line. Where it answers, it is `read_prefix(line).start` with a time
+    (tests/diagnose/test_log_format_differential.py checks it on every sample and real line)."""
+    m = _closest_stamp(line)
     if m is None:
         return None
     start = m.end()
-    if _SGLANG.match(line, start) is not None or line.startswith("[gpu", start) or _VLLM.match(line, start):
+    if line.startswith("[gpu", start) or _VLLM.match(line, start):
         return None
     y, mo, d = m.group(1, 2, 3)
     if mo is not None and _midnight(y, mo, d, None) is None:

@@ -44,7 +44,7 @@ def check(ctx: Context) -> list[Finding]:
             action=f"Read the {other} server's log at this time first: it crashed or was restarted. If it is up, "
                    "the transfer network between the two is the suspect: the session address in the error must be "
                    "reachable from here (firewall, the RDMA device given by --disaggregation-ib-device).")]
-    if set(reasons) == {r for r in reasons if r.startswith(ABORTED)}:
+    if all(r.startswith(ABORTED) for r in reasons):
         return [Finding(
             "pd_transfer.failed", "warning", title,
             f"Requests were aborted (by their client or the router) while their KV was being transferred "
