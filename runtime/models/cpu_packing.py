@@ -11,7 +11,9 @@ from toolkit.runtime.models.decoder import CausalLM
 from toolkit.runtime.models.layers import Linear
 
 logger = logging.getLogger("runtime")
-PACKABLE_DTYPES = (torch.bfloat16, torch.float16)  # float32 keeps MKL's kernel: parity tests pin its results
+# float32 too: a decode step with oneDNN's packed fp32 kernel is 1.3x (batch 64) to 1.7x (batch 16) faster than with
+# MKL's on an AVX2 CPU, with the same sums (cpu_packing_float32_avx2.json)
+PACKABLE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_PACKED_BYTES = 4 << 30  # the packed copy doubles weight memory; big models keep only the plain weights
 DECODE_BATCH_HINT = 64
 
@@ -34,6 +36,9 @@ def pack_for_cpu(model: CausalLM) -> bool:
     only where it multiplies it natively (`cpu_capability`): elsewhere the layers run unpacked, said once."""
     dtype = model.model.embed_tokens.weight.dtype
     if dtype not in PACKABLE_DTYPES or weight_bytes(model) > MAX_PACKED_BYTES:
+        return False
+    if not torch.backends.mkldnn.is_available():
+        logger.info("This torch has no oneDNN: linear layers run unpacked")
         return False
     capability = cpu_capability.probe()
     if not capability.native_dtype(dtype):

@@ -18,12 +18,12 @@ from toolkit.runtime.attention.base import AttentionLayer
 from toolkit.runtime.forward_batch import ForwardBatch
 from toolkit.runtime.model_loader.config import ModelConfig
 from toolkit.runtime.models.layers import (
-    PACKED_MAX_ROWS,
     Linear,
     RMSNorm,
     Slice,
     VocabEmbedding,
     make_linear,
+    packed_serves,
     silu_and_mul,
 )
 from toolkit.runtime.models.rotary import RotaryEmbedding, apply_rotary
@@ -149,7 +149,7 @@ class CausalLM(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is not None:
             logits = self.lm_head(hidden)
-        elif self.packed_tied_head is not None and hidden.shape[0] <= PACKED_MAX_ROWS:
+        elif self.packed_tied_head is not None and packed_serves(hidden):
             logits = torch.ops.mkldnn._linear_pointwise(hidden, self.packed_tied_head, None, "none", [], "")
         else:
             logits = F.linear(hidden, self.lm_head_weight)

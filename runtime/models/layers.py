@@ -7,6 +7,7 @@ them when not column-parallel), and `columns` the slice of input features a row-
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -81,7 +82,15 @@ class RMSNorm(nn.Module):
         return self.forward(summed), summed
 
 
-PACKED_MAX_ROWS = 512  # above this many rows the plain kernel is as fast as the packed one (or faster)
+# Up to how many rows a packed weight beats the plain kernel. bf16/fp16: above 512 rows the plain (AMX) kernel is
+# as fast or faster; float32: packed wins at every size measured, 1.4x at 64 rows, 1.2x at 256, 1.03x at 2048 on an AVX2 CPU
+# (benchmarks/results/cpu_packing_float32_avx2.json).
+PACKED_MAX_ROWS: dict[torch.dtype, float] = {torch.bfloat16: 512, torch.float16: 512, torch.float32: math.inf}
+
+
+def packed_serves(rows: torch.Tensor) -> bool:
+    """Whether a packed weight should multiply these rows (see PACKED_MAX_ROWS)."""
+    return rows.shape[0] <= PACKED_MAX_ROWS.get(rows.dtype, 0)
 
 
 class ShardedRows:
@@ -111,7 +120,7 @@ class Linear(nn.Linear, ShardedRows):
         self._set_shards(rows, columns)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed_weight is not None and x.shape[0] <= PACKED_MAX_ROWS:
+        if self.packed_weight is not None and packed_serves(x):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
