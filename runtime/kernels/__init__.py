@@ -2,7 +2,7 @@
 cached under TORCH_EXTENSIONS_DIR (~/.cache/torch_extensions) in a folder named after the CPU's kernel tier
 (`cpu_capability.KERNEL_TIERS`: a build made on another CPU, in a shared home or a baked image, is never loaded
 here): decode attention over the paged pool and the
-store of a step's K/V rows into it (`paged_decode.cpp`), causal bf16 prefill attention of new sequences
+store of a step's K/V rows into it (`paged_decode.cpp`), causal bf16/float32 prefill attention of new sequences
 (`prefill_attention.cpp`) and the decoder layer's fused elementwise steps (`elementwise.cpp`)."""
 from __future__ import annotations
 
@@ -85,17 +85,20 @@ def paged_decode_attention(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: to
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def prefill_attention_supported() -> bool:
-    """Whether ATen's oneDNN micro-kernels pack bf16 on this CPU (AMX), which `prefill_attention` multiplies with."""
-    return available() and torch.ops.toolkit_cpu.prefill_attention_supported()
+@functools.lru_cache(maxsize=None)
+def prefill_attention_supported(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """Whether `prefill_attention` attends this dtype here: bf16 where ATen's oneDNN micro-kernels pack it (AMX),
+    float32 on x86 with AVX2 or more."""
+    return available() and torch.ops.toolkit_cpu.prefill_attention_supported(dtype)
 
 
 def prefill_attention_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether `prefill_attention` takes these: bf16 [tokens, heads, head_dim] views whose heads are contiguous
-    (the layout the QKV projection's split gives), head_dim a multiple of 16, on a CPU it supports."""
-    return (all(t.dtype == torch.bfloat16 and t.dim() == 3 and t.stride(1) == t.shape[2] for t in (q, k, v))
-            and q.shape[2] % 16 == 0 and applies_to(q, k, v) and prefill_attention_supported())
+    """Whether `prefill_attention` takes these: bf16 or float32 [tokens, heads, head_dim] views of one dtype whose
+    heads are contiguous (the layout the QKV projection's split gives), head_dim a multiple of 16, on a CPU it
+    supports for that dtype."""
+    return (q.dtype in (torch.bfloat16, torch.float32)
+            and all(t.dtype == q.dtype and t.dim() == 3 and t.stride(1) == t.shape[2] for t in (q, k, v))
+            and q.shape[2] % 16 == 0 and applies_to(q, k, v) and prefill_attention_supported(q.dtype))
 
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_starts: torch.Tensor,

@@ -1,5 +1,5 @@
-// Causal attention of new sequences (no cached prefix) for bfloat16 prefill on CPUs, every sequence of a batch in
-// one call, GQA.
+// Causal attention of new sequences (no cached prefix) for bfloat16 and float32 prefill on CPUs, every sequence of a
+// batch in one call, GQA.
 //
 // Why a native kernel: torch's CPU flash attention (SDPA) costs the same causal or not at the lengths a prefill
 // chunk holds (measured at 256 tokens, 9 heads: causal 0.244 ms, full 0.235 ms) and takes one call per sequence
@@ -8,7 +8,9 @@
 // packs each K/V head once for the query heads that share it, and spreads the (sequence, K/V head, query block)
 // tasks of the whole batch over the threads. Both matrix products go through ATen's oneDNN micro-kernel
 // (`at::native::cpublas::brgemm`: AMX where the CPU has it), the one torch's flash attention calls too; scores and
-// the softmax stay float32, the probabilities are rounded to bf16 for the second product, as in torch's.
+// the softmax stay float32; in bf16 the probabilities are rounded to bf16 for the second product, as in torch's.
+// float32 takes the same path on x86 CPUs with AVX2 (the micro-kernel's float32 B needs no packing: K^T blocks and
+// V panels are laid out plainly), where torch's float32 flash attention ran at ~1/3 of the GEMMs' rate.
 //
 // One task = one query block of one sequence for the G query heads of one K/V head: its scores S = Q K^T over the
 // key blocks up to the diagonal (float32, in a per-thread buffer), an exact row softmax (the whole row is there, so
@@ -22,6 +24,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_math.h"
@@ -64,6 +67,23 @@ void pack_head(const BFloat16* k, const BFloat16* v, int64_t keys, int64_t padde
   }
 }
 
+// The float32 layouts, which brgemm's float32 (non-VNNI) B takes as they are: K^T blocks [dim, kKeyBlock] and V
+// column panels [padded, <= 64], row-major; keys past the sequence's end are zero.
+void pack_head(const float* k, const float* v, int64_t keys, int64_t padded, const Layout& s, float* packed_k,
+               float* packed_v, std::vector<float>&) {
+  std::fill(packed_k, packed_k + padded * s.dim, 0.f);
+  for (int64_t j = 0; j < keys; ++j) {
+    float* block = packed_k + (j / kKeyBlock) * kKeyBlock * s.dim + j % kKeyBlock;
+    for (int64_t d = 0; d < s.dim; ++d) block[d * kKeyBlock] = k[j * s.k_row + d];
+  }
+  for (int64_t c0 = 0; c0 < s.dim; c0 += kKeyBlock) {
+    const int64_t columns = std::min(kKeyBlock, s.dim - c0);
+    float* panel = packed_v + c0 * padded;
+    for (int64_t j = 0; j < keys; ++j) std::copy(v + j * s.v_row + c0, v + j * s.v_row + c0 + columns, panel + j * columns);
+    std::fill(panel + keys * columns, panel + padded * columns, 0.f);
+  }
+}
+
 #if defined(__AVX512F__)
 // exp(x) for the softmax's x <= 0: 2^(x log2 e) = 2^n 2^f with n whole and |f| <= 1/2, 2^f by its degree-5 Taylor
 // polynomial (relative error < 3e-6, far below the bf16 rounding the probabilities get) and 2^n by vscalefps,
@@ -82,24 +102,37 @@ inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// Sixteen float32 values rounded to bf16 (to nearest even).
-inline void store_bf16(BFloat16* out, __m512 x) {
+// Sixteen float32 values stored, rounded to bf16 (to nearest even) for a bf16 output.
+inline void store16(BFloat16* out, __m512 x) {
 #if defined(__AVX512BF16__)
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), (__m256i)_mm512_cvtneps_pbh(x));
 #else
   toolkit::Vec16<BFloat16>::store(out, x);
 #endif
 }
+
+inline void store16(float* out, __m512 x) { _mm512_storeu_ps(out, x); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#define TOOLKIT_PREFILL_AVX2 1
+// Eight float32 values stored (the AVX2 path serves float32: bf16 prefill needs AMX, which comes with AVX-512).
+inline void store8(float* out, __m256 x) { _mm256_storeu_ps(out, x); }
+
+inline void store8(BFloat16* out, __m256 x) {
+  alignas(32) float values[8];
+  _mm256_store_ps(values, x);
+  for (int i = 0; i < 8; ++i) out[i] = BFloat16(values[i]);
+}
 #endif
 
 // Row r of the block holds query position `first + r`: keys 0..first+r are visible. Its scores become unnormalized
-// probabilities exp(scale * (score - max)) written as bf16, zero past the diagonal; inverse[r] = 1 / their sum
+// probabilities exp(scale * (score - max)) written as T, zero past the diagonal; inverse[r] = 1 / their sum
 // (float32), applied to the row's output (the products stay in [0, 1], where bf16 keeps its relative precision).
-void softmax_rows(const float* scores, int64_t rows, int64_t first, int64_t width, float scale, BFloat16* probs,
+template <typename T>
+void softmax_rows(const float* scores, int64_t rows, int64_t first, int64_t width, float scale, T* probs,
                   float* inverse) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = scores + r * width;
-    BFloat16* out = probs + r * width;
+    T* out = probs + r * width;
     const int64_t visible = first + r + 1;
     int64_t j = 0;
 #if defined(__AVX512F__)
@@ -114,10 +147,30 @@ void softmax_rows(const float* scores, int64_t rows, int64_t first, int64_t widt
     for (j = 0; j < visible; j += 16) {
       __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(row + j), scale_v, shift_v);
       x = _mm512_maskz_mov_ps(lanes_from(j), exp_nonpositive(x));
-      store_bf16(out + j, x);
+      store16(out + j, x);
       total_v = _mm512_add_ps(total_v, x);
     }
     inverse[r] = 1.f / _mm512_reduce_add_ps(total_v);
+#elif defined(TOOLKIT_PREFILL_AVX2)
+    // eight lanes at a time; a lane at or past `visible` is masked (the row is a multiple of 64 wide, so whole
+    // vectors never read past it)
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    auto lanes_from = [&](int64_t j) {
+      return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(visible - j)), lane));
+    };
+    const __m256 lowest = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    __m256 top_v = lowest;
+    for (j = 0; j < visible; j += 8)
+      top_v = _mm256_max_ps(top_v, _mm256_blendv_ps(lowest, _mm256_loadu_ps(row + j), lanes_from(j)));
+    const __m256 scale_v = _mm256_set1_ps(scale), shift_v = _mm256_set1_ps(toolkit::reduce_max8(top_v) * scale);
+    __m256 total_v = _mm256_setzero_ps();
+    for (j = 0; j < visible; j += 8) {
+      const __m256 x = _mm256_fmsub_ps(_mm256_loadu_ps(row + j), scale_v, shift_v);
+      const __m256 e = _mm256_and_ps(toolkit::exp_avx2(x), lanes_from(j));
+      store8(out + j, e);
+      total_v = _mm256_add_ps(total_v, e);
+    }
+    inverse[r] = 1.f / toolkit::reduce_add8(total_v);
 #else
     float top = -std::numeric_limits<float>::infinity();
     for (j = 0; j < visible; ++j) top = std::max(top, row[j]);
@@ -125,37 +178,51 @@ void softmax_rows(const float* scores, int64_t rows, int64_t first, int64_t widt
     for (j = 0; j < visible; ++j) {
       const float e = std::exp(row[j] * scale - top * scale);
       total += e;
-      out[j] = BFloat16(e);
+      out[j] = T(e);
     }
     inverse[r] = 1.f / total;
 #endif
-    std::fill(out + j, out + width, BFloat16(0.f));
+    std::fill(out + j, out + width, T(0.f));
   }
 }
 
-// out rows = acc rows * inverse, rounded to bf16.
-void store_rows(const float* acc, const float* inverse, int64_t rows, int64_t dim, BFloat16* out, int64_t out_row) {
+// out rows = acc rows * inverse, as T.
+template <typename T>
+void store_rows(const float* acc, const float* inverse, int64_t rows, int64_t dim, T* out, int64_t out_row) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = acc + r * dim;
-    BFloat16* dst = out + r * out_row;
+    T* dst = out + r * out_row;
     int64_t d = 0;
 #if defined(__AVX512F__)
     const __m512 scale_v = _mm512_set1_ps(inverse[r]);
-    for (; d + 16 <= dim; d += 16) store_bf16(dst + d, _mm512_mul_ps(_mm512_loadu_ps(src + d), scale_v));
+    for (; d + 16 <= dim; d += 16) store16(dst + d, _mm512_mul_ps(_mm512_loadu_ps(src + d), scale_v));
+#elif defined(TOOLKIT_PREFILL_AVX2)
+    const __m256 scale_v = _mm256_set1_ps(inverse[r]);
+    for (; d + 8 <= dim; d += 8) store8(dst + d, _mm256_mul_ps(_mm256_loadu_ps(src + d), scale_v));
 #endif
-    for (; d < dim; ++d) dst[d] = BFloat16(src[d] * inverse[r]);
+    for (; d < dim; ++d) dst[d] = T(src[d] * inverse[r]);
   }
 }
 
-// Whether ATen's oneDNN micro-kernel packs bf16 here (AMX): where it does not, callers use SDPA.
-bool prefill_attention_supported() { return at::native::cpublas::could_pack(at::kBFloat16); }
+// Whether the kernel attends this dtype here: bf16 where ATen's oneDNN micro-kernel packs it (AMX), float32 on x86
+// with AVX2 or more (elsewhere the micro-kernel's float32 fallback is slower than SDPA). Where not, callers use SDPA.
+bool prefill_attention_supported(at::ScalarType dtype) {
+  if (dtype == at::kBFloat16) return at::native::cpublas::could_pack(at::kBFloat16);
+#if defined(__AVX2__) && defined(__FMA__)
+  return dtype == at::kFloat;
+#else
+  return false;
+#endif
+}
 
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& seq_starts,
                   const at::Tensor& seq_lens, const at::Tensor& out) {
-  TORCH_CHECK(prefill_attention_supported(), "prefill_attention needs oneDNN's packed bf16 micro-kernels (AMX)");
-  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
-                  v.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16,
-              "prefill_attention takes bfloat16 q, k, v and out");
+  TORCH_CHECK((q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat) &&
+                  k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
+                  out.scalar_type() == q.scalar_type(),
+              "prefill_attention takes bfloat16 or float32 q, k, v and out, all of one dtype");
+  TORCH_CHECK(prefill_attention_supported(q.scalar_type()), "prefill_attention does not attend ", q.scalar_type(),
+              " on this CPU (bfloat16 needs oneDNN's packed micro-kernels (AMX), float32 AVX2)");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && out.sizes() == q.sizes(),
               "q/out must be [tokens, heads, dim] and k/v [tokens, kv_heads, dim]");
   TORCH_CHECK(q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(1) % k.size(1) == 0,
@@ -193,20 +260,23 @@ struct Task {
 };
 
 // A thread's buffers, grown to the widest task it has taken.
+template <typename T>
 struct Workspace {
   std::vector<float> scores, acc, inverse;
-  std::vector<BFloat16> probs;
+  std::vector<T> probs;
 };
 
+template <typename T>
 struct Operands {
-  const BFloat16 *q, *packed_k, *packed_v;
-  BFloat16* out;
+  const T *q, *packed_k, *packed_v;
+  T* out;
 };
 
 // One task: rows row0.. of one sequence against its keys up to the diagonal, for the G query heads of one K/V
 // head. Each product runs for all G heads in a row: the micro-kernel keeps its tile configuration between calls.
-void attend_task(const Task& task, const Sequence& seq, const Layout& s, const Operands& x, float scale,
-                 Workspace& w) {
+template <typename T>
+void attend_task(const Task& task, const Sequence& seq, const Layout& s, const Operands<T>& x, float scale,
+                 Workspace<T>& w) {
   const int64_t rows = std::min(kBlockM, seq.length - task.row0);
   const int64_t width = std::min(seq.padded, (task.row0 + rows + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
   const int64_t offset = seq.packed_offset + task.kv_head * seq.padded * s.dim, plane = rows * width;
@@ -216,7 +286,7 @@ void attend_task(const Task& task, const Sequence& seq, const Layout& s, const O
   w.inverse.resize(s.group * rows);
   auto head_of = [&](int64_t g) { return task.kv_head * s.group + g; };
   for (int64_t g = 0; g < s.group; ++g) {
-    const BFloat16* q_rows = x.q + (seq.start + task.row0) * s.q_row + head_of(g) * s.dim;
+    const T* q_rows = x.q + (seq.start + task.row0) * s.q_row + head_of(g) * s.dim;
     for (int64_t j0 = 0; j0 < width; j0 += kKeyBlock)
       at::native::cpublas::brgemm(rows, kKeyBlock, s.dim, s.q_row, kKeyBlock, width, false, q_rows,
                                   x.packed_k + offset + j0 * s.dim, w.scores.data() + g * plane + j0);
@@ -235,9 +305,10 @@ void attend_task(const Task& task, const Sequence& seq, const Layout& s, const O
                x.out + (seq.start + task.row0) * s.out_row + head_of(g) * s.dim, s.out_row);
 }
 
-void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& seq_starts,
-                       const at::Tensor& seq_lens, double scale, at::Tensor out) {
-  check_inputs(q, k, v, seq_starts, seq_lens, out);
+template <typename T>
+void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& seq_starts,
+                const at::Tensor& seq_lens, double scale, at::Tensor& out) {
+  constexpr bool kVnni = std::is_same_v<T, BFloat16>;
   const Layout s{q.size(1), k.size(1), q.size(1) / k.size(1), q.size(2),
                  q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
   int64_t packed_elems = 0;
@@ -246,16 +317,16 @@ void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 
   // Every (sequence, K/V head) packed once, for all its query heads and blocks.
   const at::Tensor packed_k = at::empty({packed_elems}, q.options()), packed_v = at::empty_like(packed_k);
-  const BFloat16* k_ptr = k.data_ptr<BFloat16>();
-  const BFloat16* v_ptr = v.data_ptr<BFloat16>();
+  const T* k_ptr = k.data_ptr<T>();
+  const T* v_ptr = v.data_ptr<T>();
   at::parallel_for(0, count * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<BFloat16> scratch;
+    std::vector<T> scratch;
     for (int64_t t = begin; t < end; ++t) {
       const Sequence& seq = sequences[t / s.kv_heads];
       const int64_t h = t % s.kv_heads, offset = seq.packed_offset + h * seq.padded * s.dim;
       if (seq.length == 0) continue;
       pack_head(k_ptr + seq.start * s.k_row + h * s.dim, v_ptr + seq.start * s.v_row + h * s.dim, seq.length,
-                seq.padded, s, packed_k.data_ptr<BFloat16>() + offset, packed_v.data_ptr<BFloat16>() + offset,
+                seq.padded, s, packed_k.data_ptr<T>() + offset, packed_v.data_ptr<T>() + offset,
                 scratch);
     }
   });
@@ -266,21 +337,30 @@ void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     for (int64_t r = 0; r < sequences[i].length; r += kBlockM)
       for (int64_t h = 0; h < s.kv_heads; ++h) tasks.push_back({i, h, r});
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.row0 > b.row0; });
-  const Operands operands{q.data_ptr<BFloat16>(), packed_k.data_ptr<BFloat16>(), packed_v.data_ptr<BFloat16>(),
-                          out.data_ptr<BFloat16>()};
+  const Operands<T> operands{q.data_ptr<T>(), packed_k.data_ptr<T>(), packed_v.data_ptr<T>(), out.data_ptr<T>()};
   std::atomic<int64_t> next{0};
   at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
-    Workspace workspace;
+    Workspace<T> workspace;
     for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks.size());)
       attend_task(tasks[t], sequences[tasks[t].seq], s, operands, static_cast<float>(scale), workspace);
-    at::native::cpublas::brgemm_release();
+    at::native::cpublas::brgemm_release(kVnni);
   });
+}
+
+void prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& seq_starts,
+                       const at::Tensor& seq_lens, double scale, at::Tensor out) {
+  check_inputs(q, k, v, seq_starts, seq_lens, out);
+  if (q.scalar_type() == at::kFloat) {
+    attend_all<float>(q, k, v, seq_starts, seq_lens, scale, out);
+  } else {
+    attend_all<BFloat16>(q, k, v, seq_starts, seq_lens, scale, out);
+  }
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(toolkit_cpu, m) {
-  m.def("prefill_attention_supported() -> bool", &prefill_attention_supported);
+  m.def("prefill_attention_supported(ScalarType dtype) -> bool", &prefill_attention_supported);
   m.def("prefill_attention(Tensor q, Tensor k, Tensor v, Tensor seq_starts, Tensor seq_lens, float scale, "
         "Tensor(a!) out) -> ()");
 }

@@ -66,8 +66,10 @@ for dtype in (torch.float32, torch.bfloat16):
         reference = torch.softmax(q[b].float()[:, None] @ keys.transpose(1, 2) * 0.125, dim=-1) @ values
         worst = max(worst, (reference[:, 0] - attended[b].float()).abs().max().item())
     errors[f"paged_decode_attention {name}"] = worst
-if ops.prefill_attention_supported():  # bf16 only, where oneDNN packs bf16 (AMX)
-    qkv = torch.randn(150, 15 * 64).to(torch.bfloat16)
+for dtype in (torch.float32, torch.bfloat16):
+    if not ops.prefill_attention_supported(dtype):  # bf16 where oneDNN packs bf16 (AMX), float32 with AVX2
+        continue
+    qkv = torch.randn(150, 15 * 64).to(dtype)
     q, k, v = qkv[:, :576].view(150, 9, 64), qkv[:, 576:768].view(150, 3, 64), qkv[:, 768:].view(150, 3, 64)
     attended = torch.empty_like(q)
     ops.prefill_attention(q, k, v, torch.tensor([0, 20]), torch.tensor([20, 130]), 0.125, attended)
@@ -76,7 +78,7 @@ if ops.prefill_attention_supported():  # bf16 only, where oneDNN packs bf16 (AMX
         heads = [t[start : start + n].float().transpose(0, 1)[None] for t in (q, k, v)]
         reference = F.scaled_dot_product_attention(*heads, is_causal=True, scale=0.125, enable_gqa=True)
         worst = max(worst, (reference[0].transpose(0, 1) - attended[start : start + n].float()).abs().max().item())
-    errors["prefill_attention bfloat16"] = worst
+    errors[f"prefill_attention {str(dtype).split('.')[-1]}"] = worst
 library = next(line.split()[-1] for line in open("/proc/self/maps") if kernels.extension_name(cpu_capability.probe().tier) in line)
 print(json.dumps({"tier": cpu_capability.probe().tier.name, "errors": errors, "library": library}))
 """
@@ -130,6 +132,9 @@ def test_each_tier_builds_and_agrees_with_torch(tier, builds):
     library = Path(result["library"])
     assert library.parent.name == cpu_kernels.extension_name(chosen), library
     assert folder is None or library.parent.parent == folder, (library, folder)
-    assert len(result["errors"]) == 10 + ("prefill_attention bfloat16" in result["errors"])
+    # float32 prefill attention on every x86 tier with AVX2 (x86-64-v3 and up); bf16 where oneDNN packs it
+    with_avx2 = chosen.arch == "x86_64" and tier != "x86-64-v2"
+    assert ("prefill_attention float32" in result["errors"]) == with_avx2, result["errors"]
+    assert len(result["errors"]) == 10 + with_avx2 + ("prefill_attention bfloat16" in result["errors"])
     for check, error in result["errors"].items():
         assert error <= LIMITS[check.split()[-1]], (check, error)

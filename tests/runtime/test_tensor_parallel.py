@@ -97,7 +97,7 @@ def test_tp_halves_each_ranks_weights_and_kv_heads(gqa_model):
 def test_tp_ranks_on_one_cpu_share_its_kv_budget(gqa_model, monkeypatch):
     """Each of 2 ranks holds half the KV heads in half the host's budget: the same tokens as one process, within
     what the smaller weights of a rank leave (the budget of rank 0 here, 25% of a pretend 0.02 GiB of free RAM
-    after its weights; the pool is the ranks' minimum)."""
+    after its weights, their oneDNN-packed copies included, which double them; the pool is the ranks' minimum)."""
     from toolkit.runtime import model_runner
 
     folder, _ = gqa_model
@@ -109,7 +109,7 @@ def test_tp_ranks_on_one_cpu_share_its_kv_budget(gqa_model, monkeypatch):
             sizes.append(engine.runner.max_total_num_tokens)
         finally:
             engine.shutdown()
-    assert sizes[0] > 1000 and abs(sizes[1] - sizes[0]) <= 0.02 * sizes[0]
+    assert sizes[0] > 1000 and abs(sizes[1] - sizes[0]) <= 0.04 * sizes[0]
 
 
 def test_seeded_sampling_under_tp_equals_one_rank(gqa_model, prompts):
