@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> dict:
               "benchmark": "whole prefills of the embedded model: native prefill attention vs SDPA per prompt",
               "model": "SmolLM2-135M-Instruct (embedded)", "rows": rows}
     if opts.save:
-        print(f"wrote {write_result(f'cpu_prefill_attention_{opts.dtype}_{probe.isa.replace(chr(45), chr(95))}', record)}")
+        name = f"cpu_prefill_attention_{opts.dtype}_{probe.isa.replace('-', '_')}"
+        print(f"wrote {write_result(name, record)}")
     return record
 
 

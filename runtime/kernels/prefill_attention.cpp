@@ -79,7 +79,10 @@ void pack_head(const float* k, const float* v, int64_t keys, int64_t padded, con
   for (int64_t c0 = 0; c0 < s.dim; c0 += kKeyBlock) {
     const int64_t columns = std::min(kKeyBlock, s.dim - c0);
     float* panel = packed_v + c0 * padded;
-    for (int64_t j = 0; j < keys; ++j) std::copy(v + j * s.v_row + c0, v + j * s.v_row + c0 + columns, panel + j * columns);
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* row = v + j * s.v_row + c0;
+      std::copy(row, row + columns, panel + j * columns);
+    }
     std::fill(panel + keys * columns, panel + padded * columns, 0.f);
   }
 }
