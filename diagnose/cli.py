@@ -8,6 +8,7 @@ imports it: the CLI composition root hands it the page writer with `use_html_wri
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -129,12 +130,19 @@ def diagnose(
 
 def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_on: str | None,
          metrics: str | None, bench: str | None, html: str | None) -> None:
+    from toolkit.diagnose.fastpath.ahead import keep_freed_memory, shared_workers
+
+    keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
+    # NOTE: `--export` reads the logs again, with the workers forked at the analysis's first read
+    with shared_workers() if export else contextlib.nullcontext():
+        _report(logs, fmt, plots, export, fail_on, metrics, bench, html)
+
+
+def _report(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_on: str | None,
+            metrics: str | None, bench: str | None, html: str | None) -> None:
     from rich.console import Console
 
     from toolkit.diagnose.analysis import analyze
-    from toolkit.diagnose.fastpath.ahead import keep_freed_memory
-
-    keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
 
     try:
         result = analyze(logs, metrics=metrics, bench=bench)

@@ -8,7 +8,9 @@ type: number, boolean or text) comes from the analysis of the same logs.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -18,14 +20,14 @@ import numpy as np
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fastpath.access import access_fields, strings
-from toolkit.diagnose.fastpath.ahead import (JobResult, LineTooLong, ReadChunk, runs, scanned_chunks, scanned_ranges,
+from toolkit.diagnose.fastpath.ahead import (JobResult, LineTooLong, ReadChunk, scanned_chunks, scanned_ranges,
                                               use_processes)
 from toolkit.diagnose.fastpath.fields import BOOLEAN
 from toolkit.diagnose.fastpath.scan import DECODE, ScannedChunk, stamp_times
 from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.lines import LineParser, ParseStats
-from toolkit.diagnose.reading import chunk_size, feed_slow
+from toolkit.diagnose.reading import chunk_size, read_chunk_lines
 from toolkit.diagnose.series import META
 from toolkit.diagnose.source import Chunk, LineReader, open_log
 
@@ -85,10 +87,17 @@ def write_events(paths: Sequence[str | Path], out: str | Path, d: Diagnosis) -> 
 
 
 class _writer:
+    """The CSV or Parquet sink, written on a thread of its own (Arrow's writers release the GIL): the caller
+    builds the next chunk's table meanwhile. At most `AHEAD` tables wait to be written."""
+
+    AHEAD = 2
+
     def __init__(self, out: Path, schema: pa.Schema) -> None:
         self.out, self.schema, self.sink = out, schema, None
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="diagnose-export")
+        self.pending: deque[Future] = deque()
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[pa.Table], None]:
         import pyarrow.csv as csv
         import pyarrow.parquet as pq
 
@@ -97,10 +106,22 @@ class _writer:
                                       write_options=csv.WriteOptions(quoting_style="needed"))
         else:
             self.sink = pq.ParquetWriter(str(self.out), self.schema)
-        return lambda table: self.sink.write_table(table) if table.num_rows or self.out.suffix == ".csv" else None
+        return self.write
+
+    def write(self, table: pa.Table) -> None:
+        if not table.num_rows and self.out.suffix != ".csv":
+            return
+        self.pending.append(self.thread.submit(self.sink.write_table, table))  # type: ignore[union-attr]
+        while len(self.pending) > self.AHEAD:
+            self.pending.popleft().result()
 
     def __exit__(self, *exc) -> None:
-        self.sink.close()
+        try:
+            while self.pending:
+                self.pending.popleft().result()
+        finally:
+            self.thread.shutdown()
+            self.sink.close()  # type: ignore[union-attr]
 
 
 def _schema(types: dict[str, str]) -> pa.Schema:
@@ -140,9 +161,18 @@ def _tables(path: str | Path, source: int, schema: pa.Schema):
 
 @dataclass(slots=True)
 class _Hot:
-    """A chunk's hot lines for the export: their table (line numbers counted from 0 in the chunk)."""
+    """A chunk's hot lines for the export, in line order (numbers counted from 0 in the chunk): the columns in
+    which some line has a value. The caller adds the others as nulls: sent, a column of nulls costs as much as
+    one of values (its offsets and validity), and most of the schema's columns are null on a hot line."""
 
-    table: pa.Table | None
+    rows: int
+    columns: dict[str, pa.Array]
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        import pyarrow as pa
+
+        arrays = [self.columns[f.name] if f.name in self.columns else pa.nulls(self.rows, f.type) for f in schema]
+        return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _hot_lines(schema: pa.Schema, chunk: Chunk, scanned: ScannedChunk) -> JobResult:
@@ -163,11 +193,24 @@ def _hot_lines(schema: pa.Schema, chunk: Chunk, scanned: ScannedChunk) -> JobRes
     slow[lines.index[taken]] = False
     parts = []
     if len(scanned.batch.index):
-        parts.append(_hot_table(chunk, scanned, schema))
+        parts.append(_hot_columns(chunk, scanned, schema))
     if len(taken):
-        parts.append(_access_table(chunk, scanned, taken, access, times, schema))
-    table = pa.concat_tables(parts) if len(parts) > 1 else (parts[0] if parts else None)
-    return JobResult(_Hot(table), slow)
+        parts.append(_access_columns(chunk, scanned, taken, access, times, schema))
+    return JobResult(_in_line_order(parts, schema) if parts else None, slow)
+
+
+def _in_line_order(parts: list[dict[str, pa.Array]], schema: pa.Schema) -> _Hot:
+    """The parts' rows as one set of columns in line order (a column some part lacks is null there)."""
+    import pyarrow as pa
+
+    sizes = [len(part["line"]) for part in parts]
+    names = [name for name in schema.names if any(name in part for part in parts)]
+    columns = {name: pa.concat_arrays([part[name] if name in part else pa.nulls(n, schema.field(name).type)
+                                       for part, n in zip(parts, sizes)]) for name in names}
+    order = np.argsort(columns["line"].to_numpy(), kind="stable")
+    if not bool((order[1:] > order[:-1]).all()):
+        columns = {name: column.take(pa.array(order)) for name, column in columns.items()}
+    return _Hot(sum(sizes), columns)
 
 
 def _chunk_table(read: ReadChunk, first: int, parser: LineParser, schema: pa.Schema) -> pa.Table:
@@ -175,36 +218,49 @@ def _chunk_table(read: ReadChunk, first: int, parser: LineParser, schema: pa.Sch
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    events: list[Event] = []
-    routed: list[int] = []
-    plain = read.plain.tolist() if read.plain is not None else None
-    for begin, end, slow in runs(read.slow):
-        if slow:
-            events += feed_slow(parser, read, begin, end, first, plain)
-            continue
-        if parser.open_record:
-            events += parser.feed(read.texts(begin, begin + 1), first + begin)
-            routed.append(begin)
-        parser.stamped = parser.stamped or read.stamped(begin, end)
-    parts = [_events_table(events, schema)] if events else []
-    hot = read.extra.table  # type: ignore[attr-defined]
-    if hot is not None:
-        if routed:
-            hot = hot.filter(pc.invert(pc.is_in(hot.column("line"), pa.array(routed, pa.int64()))))
-        hot = hot.set_column(schema.get_field_index("line"), "line", pc.add(hot.column("line"), first))
-        hot = hot.set_column(schema.get_field_index("source"), "source",
-                             pa.array(np.full(hot.num_rows, parser.source, np.int64)))
-        parts.append(hot)
-    if not parts:
-        return pa.Table.from_pylist([], schema=schema)
-    table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    order = np.argsort(table.column("line").to_numpy(), kind="stable")
-    return table.take(pa.array(order))
+    events, routed = read_chunk_lines(parser, read, first)
+    slow = _events_table(events, schema) if events else None
+    if read.extra is None:
+        return slow if slow is not None else pa.Table.from_pylist([], schema=schema)
+    hot = read.extra.table(schema)  # type: ignore[attr-defined]
+    if routed:
+        hot = hot.filter(pc.invert(pc.is_in(hot.column("line"), pa.array(routed, pa.int64()))))
+    hot = hot.set_column(schema.get_field_index("line"), "line", pc.add(hot.column("line"), first))
+    hot = hot.set_column(schema.get_field_index("source"), "source",
+                         pa.array(np.full(hot.num_rows, parser.source, np.int64)))
+    return hot if slow is None else _merged(hot, slow)
 
 
-def _access_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access: dict, times: np.ndarray,
-                  schema: pa.Schema) -> pa.Table:
-    """Hot access lines `taken` (indices into the scan's access lines), with `access`, their fields as read."""
+_MAX_SLICES = 32  # more slices than this make the writers slow (a record batch each): the rows are copied instead
+
+
+def _merged(hot: pa.Table, slow: pa.Table) -> pa.Table:
+    """Two tables in line order (no line in both) as one in line order: slices of each where the slow rows come
+    in a few runs, else a copy in order."""
+    import pyarrow as pa
+
+    lines, slow_lines = hot.column("line").to_numpy(), slow.column("line").to_numpy()
+    at = np.searchsorted(lines, slow_lines)  # where each slow row goes among the hot ones
+    starts = np.flatnonzero(np.diff(at, prepend=-1))  # the first slow row of each run that goes to one place
+    if len(starts) > _MAX_SLICES:
+        order = np.argsort(np.concatenate([lines, slow_lines]), kind="stable")
+        return pa.concat_tables([hot, slow]).take(pa.array(order))
+    parts = []
+    done = 0
+    for first, end in zip(starts.tolist(), [*starts[1:].tolist(), len(at)]):
+        where = int(at[first])
+        if where > done:
+            parts.append(hot.slice(done, where - done))
+            done = where
+        parts.append(slow.slice(first, end - first))
+    parts.append(hot.slice(done))
+    return pa.concat_tables(parts)
+
+
+def _access_columns(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access: dict, times: np.ndarray,
+                    schema: pa.Schema) -> dict[str, pa.Array]:
+    """Hot access lines `taken` (indices into the scan's access lines), with `access`, their fields as read: the
+    columns with a value."""
     import pyarrow as pa
 
     lines = scanned.access_lines
@@ -223,13 +279,10 @@ def _access_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access
         "text": strings(chunk.data, lines.client[rows] - len("INFO:     "), scanned.ends[index]),
     }
     for name in schema.names[len(BASE):]:
-        kind = schema.field(name).type
         column = access.get(name)
-        if column is None:
-            columns[name] = pa.nulls(n, kind)
-        else:
-            columns[name] = (column if isinstance(column, pa.Array) else pa.array(column)).cast(kind)
-    return pa.Table.from_pydict(columns, schema=schema)
+        if column is not None:
+            columns[name] = (column if isinstance(column, pa.Array) else pa.array(column)).cast(schema.field(name).type)
+    return _with_values(columns)
 
 
 def _events_table(events: list[Event], schema: pa.Schema) -> pa.Table:
@@ -270,8 +323,8 @@ def _cell(value: object, kind: pa.DataType) -> object:
         return None
 
 
-def _hot_table(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> pa.Table:
-    """A chunk's hot batch lines (line numbers counted from 0 in the chunk)."""
+def _hot_columns(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> dict[str, pa.Array]:
+    """A chunk's hot batch lines (line numbers counted from 0 in the chunk): the columns with a value."""
     import pyarrow as pa
 
     batch = scanned.batch
@@ -291,7 +344,6 @@ def _hot_table(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> pa.Tab
         values = batch.fields.get(name)
         kind = schema.field(name).type
         if values is None:
-            columns[name] = pa.nulls(n, kind)
             continue
         missing = np.isnan(values)
         if kind == pa.bool_():
@@ -301,7 +353,11 @@ def _hot_table(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> pa.Tab
                                       for v, m in zip(values.tolist(), missing.tolist())], pa.string())
         else:
             columns[name] = pa.array(values, pa.float64(), mask=missing)
-    return pa.Table.from_pydict(columns, schema=schema)
+    return _with_values(columns)
+
+
+def _with_values(columns: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    return {name: column for name, column in columns.items() if column.null_count < len(column)}
 
 
 def _names(codes: np.ndarray, names: list[str]):

@@ -187,6 +187,15 @@ def is_plain(line: str) -> bool:
     return line_kind(line, start) is None and "\ufffd" not in line and "\x00" not in line
 
 
+def opens_record(line: str) -> bool:
+    """Whether `feed` opens a multi-line record at `line` (read while none is open): only the next
+    `RECORD_REACH` lines can then be read as part of it, or close it."""
+    return line_kind(line, read_prefix(line).start) in OPENERS
+
+
+RECORD_REACH = MAX_RECORD_LINES  # a record holds its first line and at most MAX_RECORD_LINES - 1 more; one closes it
+
+
 def _readable_batch(kind: str, text: str) -> bool:
     """A batch line prints its counts: `#running-req` (a PD prefill server's prefill line prints `#queue-req` and
     `#unbootstrapped-req` / `#bootstrap-req` instead, docs/log-formats.md §3)."""

@@ -7,7 +7,6 @@ tested against).
 """
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -153,21 +152,11 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
     """Read one chunk whose first line is number `first`; returns its number of lines."""
     if chunk.lines == 0:
         return 0
-    plain = chunk.plain.tolist() if chunk.plain is not None else None
-    if chunk.columns is None or chunk.slow.all():
-        sink.take(feed_slow(parser, chunk, 0, chunk.lines, first, plain))
+    events, routed = read_chunk_lines(parser, chunk, first)
+    sink.take(events)
+    if chunk.columns is None:
         sink.flush()
         return chunk.lines
-    routed: list[int] = []
-    for begin, end, slow in runs(chunk.slow):
-        if slow:
-            sink.take(feed_slow(parser, chunk, begin, end, first, plain))
-            continue
-        if parser.open_record:
-            # NOTE: an open multi-line record decides for itself whether the next line continues it.
-            sink.take(parser.feed(chunk.texts(begin, begin + 1), first + begin))
-            routed.append(begin)
-        parser.stamped = parser.stamped or chunk.stamped(begin, end)
     sink.flush(_hot_columns(chunk, first, parser, sink.builder, routed))
     for kind, i in samples(chunk.columns):
         text = chunk.texts(i, i + 1)[0]
@@ -175,32 +164,32 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -
     return chunk.lines
 
 
-def feed_slow(parser: LineParser, chunk: ReadChunk, begin: int, end: int, first: int,
-              plain: list[bool] | None) -> list[Event]:
-    """The events of the chunk's slow lines [begin, end) (the chunk's first line is number `first`; `plain`, the
-    chunk's `plain` flags as a list, or None): plain lines are only counted, unless an open multi-line record must
-    see them. Plain Python on purpose: a long log's slow runs are mostly one line long."""
-    flags = plain[begin:end] if plain is not None else None
-    if flags is None or not any(flags):
-        return parser.feed(chunk.texts(begin, end), first + begin)
-    if all(flags) and not parser.open_record:
-        parser.skip_plain(end - begin, first + end - 1)
-        return []
-    texts, events, at = chunk.texts(begin, end), [], 0
-    for is_plain, group in itertools.groupby(flags):
-        size = len(list(group))
-        stop = at + size
-        if not is_plain:
-            events += parser.feed(texts[at:stop], first + begin + at)
-            at = stop
+def read_chunk_lines(parser: LineParser, chunk: ReadChunk, first: int) -> tuple[list[Event], list[int]]:
+    """The events of the lines of a chunk (its first line is number `first`) the per-line parser reads, in order,
+    and the hot lines it read (`routed`: an open multi-line record decides for itself whether the next line
+    continues it). It reads the loud lines (slow, not plain); plain lines and hot ones are only counted while no
+    record is open. Runs of lines, not lines, are the Python loop: a long log's loud lines are few."""
+    loud = chunk.slow if chunk.plain is None else chunk.slow & ~chunk.plain
+    plain_before = None if chunk.plain is None else np.concatenate(([0], np.cumsum(chunk.plain))).tolist()
+    events: list[Event] = []
+    routed: list[int] = []
+    for begin, end, is_loud in runs(loud):
+        if is_loud:
+            events += parser.feed(chunk.texts(begin, end), first + begin)
             continue
-        while at < stop and parser.open_record:
-            events += parser.feed(texts[at:at + 1], first + begin + at)
+        at = begin
+        while at < end and parser.open_record:
+            events += parser.feed(chunk.texts(at, at + 1), first + at)
+            if not chunk.slow[at]:
+                routed.append(at)
             at += 1
-        if at < stop:
-            parser.skip_plain(stop - at, first + begin + stop - 1)
-        at = stop
-    return events
+        if at == end:
+            continue
+        skipped = plain_before[end] - plain_before[at] if plain_before is not None else 0
+        if skipped:
+            parser.skip_plain(skipped, first + end - 1)
+        parser.stamped = parser.stamped or chunk.stamped(at, end)
+    return events, routed
 
 
 def _hot_columns(chunk: ReadChunk, first: int, parser: LineParser, builder: BatchTableBuilder,

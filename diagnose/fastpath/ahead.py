@@ -3,10 +3,11 @@
 - Any stream (stdin, gzip, a small file): the caller reads chunks; worker threads scan them. The scanner is
   numpy over whole chunks and releases the GIL for much of its work.
 - A large plain file: worker processes read and scan byte ranges of it themselves, and send back only what the
-  caller needs: the hot batch lines as columns, the access count, and the text of the lines the per-line parser
-  must read (slow runs, the first line of each hot run, a few samples). No chunk's bytes cross a process
-  boundary. A range owns the lines that start inside it; a line longer than `MAX_LINE` makes the caller read
-  the file as a stream instead (it is cut there, as the stream reader cuts it).
+  caller needs: the hot batch lines as columns, the access count, which slow lines are plain, and the text of
+  the lines the per-line parser may read (the loud ones, those an open multi-line record may take, a few
+  samples). No chunk's bytes cross a process boundary. A range owns the lines that start inside it; a line
+  longer than `MAX_LINE` makes the caller read the file as a stream instead (it is cut there, as the stream
+  reader cuts it). `shared_workers()` keeps one set of workers for the reads inside it (`--export` reads twice).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import functools
 import multiprocessing
 import os
 from collections import deque
+from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
-from toolkit.diagnose.lines import is_plain
+from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
@@ -158,24 +160,50 @@ def use_processes(path: str | Path, workers: int = WORKERS) -> bool:
         return False
 
 
+_SHARED: list[tuple[ProcessPoolExecutor, int] | None] = [None]  # `shared_workers()`'s pool and its size
+
+
+@contextmanager
+def shared_workers(workers: int = WORKERS) -> Iterator[None]:
+    """One set of range workers for every `scanned_ranges` inside: a command that reads its logs twice
+    (`--export`) forks them once, at the first read, while its heap is small (a forked process's pages count in
+    its RSS as well as in its parent's)."""
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool:
+        _SHARED[0] = (pool, workers)
+        try:
+            yield
+        finally:
+            _SHARED[0] = None
+
+
 def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Job | None = None) -> Iterator[ReadChunk]:
     """The file's ranges of `chunk` bytes, each read, scanned (and given to `job`) by a worker process, in
     order. Raises `LineTooLong` at the first range that holds a line longer than MAX_LINE."""
-    size = os.path.getsize(path)
+    shared = _SHARED[0]
+    if shared is not None and shared[1] == workers:
+        yield from _ranges(shared[0], path, chunk, workers, job)
+        return
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(job,)) as pool:
-        submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size,  # noqa: E731
-                                           MAX_LINE)
-        for packed in _ordered(submit, range(0, size, chunk), workers):
-            if packed.too_long:
-                raise LineTooLong(packed.begin)
-            yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
-                            packed.extra, packed.untimed, packed.plain)
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool:
+        yield from _ranges(pool, path, chunk, workers, job)
+
+
+def _ranges(pool: ProcessPoolExecutor, path: str | Path, chunk: int, workers: int,
+            job: Job | None) -> Iterator[ReadChunk]:
+    size = os.path.getsize(path)
+    submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size,  # noqa: E731
+                                       MAX_LINE, job)
+    for packed in _ordered(submit, range(0, size, chunk), workers):
+        if packed.too_long:
+            raise LineTooLong(packed.begin)
+        yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
+                        packed.extra, packed.untimed, packed.plain)
 
 
 @dataclass(slots=True)
 class _Packed:
-    """What a worker sends back for one range: no chunk bytes, only the texts the caller may read."""
+    """What a worker sends back for one range: no chunk bytes, only the texts of the lines the caller may read."""
 
     begin: int
     lines: int = 0
@@ -183,27 +211,20 @@ class _Packed:
     columns: Columns | None = None
     ranks: list[str] | None = None
     access: int = 0
-    texts: dict[tuple[int, int], list[str]] | None = None
+    texts: dict[int, str] | None = None
     too_long: bool = False
     extra: object = None
     untimed: np.ndarray | None = None
     plain: np.ndarray | None = None
 
     def text(self, begin: int, end: int) -> list[str]:
-        return self.texts[(begin, end)]  # type: ignore[index]
+        texts = self.texts
+        assert texts is not None
+        return [texts[i] for i in range(begin, end)]
 
 
-_JOB: list[Job | None] = [None]  # the job of this worker process (sent once, when it starts)
-
-
-def _start_worker(job: Job | None) -> None:
-    keep_freed_memory()
-    _JOB[0] = job
-
-
-def _scan_range(path: str, start: int, stop: int, size: int, max_line: int) -> _Packed:
-    """Read and scan the lines that start in [start, stop)."""
-    job = _JOB[0]
+def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None) -> _Packed:
+    """Read and scan the lines that start in [start, stop), and give them to `job`."""
     begin, buf = _read_lines(path, start, stop, size, max_line)
     if buf is None:
         return _Packed(begin, too_long=True)
@@ -214,19 +235,31 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int) -> _
     if int((scanned.ends - scanned.starts).max()) > max_line:
         return _Packed(begin, too_long=True)
     view = _view(Chunk(buf, length, False), scanned, job)
-    texts: dict[tuple[int, int], list[str]] = {}
-    # NOTE: the slow lines are classified here, in parallel: the caller then reads only those that are not plain
-    # (most slow lines of a long log are other INFO lines)
+    lines = decode_lines(memoryview(buf)[:length])
+    assert len(lines) == scanned.lines, "the scan's lines are the text's"
+    # NOTE: the slow lines are classified here, in parallel: the caller reads only those that are not plain (most
+    # slow lines of a long log are other INFO lines), and the lines an open multi-line record may take
+    slow = np.flatnonzero(view.slow).tolist()
     plain = np.zeros(scanned.lines, bool)
-    for first, end, slow in runs(view.slow):
-        key = (first, end) if slow else (first, first + 1)
-        texts[key] = view.texts(*key)
-        if slow:
-            plain[first:end] = [is_plain(line) for line in texts[key]]
-    for _, i in samples(view.columns):
-        texts.setdefault((i, i + 1), view.texts(i, i + 1))
+    plain[slow] = [is_plain(lines[i]) for i in slow]
+    texts = {i: lines[i] for i in _lines_read(lines, view.slow & ~plain, view.columns)}
     return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, scanned.access, texts,
                    extra=view.extra, untimed=view.untimed, plain=plain)
+
+
+def _lines_read(lines: list[str], loud: np.ndarray, columns: Columns | None) -> Iterable[int]:
+    """The lines whose text the caller may read: the loud ones (slow, not plain), those a multi-line record may
+    take (after a line that opens one, and at the range's start, where one may be open from the range before),
+    and the samples."""
+    n = len(lines)
+    loud_lines = np.flatnonzero(loud).tolist()
+    yield from loud_lines
+    yield from range(min(n, RECORD_REACH))
+    for i in loud_lines:
+        if opens_record(lines[i]):
+            yield from range(i + 1, min(n, i + 1 + RECORD_REACH))
+    for _, i in samples(columns):
+        yield i
 
 
 _TAIL = 1 << 16  # bytes read past a range for the end of its last line (more where that line is longer)

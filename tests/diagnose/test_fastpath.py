@@ -146,6 +146,25 @@ def test_process_ranges_own_the_lines_that_start_in_them(tmp_path, monkeypatch, 
     _same(tmp_path, monkeypatch, data, chunk=chunk, processes=True)
 
 
+@pytest.mark.parametrize("continued", [3, 198, 199, 200, 450])
+def test_records_that_run_across_ranges_read_as_the_per_line_parser_reads_them(tmp_path, monkeypatch,
+                                                                            continued: int) -> None:
+    """A worker sends only the texts the caller may read: the lines after a record's first, as many as a record
+    can hold, and a range's first lines (a record may be open from the range before). Records up to the limit
+    and past it, with plain, hot and unstamped lines inside and after them, across ranges of a few lines."""
+    stamp = "[2025-11-11 04:06:27 TP0] "
+    decode = stamp + BODIES[0]
+    plain = stamp + "Cache flushed successfully!"
+    traceback = [stamp + "Scheduler hit an exception: Traceback (most recent call last):"]
+    # NOTE: a stamped traceback line (vLLM prints each with its prefix) is plain, and continues the record
+    traceback += [("" if i % 7 else stamp) + '  File "scheduler.py", line 10, in run' for i in range(continued)]
+    lines = [decode, plain] * 30 + traceback + [decode, plain, decode] * 40 + traceback[:5] + [plain] * 300
+    lines += ["  unstamped continuation", decode] * 5
+    data = ("\n".join(lines) + "\n").encode()
+    _same(tmp_path, monkeypatch, data, chunk=1024, processes=True)
+    _same(tmp_path, monkeypatch, data, chunk=64 * 1024, processes=True)
+
+
 def test_a_line_too_long_for_a_range_reads_the_rest_as_a_stream(tmp_path, monkeypatch) -> None:
     lines = LINES[:40] + ["x" * 500] + LINES[:40]
     got, got_stats = _read(tmp_path, monkeypatch, ("\n".join(lines) + "\n").encode(), 1024, 200, True, True)
@@ -327,3 +346,23 @@ def test_export_of_the_realistic_log_equals_the_per_line_events(tmp_path, monkey
     write_log(str(path), 4000, mix="realistic")
     got, want = export_against_per_line(tmp_path, monkeypatch, path.read_text().splitlines(), 16 * 1024, True)
     assert len(got) == len(want) > 3000
+
+
+@pytest.mark.parametrize("slow_lines", [[], [0], [5], [99], [0, 1, 2], [3, 4, 50, 51, 52, 98],
+                                        list(range(1, 99, 3)), list(range(0, 100, 2))],
+                         ids=["none", "first", "one", "last", "a-run", "three-runs", "33-runs", "50-runs"])
+def test_hot_and_slow_rows_merge_in_line_order(slow_lines: list[int]) -> None:
+    """The export merges a chunk's hot rows (from a worker) and slow rows (the per-line parser's) by line:
+    slices of each for a few runs of slow rows, a copy in order for many; both give every row once, in order."""
+    import pyarrow as pa
+
+    from toolkit.diagnose.export import _MAX_SLICES, _merged
+
+    hot_lines = [i for i in range(100) if i not in slow_lines]
+    hot = pa.table({"line": pa.array(hot_lines, pa.int64()), "text": [f"hot {i}" for i in hot_lines]})
+    slow = pa.table({"line": pa.array(slow_lines, pa.int64()), "text": [f"slow {i}" for i in slow_lines]})
+    merged = _merged(hot, slow)
+    assert merged.column("line").to_pylist() == list(range(100))
+    assert merged.column("text").to_pylist() == [f"{'slow' if i in slow_lines else 'hot'} {i}" for i in range(100)]
+    runs = len({i - k for k, i in enumerate(slow_lines)})
+    assert (merged.column("line").num_chunks > 1) == (0 < runs <= _MAX_SLICES and len(hot_lines) > 0)
