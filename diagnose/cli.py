@@ -8,7 +8,6 @@ imports it: the CLI composition root hands it the page writer with `use_html_wri
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -67,10 +66,10 @@ def _check_inputs(logs: list[str], fmt: str, fail_on: str | None, export: str | 
 
 def _fleet_logs(logs: list[str], fleet: bool) -> list[str] | None:
     """The worker logs when the command diagnoses a fleet (`--fleet`, or a directory given), else None."""
-    from toolkit.diagnose.fleet import logs_in
-
     if not fleet and not any(os.path.isdir(path) for path in logs):
         return None
+    from toolkit.diagnose.fleet import logs_in  # NOTE: only here: it imports the analysis (the workers start first)
+
     if "-" in logs:
         _fail("a fleet is read from files: stdin (-) cannot be a worker's log")
     for path in logs:
@@ -130,11 +129,11 @@ def diagnose(
 
 def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_on: str | None,
          metrics: str | None, bench: str | None, html: str | None) -> None:
-    from toolkit.diagnose.fastpath.ahead import keep_freed_memory, shared_workers
+    from toolkit.diagnose.fastpath.ahead import keep_freed_memory, range_workers
 
     keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
-    # NOTE: `--export` reads the logs again, with the workers forked at the analysis's first read
-    with shared_workers() if export else contextlib.nullcontext():
+    # NOTE: the workers start reading the first log while the analysis is imported; `--export` reads them again
+    with range_workers(read_ahead=logs[0] if logs else None, keep=bool(export)):
         _report(logs, fmt, plots, export, fail_on, metrics, bench, html)
 
 

@@ -2,10 +2,15 @@
 
 `kind_of(line, start)` matches at the message start only; `error_kinds(text)` reads the kinds an exception's
 own error lines name (a hard OOM or a leak raised as `RuntimeError: ...`), never a traceback's source lines.
+At a start `kind_of` tries only the kinds whose pattern can begin with its first character (read from each
+pattern once, by CPython's own regex parser; a pattern it cannot narrow is tried at every start): the same
+answer as the whole alternation, in about half the time.
 """
 from __future__ import annotations
 
+import functools
 import re
+from re import _constants, _parser  # type: ignore[attr-defined]
 
 from toolkit.diagnose.log_format.messages import STARTS
 
@@ -18,8 +23,85 @@ _ERROR_START = re.compile(r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])")
 
 def kind_of(line: str, start: int = 0) -> str | None:
     """The event kind of the message starting at `start`, None when it is none of them."""
-    m = _MESSAGE.match(line, start)
+    head = line[start: start + 1]
+    pattern = _BY_FIRST.get(head, _MESSAGE)
+    if pattern is _UNSEEN:
+        pattern = _BY_FIRST[head] = _starting_with(head)
+    if pattern is None:
+        return None
+    m = pattern.match(line, start)
     return m.lastgroup if m is not None else None
+
+
+# -- the alternation tried at a message start: only the starts that can begin with its first character --------
+
+_UNSEEN = re.compile("")
+_BY_FIRST: dict[str, re.Pattern[str] | None] = dict.fromkeys(map(chr, range(128)), _UNSEEN)  # other: _MESSAGE
+
+
+def _starting_with(char: str) -> re.Pattern[str] | None:
+    """`_MESSAGE` without the starts that cannot begin with `char` (in the same order, so the same match)."""
+    kinds = tuple(kind for kind, first in _first_characters().items() if first is None or char in first)
+    return _alternation(kinds)
+
+
+@functools.lru_cache(maxsize=None)
+def _alternation(kinds: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(f"(?P<{kind}>{STARTS[kind]})" for kind in kinds)) if kinds else None
+
+
+@functools.lru_cache(maxsize=1)
+def _first_characters() -> dict[str, frozenset[str] | None]:
+    """{kind: the characters its start can begin with}, None where that is not read exactly here (a class of
+    characters, a category such as `\\w`, a start that may be empty): such a start is tried at every message."""
+    out: dict[str, frozenset[str] | None] = {}
+    for kind, pattern in STARTS.items():
+        try:
+            parsed = _parser.parse(pattern)
+            first, may_be_empty = _first_of_sequence(parsed)
+            if parsed.state.flags & re.IGNORECASE:
+                first = None
+        except (AttributeError, TypeError, ValueError, re.error):  # NOTE: `re._parser` is CPython's own
+            first, may_be_empty = None, True
+        out[kind] = None if first is None or may_be_empty else frozenset(first)
+    return out
+
+
+def _first_of_sequence(items) -> tuple[set[str] | None, bool]:
+    """(first characters, whether the sequence may match empty) of a parsed pattern; None: any character."""
+    first: set[str] = set()
+    for op, arg in items:
+        chars, may_be_empty = _first_of_item(op, arg)
+        if chars is None:
+            return None, False
+        first |= chars
+        if not may_be_empty:
+            return first, False
+    return first, True
+
+
+def _first_of_item(op, arg) -> tuple[set[str] | None, bool]:
+    if op is _constants.LITERAL:
+        return {chr(arg)}, False
+    if op is _constants.IN and all(o in (_constants.LITERAL, _constants.RANGE) for o, _ in arg):
+        ranges = [(a, a) if o is _constants.LITERAL else a for o, a in arg]
+        return {chr(c) for low, high in ranges for c in range(low, high + 1)}, False
+    if op is _constants.BRANCH:
+        first: set[str] = set()
+        empty = False
+        for branch in arg[1]:
+            chars, may_be_empty = _first_of_sequence(branch)
+            if chars is None:
+                return None, False
+            first |= chars
+            empty = empty or may_be_empty
+        return first, empty
+    if op is _constants.SUBPATTERN and not arg[1] and not arg[2]:  # a group without flags of its own
+        return _first_of_sequence(arg[3])
+    if op in (_constants.MAX_REPEAT, _constants.MIN_REPEAT):
+        chars, may_be_empty = _first_of_sequence(arg[2])
+        return chars, may_be_empty or arg[0] == 0
+    return None, False
 
 
 def line_kind(line: str, start: int = 0) -> str | None:

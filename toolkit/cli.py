@@ -11,7 +11,6 @@ from toolkit.diagnose.cli import diagnose, use_html_writer
 from toolkit.reports.cli import diagnosis_html, report
 from toolkit.runtime.cli import serve
 from toolkit.tune.cli import tune
-from toolkit.version import __version__
 
 app = typer.Typer(
     name="toolkit",
@@ -24,6 +23,8 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
+        from toolkit.version import __version__
+
         typer.echo(f"toolkit {__version__}")
         raise typer.Exit()
 

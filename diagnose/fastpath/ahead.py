@@ -7,7 +7,7 @@
   the lines the per-line parser may read (the loud ones, those an open multi-line record may take, a few
   samples). No chunk's bytes cross a process boundary. A range owns the lines that start inside it; a line
   longer than `MAX_LINE` makes the caller read the file as a stream instead (it is cut there, as the stream
-  reader cuts it). `shared_workers()` keeps one set of workers for the reads inside it (`--export` reads twice).
+  reader cuts it). `range_workers()` forks them early, reads ahead, and can keep them for a second read (`--export`).
 """
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ from collections import deque
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
 from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
+from toolkit.diagnose import source
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
@@ -119,8 +120,10 @@ def _scan(chunk: Chunk, job: Job | None) -> ReadChunk:
     return _view(chunk, scan_chunk(chunk.data, chunk.size), job)
 
 
-def _ordered(submit: Callable[[object], Future], items: Iterable[object], workers: int) -> Iterator:
-    ahead: deque[Future] = deque()
+def _ordered(submit: Callable[[object], Future], items: Iterable[object], workers: int,
+             ahead: deque[Future] | None = None) -> Iterator:
+    """The results of `submit(item)` in order, at most `workers + 1` submitted ahead (`ahead`: already submitted)."""
+    ahead = ahead if ahead is not None else deque()
     for item in items:
         ahead.append(submit(item))
         if len(ahead) > workers:
@@ -160,41 +163,73 @@ def use_processes(path: str | Path, workers: int = WORKERS) -> bool:
         return False
 
 
-_SHARED: list[tuple[ProcessPoolExecutor, int] | None] = [None]  # `shared_workers()`'s pool and its size
+@dataclass(slots=True)
+class _Workers:
+    """`range_workers()`'s pool: its size, whether it serves every read inside (`keep`) or only the first, and the
+    first ranges of a file submitted before the read that takes them."""
+
+    pool: ProcessPoolExecutor
+    size: int
+    keep: bool
+    ahead_of: tuple[str, int] | None = None  # (path, chunk) of the ranges in `ahead`
+    ahead: deque[Future] = field(default_factory=deque)
+
+
+_WORKERS: list[_Workers | None] = [None]
 
 
 @contextmanager
-def shared_workers(workers: int = WORKERS) -> Iterator[None]:
-    """One set of range workers for every `scanned_ranges` inside: a command that reads its logs twice
-    (`--export`) forks them once, at the first read, while its heap is small (a forked process's pages count in
-    its RSS as well as in its parent's)."""
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool:
-        _SHARED[0] = (pool, workers)
-        try:
-            yield
-        finally:
-            _SHARED[0] = None
+def range_workers(read_ahead: str | Path | None = None, keep: bool = False, workers: int = WORKERS) -> Iterator[None]:
+    """Range workers for the `scanned_ranges` inside, forked now, while the caller's heap is small (a forked
+    process's pages count in its RSS as well as in its parent's). `read_ahead`: a log whose first ranges they
+    start reading at once, while the caller imports the rest of what it needs; the next `scanned_ranges` of it
+    takes them. `keep`: the workers serve every read inside (`--export` reads the logs twice); else they exit
+    when the first read ends, before the caller's analysis peaks."""
+    pool = _pool(workers)
+    state = _Workers(pool, workers, keep)
+    _WORKERS[0] = state
+    try:
+        if read_ahead is not None and use_processes(read_ahead, workers):
+            chunk, size = source.CHUNK, os.path.getsize(read_ahead)
+            state.ahead_of = (str(read_ahead), chunk)
+            state.ahead.extend(pool.submit(_scan_range, str(read_ahead), start, min(start + chunk, size), size,
+                                           MAX_LINE, None) for start in range(0, size, chunk)[: workers + 1])
+        yield
+    finally:
+        _WORKERS[0] = None
+        pool.shutdown(cancel_futures=True)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=keep_freed_memory)
 
 
 def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Job | None = None) -> Iterator[ReadChunk]:
     """The file's ranges of `chunk` bytes, each read, scanned (and given to `job`) by a worker process, in
     order. Raises `LineTooLong` at the first range that holds a line longer than MAX_LINE."""
-    shared = _SHARED[0]
-    if shared is not None and shared[1] == workers:
-        yield from _ranges(shared[0], path, chunk, workers, job)
+    state = _WORKERS[0]
+    if state is None or state.size != workers:
+        with _pool(workers) as pool:
+            yield from _ranges(pool, path, chunk, workers, job, deque())
         return
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool:
-        yield from _ranges(pool, path, chunk, workers, job)
+    ahead: deque[Future] = deque()
+    if state.ahead_of == (str(path), chunk) and job is None:
+        ahead, state.ahead, state.ahead_of = state.ahead, deque(), None
+    try:
+        yield from _ranges(state.pool, path, chunk, workers, job, ahead)
+    finally:
+        if not state.keep:
+            _WORKERS[0] = None
+            state.pool.shutdown(cancel_futures=True)
 
 
-def _ranges(pool: ProcessPoolExecutor, path: str | Path, chunk: int, workers: int,
-            job: Job | None) -> Iterator[ReadChunk]:
+def _ranges(pool: ProcessPoolExecutor, path: str | Path, chunk: int, workers: int, job: Job | None,
+            ahead: deque[Future]) -> Iterator[ReadChunk]:
+    """The ranges of `path` read by `pool`'s workers; `ahead` holds those of its first ranges already submitted."""
     size = os.path.getsize(path)
     submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size,  # noqa: E731
                                        MAX_LINE, job)
-    for packed in _ordered(submit, range(0, size, chunk), workers):
+    for packed in _ordered(submit, range(len(ahead) * chunk, size, chunk), workers, ahead):
         if packed.too_long:
             raise LineTooLong(packed.begin)
         yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,

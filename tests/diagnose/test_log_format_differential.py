@@ -182,3 +182,25 @@ def test_the_one_match_stamp_reader_agrees_with_read_prefix_on_every_sample_and_
             answered += 1
     stamped = sum(read_prefix(line).time is not None and "[" in line for line in lines)
     assert answered > 0.5 * stamped, (answered, stamped)
+
+
+def test_a_message_start_is_read_as_the_whole_alternation_reads_it() -> None:
+    """`kind_of` tries at a message start only the starts that can begin with its first character (derived from
+    each pattern of `log_format.messages.STARTS`): the same kind as `_MESSAGE`, the alternation of all of them, on
+    every sample and real line, at every position of its first 80 characters and at its message start."""
+    from toolkit.diagnose.messages import _MESSAGE, _first_characters, kind_of
+
+    lines = doc_sample_lines() + format_table_lines()
+    lines += [line for path in REAL_LOGS for line in path.read_text(errors="replace").splitlines()]
+    checked = found = 0
+    for line in lines:
+        for start in {*range(min(len(line), 80)), read_prefix(line).start}:
+            m = _MESSAGE.match(line, start)
+            want = m.lastgroup if m is not None else None
+            assert kind_of(line, start) == want, (line, start)
+            checked, found = checked + 1, found + (want is not None)
+    assert checked > 50_000 and found > 500
+    first = _first_characters()
+    narrowed = [kind for kind, chars in first.items() if chars is not None]
+    assert len(narrowed) >= 30, "most starts begin with a literal: each is tried only at its own characters"
+    assert first["decode"] == frozenset("#D") and first["stats"] is None  # `(?:Engine \d+: )?Avg`: any digit
