@@ -45,6 +45,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -370,7 +371,8 @@ def _command(argv: list[str]) -> dict:
     process tree (sampled every ~5 ms), each process's peak, and the largest process's by getrusage."""
     with tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        # NOTE: run outside the repository: there `-m toolkit.cli` would import its `toolkit/` before PYTHONPATH's
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=tempfile.gettempdir())
         tree = _TreeMemory(proc.pid)
         while proc.poll() is None:
             tree.sample()
@@ -403,10 +405,13 @@ def _child(mode: str, path: str, extra: str | None) -> None:
     print(json.dumps(result))
 
 
-def _run(mode: str, path: str, sglang_parser: str | None, sglang_path: str | None) -> dict:
+def _run(mode: str, path: str, sglang_parser: str | None, sglang_path: str | None, site: str | None = None) -> dict:
+    """One measurement in a fresh process; `site`: a directory holding another build of toolkit to run instead."""
     env = dict(os.environ)
     if mode.startswith("sglang") and sglang_path:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), os.getcwd(), sglang_path) if p)
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
     argv = [sys.executable, "-m", "benchmarks.diagnose_parse", "--child", mode, path]
     if mode.startswith("sglang"):
         argv += ["--extra", sglang_parser or ""]
@@ -459,6 +464,55 @@ def _report(results: dict[str, dict], lines: int) -> dict[str, float]:
     return ratios
 
 
+PAIRED = ("command", "export")  # the modes `--baseline` runs: whole commands, which a PYTHONPATH can redirect
+
+
+def _baseline_site(commit: str, directory: str) -> str:
+    """`commit` of this repository built into `directory` (a `git worktree` installed with `pip --target`)."""
+    tree, site = os.path.join(directory, "tree"), os.path.join(directory, "site")
+    subprocess.run(["git", "worktree", "add", "--detach", "-f", tree, commit], check=True, capture_output=True)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", "-t", site,
+                        tree], check=True, capture_output=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", tree], capture_output=True)
+    return site
+
+
+def _paired(mode: str, path: str, args, site: str, lines: int) -> dict:
+    """`pairs` runs of ours and of the baseline, interleaved (the order flips every pair): every pair's seconds,
+    CPU seconds and peak RSS of the process tree, its ratio (baseline seconds / ours: > 1 is faster), the median
+    and the spread."""
+    ours: list[dict] = []
+    base: list[dict] = []
+    for i in range(args.pairs):
+        order = ((ours, None), (base, site)) if i % 2 == 0 else ((base, site), (ours, None))
+        for into, where in order:
+            into.append(_run(mode, path, None, None, site=where))
+    failed = [r["error"] for r in ours + base if "error" in r]
+    if failed:
+        return {"error": failed[0]}
+    ratios = [b["seconds"] / o["seconds"] for o, b in zip(ours, base)]
+    out = {f"{who}_{name}": [r[key] for r in runs] for who, runs in (("ours", ours), ("baseline", base))
+           for name, key in (("s", "seconds"), ("cpu_s", "cpu"), ("tree_rss_mb", "peak_rss_mb"))}
+    out |= {"ratios": ratios, "median_ratio": statistics.median(ratios),
+           "ours_median_lines_per_s": lines / statistics.median(o["seconds"] for o in ours),
+           "baseline_median_lines_per_s": lines / statistics.median(b["seconds"] for b in base)}
+    print(f"{MODES[mode]} vs baseline {args.baseline}, {args.pairs} pairs interleaved:")
+    for k, (o, b, r) in enumerate(zip(ours, base, ratios)):
+        print(f"  pair {k + 1}: ours {_one(o, lines)}  baseline {_one(b, lines)}  ratio {r:.2f}x")
+    print(f"  median ratio {out['median_ratio']:.2f}x (spread {min(ratios):.2f}-{max(ratios):.2f}); median lines/s "
+          f"ours {out['ours_median_lines_per_s']:,.0f}, baseline {out['baseline_median_lines_per_s']:,.0f}; peak "
+          f"tree RSS ours max {max(out['ours_tree_rss_mb']):.1f} MiB, baseline max "
+          f"{max(out['baseline_tree_rss_mb']):.1f} MiB")
+    return out
+
+
+def _one(r: dict, lines: int) -> str:
+    return (f"{r['seconds']:5.2f} s ({lines / r['seconds']:>9,.0f} lines/s, cpu {r['cpu']:5.2f} s, "
+            f"tree {r['peak_rss_mb']:5.1f} MiB)")
+
+
 TARGETS = (("command", "lines_per_s", ">=", 1_000_000), ("command", "peak_rss_mb", "<", 300),
            ("export", "lines_per_s", ">=", 500_000))
 
@@ -480,6 +534,9 @@ def main() -> None:
     ap.add_argument("--sglang-parser", default=None, help="a copy of SGLang's log_parser.py (never committed)")
     ap.add_argument("--sglang-path", default=None, help="a directory from which polars imports (pip --target)")
     ap.add_argument("--mix", choices=("realistic", "templates"), default="realistic", help="the log (module docstring)")
+    ap.add_argument("--baseline", default=None, help="a commit of this repository: run `command` and `export` paired "
+                    "with it, interleaved (built into a temporary directory)")
+    ap.add_argument("--pairs", type=int, default=5, help="pairs of runs against --baseline")
     ap.add_argument("--save", action="store_true", help="write the results to benchmarks/results/diagnose_parse.json")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--extra", default=None, help=argparse.SUPPRESS)
@@ -497,6 +554,10 @@ def main() -> None:
               f"cores ({cpu_model()}); best of {args.runs} runs; load average before: "
               + " ".join(f"{x:.2f}" for x in load_before))
         results = {mode: _best(mode, log, args, args.runs) for mode in modes}
+        paired = {}
+        if args.baseline:
+            site = _baseline_site(args.baseline, os.path.join(tmp, "baseline"))
+            paired = {mode: _paired(mode, log, args, site, args.lines) for mode in modes if mode in PAIRED}
         load_after = os.getloadavg()
         print("load average after: " + " ".join(f"{x:.2f}" for x in load_after))
     ratios = _report(results, args.lines)
@@ -507,6 +568,7 @@ def main() -> None:
             "log": {"lines": args.lines, "bytes": size, "mix": args.mix, "proportions": mix},
             "runs": args.runs, "load_average": {"before": load_before, "after": load_after},
             "results": results, "ratio_vs_sglang": ratios,
+            **({"paired_with_baseline": {"baseline": args.baseline, "pairs": args.pairs, **paired}} if paired else {}),
         }
         print(f"wrote {write_result('diagnose_parse', record)}")
 
