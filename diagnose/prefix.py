@@ -37,6 +37,7 @@ from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING,
 
 _SGLANG = re.compile(SGLANG_STAMP)
 _FIRST_SGLANG = re.compile(r"[^\"'`]*?" + SGLANG_STAMP)  # the first stamp, only unquoted text before it
+_STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's first digit (of a date or an hour)
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
@@ -128,6 +129,8 @@ def _unquoted(text: str) -> bool:
 def _closest_stamp(line: str) -> re.Match[str] | None:
     """The SGLang stamp closest to the message: the line's first stamp (only unquoted text before it) or the last of
     the stamps that directly follow it."""
+    if _STAMP_OPENS.search(line) is None:  # NOTE: a quick test: every stamp opens so (most other lines have none)
+        return None
     m = _FIRST_SGLANG.match(line)
     if m is None:
         return None

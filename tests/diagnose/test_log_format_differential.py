@@ -204,3 +204,23 @@ def test_a_message_start_is_read_as_the_whole_alternation_reads_it() -> None:
     narrowed = [kind for kind, chars in first.items() if chars is not None]
     assert len(narrowed) >= 30, "most starts begin with a literal: each is tried only at its own characters"
     assert first["decode"] == frozenset("#D") and first["stats"] is None  # `(?:Engine \d+: )?Avg`: any digit
+
+
+def test_the_quick_stamp_test_never_hides_a_stamp() -> None:
+    """`_closest_stamp` first looks for `[` and a digit (how every SGLang stamp begins) and reads no further where
+    there is none: the same stamps as without that test, on every sample and real line and on stamp-like text."""
+    from toolkit.diagnose import prefix
+
+    lines = doc_sample_lines() + format_table_lines()
+    lines += [line for path in REAL_LOGS for line in path.read_text(errors="replace").splitlines()]
+    lines += [STAMP + line for line in lines[:400]] + ["[12:34:56 TP0] x", "[\u0663\u0663:00:00] x", "x [2025-11-11"]
+    stamped = 0
+    for line in lines:
+        m = prefix._FIRST_SGLANG.match(line)
+        if m is not None:
+            while (nxt := prefix._SGLANG.match(line, m.end())) is not None:
+                m = nxt
+        got = prefix._closest_stamp(line)
+        assert (got and got.span()) == (m and m.span()), line
+        stamped += m is not None
+    assert stamped > 500
