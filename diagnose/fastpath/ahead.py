@@ -173,6 +173,9 @@ class _Workers:
     keep: bool
     ahead_of: tuple[str, int] | None = None  # (path, chunk) of the ranges in `ahead`
     ahead: deque[Future] = field(default_factory=deque)
+    # NOTE: which slow lines of each range (path, start) are plain, as the first read found: a later read of the
+    # range (`keep`) sends them with the range instead of classifying the lines again
+    plain: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
 
 
 _WORKERS: list[_Workers | None] = [None]
@@ -216,7 +219,7 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
     if state.ahead_of == (str(path), chunk) and job is None:
         ahead, state.ahead, state.ahead_of = state.ahead, deque(), None
     try:
-        yield from _ranges(state.pool, path, chunk, workers, job, ahead)
+        yield from _ranges(state.pool, path, chunk, workers, job, ahead, state.plain if state.keep else None)
     finally:
         if not state.keep:
             _WORKERS[0] = None
@@ -224,14 +227,22 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
 
 
 def _ranges(pool: ProcessPoolExecutor, path: str | Path, chunk: int, workers: int, job: Job | None,
-            ahead: deque[Future]) -> Iterator[ReadChunk]:
-    """The ranges of `path` read by `pool`'s workers; `ahead` holds those of its first ranges already submitted."""
-    size = os.path.getsize(path)
-    submit = lambda start: pool.submit(_scan_range, str(path), start, min(start + chunk, size), size,  # noqa: E731
-                                       MAX_LINE, job)
-    for packed in _ordered(submit, range(len(ahead) * chunk, size, chunk), workers, ahead):
+            ahead: deque[Future], plain: dict[tuple[str, int], np.ndarray] | None = None) -> Iterator[ReadChunk]:
+    """The ranges of `path` read by `pool`'s workers; `ahead` holds those of its first ranges already submitted.
+    `plain`: each range's plain flags from an earlier read, sent with it, and those of this read kept there."""
+    size, name = os.path.getsize(path), str(path)
+    known = plain if plain is not None else {}
+
+    def submit(start: int) -> Future:
+        return pool.submit(_scan_range, name, start, min(start + chunk, size), size, MAX_LINE, job,
+                           known.get((name, start)))
+
+    for start, packed in zip(range(0, size, chunk), _ordered(submit, range(len(ahead) * chunk, size, chunk), workers,
+                                                              ahead)):
         if packed.too_long:
             raise LineTooLong(packed.begin)
+        if plain is not None:
+            plain.setdefault((name, start), packed.plain)
         yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
                         packed.extra, packed.untimed, packed.plain)
 
@@ -258,8 +269,10 @@ class _Packed:
         return [texts[i] for i in range(begin, end)]
 
 
-def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None) -> _Packed:
-    """Read and scan the lines that start in [start, stop), and give them to `job`."""
+def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None,
+                known_plain: np.ndarray | None = None) -> _Packed:
+    """Read and scan the lines that start in [start, stop), and give them to `job`. `known_plain`: which lines an
+    earlier read of the range found plain (lines slow only for `job`, access lines it leaves, are not plain)."""
     begin, buf = _read_lines(path, start, stop, size, max_line)
     if buf is None:
         return _Packed(begin, too_long=True)
@@ -274,9 +287,12 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job:
     assert len(lines) == scanned.lines, "the scan's lines are the text's"
     # NOTE: the slow lines are classified here, in parallel: the caller reads only those that are not plain (most
     # slow lines of a long log are other INFO lines), and the lines an open multi-line record may take
-    slow = np.flatnonzero(view.slow).tolist()
-    plain = np.zeros(scanned.lines, bool)
-    plain[slow] = [is_plain(lines[i]) for i in slow]
+    if known_plain is not None and len(known_plain) == scanned.lines:
+        plain = known_plain & view.slow
+    else:
+        slow = np.flatnonzero(view.slow).tolist()
+        plain = np.zeros(scanned.lines, bool)
+        plain[slow] = [is_plain(lines[i]) for i in slow]
     texts = {i: lines[i] for i in _lines_read(lines, view.slow & ~plain, view.columns)}
     return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, scanned.access, texts,
                    extra=view.extra, untimed=view.untimed, plain=plain)

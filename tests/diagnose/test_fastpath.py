@@ -366,3 +366,34 @@ def test_hot_and_slow_rows_merge_in_line_order(slow_lines: list[int]) -> None:
     assert merged.column("text").to_pylist() == [f"{'slow' if i in slow_lines else 'hot'} {i}" for i in range(100)]
     runs = len({i - k for k, i in enumerate(slow_lines)})
     assert (merged.column("line").num_chunks > 1) == (0 < runs <= _MAX_SLICES and len(hot_lines) > 0)
+
+
+def test_a_second_read_with_the_same_workers_reuses_the_plain_flags(tmp_path, monkeypatch) -> None:
+    """`--export` reads the log twice with one set of workers (`range_workers(keep=True)`): the second read sends
+    each range's plain flags from the first instead of classifying its slow lines again. The export equals the
+    per-line events; flags spoilt on purpose (every line plain) change it, so the second read did use them."""
+    import pandas as pd
+
+    from toolkit.diagnose.export import write_events
+    from toolkit.diagnose.fastpath import ahead
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 4000, mix="realistic")
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0)
+
+    def export(spoil: bool) -> pd.DataFrame:
+        with ahead.range_workers(read_ahead=path, keep=True):
+            d = analyze([path])
+            known = ahead._WORKERS[0].plain
+            assert len(known) == -(-path.stat().st_size // (16 * 1024))  # every range's flags
+            if spoil:
+                for key in known:
+                    known[key] = np.ones_like(known[key])
+            out = write_events([path], tmp_path / f"events-{spoil}.csv", d)
+        return pd.read_csv(out, keep_default_na=False, na_values=[""])
+
+    got, want = export(spoil=False), export_against_per_line(tmp_path, monkeypatch, path.read_text().splitlines(),
+                                                              16 * 1024, True)[0]
+    assert got.equals(want)
+    assert len(export(spoil=True)) < len(want)
