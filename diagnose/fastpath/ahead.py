@@ -17,17 +17,17 @@ import functools
 import multiprocessing
 import os
 from collections import deque
-from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from toolkit.diagnose import source
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
 from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
-from toolkit.diagnose import source
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
@@ -195,8 +195,8 @@ def range_workers(read_ahead: str | Path | None = None, keep: bool = False, work
         if read_ahead is not None and use_processes(read_ahead, workers):
             chunk, size = source.CHUNK, os.path.getsize(read_ahead)
             state.ahead_of = (str(read_ahead), chunk)
-            state.ahead.extend(pool.submit(_scan_range, str(read_ahead), start, min(start + chunk, size), size,
-                                           MAX_LINE, None) for start in range(0, size, chunk)[: workers + 1])
+            state.ahead.extend(_submit(pool, str(read_ahead), start, chunk, size, None)
+                               for start in range(0, size, chunk)[: workers + 1])
         yield
     finally:
         _WORKERS[0] = None
@@ -232,11 +232,7 @@ def _ranges(pool: ProcessPoolExecutor, path: str | Path, chunk: int, workers: in
     `plain`: each range's plain flags from an earlier read, sent with it, and those of this read kept there."""
     size, name = os.path.getsize(path), str(path)
     known = plain if plain is not None else {}
-
-    def submit(start: int) -> Future:
-        return pool.submit(_scan_range, name, start, min(start + chunk, size), size, MAX_LINE, job,
-                           known.get((name, start)))
-
+    submit = lambda start: _submit(pool, name, start, chunk, size, job, known.get((name, start)))  # noqa: E731
     for start, packed in zip(range(0, size, chunk), _ordered(submit, range(len(ahead) * chunk, size, chunk), workers,
                                                               ahead)):
         if packed.too_long:
@@ -245,6 +241,12 @@ def _ranges(pool: ProcessPoolExecutor, path: str | Path, chunk: int, workers: in
             plain.setdefault((name, start), packed.plain)
         yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
                         packed.extra, packed.untimed, packed.plain)
+
+
+def _submit(pool: ProcessPoolExecutor, path: str, start: int, chunk: int, size: int, job: Job | None,
+            known_plain: np.ndarray | None = None) -> Future:
+    """The range of `chunk` bytes at `start` of the file, read and scanned by one of `pool`'s workers."""
+    return pool.submit(_scan_range, path, start, min(start + chunk, size), size, MAX_LINE, job, known_plain)
 
 
 @dataclass(slots=True)
