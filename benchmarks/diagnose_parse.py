@@ -33,6 +33,7 @@ Peak RSS of `command` and `export` is that of the whole process tree: the sum of
 and all its descendants (the fast path's workers), sampled every ~5 ms, its maximum (`peak_rss_mb`); with each
 process's own peak (`VmHWM`, `process_peaks_mb`) and the largest one by `getrusage` (`largest_process_rss_mb`).
 The in-process modes report their one process's peak. CPU seconds are those of every process of the command.
+Both builds run as installed: ours is compiled to bytecode first, as pip compiles the baseline's build.
 It prints one line per mode, the issue's targets (command >= 1M lines/s, peak RSS of all processes < 300 MiB,
 export >= 500k lines/s) met or not, and the ratio of ours to SGLang's (lines/s, same file, same run); --save
 writes the results with the command, commit, CPU model and date (`benchmarks.common.write_result`).
@@ -40,10 +41,12 @@ writes the results with the command, commit, CPU model and date (`benchmarks.com
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib.util
 import json
 import os
 import random
+import re
 import resource
 import statistics
 import subprocess
@@ -467,6 +470,18 @@ def _report(results: dict[str, dict], lines: int) -> dict[str, float]:
 PAIRED = ("command", "export")  # the modes `--baseline` runs: whole commands, which a PYTHONPATH can redirect
 
 
+def _compile_ours() -> None:
+    """Compile this tree's modules to bytecode, as pip does when it installs a package (the baseline's `pip
+    --target` build is compiled so): a tree edited under PYTHONDONTWRITEBYTECODE=1 would otherwise compile every
+    changed module again at each start of each run (~0.15 s of a command's start-up)."""
+    spec = importlib.util.find_spec("toolkit")
+    assert spec is not None and spec.origin is not None
+    root = os.path.dirname(os.path.dirname(spec.origin))
+    if not os.path.isfile(os.path.join(root, "setup.py")):
+        return  # an installed build: pip compiled it
+    compileall.compile_dir(root, quiet=1, rx=re.compile(r"[/\\](?:\.[^/\\]*|build|toolkit-out)(?:[/\\]|$)"))
+
+
 def _baseline_site(commit: str, directory: str) -> str:
     """`commit` of this repository built into `directory` (a `git worktree` installed with `pip --target`)."""
     tree, site = os.path.join(directory, "tree"), os.path.join(directory, "site")
@@ -545,6 +560,7 @@ def main() -> None:
         _child(*args.child, args.extra)
         return
     modes = [m for m in args.modes.split(",") if m in MODES]
+    _compile_ours()
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "mixed.log")
         write_log(log, args.lines, mix=args.mix)

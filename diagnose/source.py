@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 CHUNK = 2 << 20
 MAX_LINE = 1 << 20
 PAD = 128
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+# NOTE: no sequence spans a newline, so a chunk's lines and each line decoded alone read the same
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
 
 
 class LogError(OSError):
@@ -138,9 +139,14 @@ class LineReader:
 
 def decode_lines(data: bytes | bytearray | memoryview) -> list[str]:
     """The lines of a chunk's text, CR and ANSI colour codes removed."""
+    return decode_line(data).split("\n")
+
+
+def decode_line(data: bytes | bytearray | memoryview) -> str:
+    """Text, CR and ANSI colour codes removed: a chunk's lines, decoded alone, are its `decode_lines`."""
     text = bytes(data).decode("utf-8", "replace")
     if "\r" in text:
         text = text.replace("\r", "")
     if "\x1b" in text:
         text = _ANSI.sub("", text)
-    return text.split("\n")
+    return text

@@ -28,7 +28,7 @@ import numpy as np
 from toolkit.diagnose import source
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
 from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
-from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_lines
+from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_line, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
 PROCESS_MIN_BYTES = 32 << 20  # smaller files are not worth starting processes for
@@ -285,8 +285,7 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job:
     if int((scanned.ends - scanned.starts).max()) > max_line:
         return _Packed(begin, too_long=True)
     view = _view(Chunk(buf, length, False), scanned, job)
-    lines = decode_lines(memoryview(buf)[:length])
-    assert len(lines) == scanned.lines, "the scan's lines are the text's"
+    lines = _LineTexts(buf, scanned.starts, scanned.ends)
     # NOTE: the slow lines are classified here, in parallel: the caller reads only those that are not plain (most
     # slow lines of a long log are other INFO lines), and the lines an open multi-line record may take
     if known_plain is not None and len(known_plain) == scanned.lines:
@@ -300,7 +299,29 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job:
                    extra=view.extra, untimed=view.untimed, plain=plain)
 
 
-def _lines_read(lines: list[str], loud: np.ndarray, columns: Columns | None) -> Iterable[int]:
+class _LineTexts:
+    """A range's lines, each decoded when first read (`source.decode_line`): the caller reads the text of one line
+    in ten of a long log, the rest are hot or plain."""
+
+    __slots__ = ("_data", "_starts", "_ends", "_texts")
+
+    def __init__(self, data: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self._data = memoryview(data)
+        self._starts: list[int] = starts.tolist()
+        self._ends: list[int] = ends.tolist()
+        self._texts: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i: int) -> str:
+        text = self._texts.get(i)
+        if text is None:
+            text = self._texts[i] = decode_line(self._data[self._starts[i]: self._ends[i]])
+        return text
+
+
+def _lines_read(lines: _LineTexts, loud: np.ndarray, columns: Columns | None) -> Iterable[int]:
     """The lines whose text the caller may read: the loud ones (slow, not plain), those a multi-line record may
     take (after a line that opens one, and at the range's start, where one may be open from the range before),
     and the samples."""

@@ -165,6 +165,20 @@ def test_records_that_run_across_ranges_read_as_the_per_line_parser_reads_them(t
     _same(tmp_path, monkeypatch, data, chunk=64 * 1024, processes=True)
 
 
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_a_terminal_title_left_open_at_a_line_end_never_joins_two_lines(tmp_path, monkeypatch, processes) -> None:
+    """An OSC sequence (`ESC ] 0;title BEL`, a terminal title) cut by a newline is no escape code: both lines stay
+    lines (the range workers once joined them and stopped on an assertion), read as the per-line parser reads
+    them; a whole one on a line is removed."""
+    stamp = "[2025-11-11 04:06:27 TP0] "
+    lines = [stamp + BODIES[0], "\x1b]0;title cut here", "still the title\x07" + stamp + "Cache flushed successfully!",
+             "\x1b]0;whole title\x07" + stamp + BODIES[0]] * 40
+    data = ("\n".join(lines) + "\n").encode()
+    _same(tmp_path, monkeypatch, data, chunk=1024, processes=processes)
+    got, stats = _read(tmp_path, monkeypatch, data, 1024, 1 << 20, fast=True, processes=processes)
+    assert stats.lines == len(lines) and stats.kinds["decode"] == 80
+
+
 def test_a_line_too_long_for_a_range_reads_the_rest_as_a_stream(tmp_path, monkeypatch) -> None:
     lines = LINES[:40] + ["x" * 500] + LINES[:40]
     got, got_stats = _read(tmp_path, monkeypatch, ("\n".join(lines) + "\n").encode(), 1024, 200, True, True)
@@ -176,7 +190,8 @@ def test_a_line_too_long_for_a_range_reads_the_rest_as_a_stream(tmp_path, monkey
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(LINES), st.integers(0, 200), st.sampled_from(["", "\r", "\x1b[0m", "\xff",
-                                                                                          "]", " ", "x"])),
+                                                                                          "]", " ", "x", "\x1b]0;t",
+                                                                                          "\x07"])),
                 max_size=60),
        st.sampled_from([64, 256, 4096]), st.sampled_from([80, 1 << 20]), st.booleans())
 def test_fast_path_equals_the_per_line_parser_on_cut_and_garbled_lines(tmp_path, monkeypatch, cuts, chunk: int,
