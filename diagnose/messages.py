@@ -1,7 +1,8 @@
 """Which event a message is, from how it starts (`diagnose.log_format.messages`, docs/log-formats.md §2-§9).
 
 `kind_of(line, start)` matches at the message start only; `error_kinds(text)` reads the kinds an exception's
-own error lines name (a hard OOM or a leak raised as `RuntimeError: ...`), never a traceback's source lines.
+own error lines name (a hard OOM, a leak or a failed CUDA-graph capture raised as `RuntimeError: ...`), never a
+traceback's source lines.
 At a start `kind_of` tries only the kinds whose pattern can begin with its first character (read from each
 pattern once, by CPython's own regex parser; a pattern it cannot narrow is tried at every start): the same
 answer as the whole alternation, in about half the time.
@@ -16,7 +17,8 @@ from toolkit.diagnose.log_format.messages import STARTS
 
 _MESSAGE = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in STARTS.items()))
 _ERROR_LINE = re.compile(r"^\s*[\w.]{0,80}(?:Error|Exception|Warning): (.*)$", re.M)
-_ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory"})
+# what an error line can name: the cause of the exception it ends (each has a rule of its own)
+_ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory", "graph_failed"})
 # An error line on its own (no traceback open): `ValueError: ...`, in backticks, or a repr `Error('...`.
 _ERROR_START = re.compile(r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])")
 
@@ -105,8 +107,8 @@ def _first_of_item(op, arg) -> tuple[set[str] | None, bool]:
 
 
 def line_kind(line: str, start: int = 0) -> str | None:
-    """The kind of a line that opens no record: `kind_of`, else the oom / leak / not_enough_memory kind of an
-    error line (`ValueError: No available memory ...`) read on its own."""
+    """The kind of a line that opens no record: `kind_of`, else the error kind (`_ERROR_KINDS`) of an error line
+    (`ValueError: No available memory ...`) read on its own."""
     kind = kind_of(line, start)
     if kind is not None:
         return kind
@@ -116,7 +118,7 @@ def line_kind(line: str, start: int = 0) -> str | None:
 
 
 def error_kinds(text: str) -> list[str]:
-    """The kinds (oom, leak, not_enough_memory) named by the error lines of an exception's text."""
+    """The error kinds (`_ERROR_KINDS`) named by the error lines of an exception's text."""
     found: list[str] = []
     for message in _ERROR_LINE.findall(text):
         kind = kind_of(message)

@@ -213,10 +213,19 @@ def read_prefix(line: str) -> Prefix:
     if m.group("iso") is not None:
         iso = _TIME.match(m.group("iso").replace("T", " "))
         clock = _clock(*iso.groups()) if iso else None
-        return Prefix(clock[0] if clock else None, "", m.end(), None)
+        return _process_after(line, Prefix(clock[0] if clock else None, "", m.end(), None))
     if m.group("syslog") is not None:
-        return _syslog(m.group("syslog"), m.end())
+        return _process_after(line, _syslog(m.group("syslog"), m.end()))
     return Prefix(None, "", m.end(), None)
+
+
+def _process_after(line: str, outer: Prefix) -> Prefix:
+    """A vLLM process prefix right after a collector's stamp (`2025-10-15T00:02:43Z (APIServer pid=1) INFO:     ...`,
+    an access line: no vLLM clock) belongs to the prefix: the message starts after it; the stamp keeps the time."""
+    process = _VLLM_PROCESS.match(line, outer.start)
+    if process is None:
+        return outer
+    return Prefix(outer.time, process_rank(process.group(1)), process.end(), outer.period)
 
 
 def _syslog(stamp: str, start: int) -> Prefix:

@@ -1,14 +1,17 @@
 """Crashes and integrity errors: every occurrence is a finding (critical).
 
 - `crash.exception`: `... hit an exception` / tracebacks / vLLM's `EngineCore encountered a fatal error` (not the
-  OOMs and memory errors, which `oom` explains) and SGLang's parent's `Received sigquit`; with the workaround
+  OOMs, memory errors, leaks and graph captures their rules explain: named by the traceback's error line, or an
+  OOM printed just before the traceback on its rank) and SGLang's parent's `Received sigquit`; with the workaround
   to try first when the traceback names its cause (`rules.workarounds`).
 - `crash.watchdog`: a forward pass exceeded `--watchdog-timeout` (default 300 s).
 - `crash.leak`: the idle integrity check found KV slots neither free, cached nor in use.
-- `crash.graph_capture`: CUDA graph capture failed at start-up.
+- `crash.graph_capture`: CUDA graph capture failed at start-up (a line of its own, or the error line of the
+  scheduler's traceback): a smaller `--cuda-graph-max-bs`, else a lower `--mem-fraction-static` or no graphs.
 """
 from __future__ import annotations
 
+from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
@@ -16,10 +19,13 @@ from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.rules.workarounds import workaround
 
 
+CAUSES = ("oom", "not_enough_memory", "leak", "graph_failed")  # errors whose own rules explain the crash
+CAUSE_LINES = 10  # an OOM message this close before a traceback on its rank is what the traceback raises
+
+
 def check(ctx: Context) -> list[Finding]:
     tl, out = ctx.timeline, []
-    explained = {e.line for kind in ("oom", "not_enough_memory", "leak") for e in tl.kind(kind)}
-    exceptions = [e for e in tl.kind("exception") if e.line not in explained] + tl.kind("sigquit")
+    exceptions = [e for e in tl.kind("exception") if not _explained(e, ctx)] + tl.kind("sigquit")
     if exceptions:
         errors = [str(e.fields.get("error", "")) for e in exceptions if e.kind == "exception"]
         last = errors[-1] if errors else "a child process failed"
@@ -56,8 +62,24 @@ def check(ctx: Context) -> list[Finding]:
         cgmb = ctx.config.cuda_graph_max_bs
         out.append(Finding(
             "crash.graph_capture", "critical", "CUDA graph capture failed",
-            "Capturing decode graphs ran out of memory or hit an unsupported op.", evidence_events(graph),
-            Change("graph_max_bs", str(max(1, (cgmb or 16) // 2))), str(cgmb) if cgmb else None,
-            "Fewer captured sizes: larger batches run without graphs. Lowering "
-            f"{flag(ctx.config, 'kv_memory')} also helps."))
+            "Capturing decode graphs ran out of memory or hit an unsupported op: capture fewer batch sizes, or "
+            f"leave more memory outside the KV pool (a lower {flag(ctx.config, 'kv_memory')}).",
+            evidence_events(graph), Change("graph_max_bs", str(max(1, (cgmb or 16) // 2))),
+            str(cgmb) if cgmb else None,
+            "Fewer captured sizes: larger batches run without graphs; a smaller KV pool holds fewer tokens.",
+            alternatives=(Change("kv_memory", direction=-1), Change("graphs_off", True))))
     return out
+
+
+def _explained(exception: Event, ctx: Context) -> bool:
+    """Whether an error rule explains the exception: its own error line names the cause (the same record), or
+    an OOM message printed just before it on its rank is what it raises (SGLang logs `Decode out of memory` and
+    then the traceback that ends in it)."""
+    for kind in CAUSES:
+        for cause in ctx.timeline.kind(kind):
+            if cause.line == exception.line:
+                return True
+            if kind in ("oom", "not_enough_memory") and cause.rank == exception.rank \
+                    and 0 < exception.line - cause.line <= CAUSE_LINES:
+                return True
+    return False

@@ -2,58 +2,107 @@
 the verify step pays for drafts that do not come back as output.
 
 Read from SGLang's decode lines (`accept len`, `accept rate`: accepted tokens per drafted token, the bonus token
-included) or vLLM's `SpecDecoding metrics` (`Mean acceptance length`, `Draft acceptance rate`). Trigger: at
-least `MIN_RECORDS` lines or records with a rate, and a median rate below `LOW_RATE`. Suggest drafting about what
-is accepted: SGLang `--speculative-num-draft-tokens` ceil(accept length) + 1 (or fewer `--speculative-num-steps`,
+included) or vLLM's `SpecDecoding metrics` (`Mean acceptance length`, `Draft acceptance rate`; V0's `Speculative
+metrics` count since start-up). Trigger: a rate below `LOW_RATE`, over all the drafted tokens where the log counts
+them (else the median of the lines), on one line or more; the confidence grows with those tokens (else with the
+lines). Suggest drafting about what is accepted: SGLang `--speculative-num-draft-tokens` ceil(accept length) + 1 (or fewer `--speculative-num-steps`,
 `--speculative-eagle-topk 1`); vLLM `num_speculative_tokens` ceil(accept length - 1), at least 1.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
+from toolkit.diagnose.events import Event
+from toolkit.diagnose.findings import Confidence, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 LOW_RATE = 0.3
-MIN_RECORDS = 3
+SOME_DRAFTS, MANY_DRAFTS = 100, 1000  # drafted tokens behind a rate: `medium`, `high` confidence from these on
+
+
+class Rates(NamedTuple):
+    """What the log says of acceptance: the rate (accepted per drafted token), the mean acceptance length (tokens
+    per step, the bonus token included; None when not printed), how many lines or records say it, the drafted
+    tokens they count (None when not printed), and the evidence."""
+
+    rate: float
+    length: float | None
+    records: int
+    drafted: int | None
+    evidence: Evidence
 
 
 def check(ctx: Context) -> list[Finding]:
     if ctx.config.vllm:
         records = [e for e in ctx.timeline.kind("spec_metrics") if _number(e.fields.get("accept_rate")) is not None]
-        rates = [float(e.fields["accept_rate"]) for e in records]  # type: ignore[arg-type]
-        lengths = [x for e in records if (x := _number(e.fields.get("accept_len"))) is not None]
+        rates = _vllm_rates(records)
         ranks = tuple(sorted({e.rank for e in records}))
-        return _judge(ctx, rates, lengths, evidence_events(records), ranks, "SpecDecoding records")
+        return _judge(ctx, rates, ranks, "SpecDecoding records") if rates is not None else []
     load = ctx.timeline.load()
     if "accept_rate" not in load:
         return []
     rows = load.where(np.isfinite(load["accept_rate"]))
+    if not len(rows):
+        return []
     lengths = [x for x in rows["accept_len"].tolist() if x == x]
-    return _judge(ctx, rows["accept_rate"].tolist(), lengths, evidence(rows), rows.ranks, "decode lines")
+    rates = Rates(float(np.median(rows["accept_rate"])), float(np.median(lengths)) if lengths else None, len(rows),
+                  None, evidence(rows))
+    return _judge(ctx, rates, rows.ranks, "decode lines")
 
 
-def _judge(ctx: Context, rates: list[float], lengths: list[float], ev: Evidence, ranks: tuple[str, ...],
-           what: str) -> list[Finding]:
-    if len(rates) < MIN_RECORDS:
-        return []
-    rate = float(np.median(rates))
-    if rate >= LOW_RATE:
-        return []
+def _vllm_rates(records: list[Event]) -> Rates | None:
+    """vLLM V1's `SpecDecoding metrics` count each interval's accepted and drafted tokens: the rate over all of
+    them. V0's `Speculative metrics` count since start-up: the latest record says it all, its mean acceptance
+    length being the emitted tokens per step (`Number of draft tokens` / k steps). Else the median rate."""
+    if not records:
+        return None
+    fields = [e.fields for e in records]
+    v0 = [f for f in fields if _number(f.get("number_of_draft_tokens"))]
+    if v0:
+        last = max(v0, key=lambda f: float(f["number_of_draft_tokens"]))  # type: ignore[arg-type]
+        drafted, k = float(last["number_of_draft_tokens"]), _number(last.get("number_of_speculative_tokens"))  # type: ignore[arg-type]
+        emitted = _number(last.get("number_of_emitted_tokens"))
+        length = emitted * k / drafted if emitted is not None and k else None
+        return Rates(float(last["accept_rate"]), length, len(records), int(drafted), evidence_events(records))  # type: ignore[arg-type]
+    counted = [f for f in fields if _number(f.get("drafted")) and _number(f.get("accepted")) is not None]
+    lengths = [x for f in fields if (x := _number(f.get("accept_len"))) is not None]
     length = float(np.median(lengths)) if lengths else None
+    if counted:
+        drafted = sum(float(f["drafted"]) for f in counted)  # type: ignore[arg-type]
+        accepted = sum(float(f["accepted"]) for f in counted)  # type: ignore[arg-type]
+        return Rates(accepted / drafted, length, len(records), int(drafted), evidence_events(records))
+    rate = float(np.median([float(f["accept_rate"]) for f in fields]))  # type: ignore[arg-type]
+    return Rates(rate, length, len(records), None, evidence_events(records))
+
+
+def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], what: str) -> list[Finding]:
+    if rates.rate >= LOW_RATE:
+        return []
+    length = rates.length
     said = f", accepting {length:.2f} tokens per step" if length is not None else ""
-    facts = {"median_accept_rate": round(rate, 3), "median_accept_len": length}
+    drafts = f" ({rates.drafted:,} drafted tokens)" if rates.drafted is not None else ""
+    facts = {"accept_rate": round(rates.rate, 3), "accept_len": length, "drafted_tokens": rates.drafted}
+    ev = rates.evidence
     return [Finding(
-        "speculative.low_acceptance", "info", f"Speculative decoding accepts {rate:.0%} of its drafts",
-        f"The median draft acceptance rate over {len(rates)} {what} is {rate:.2f}{said}: most drafted tokens are "
-        "rejected, and verifying them costs target-model compute. Draft about what is accepted, or check the draft "
-        "model and its chat template.",
+        "speculative.low_acceptance", "info", f"Speculative decoding accepts {rates.rate:.0%} of its drafts",
+        f"The draft acceptance rate over {rates.records} {what}{drafts} is {rates.rate:.2f}{said}: most drafted "
+        "tokens are rejected, and verifying them costs target-model compute. Draft about what is accepted, or "
+        "check the draft model and its chat template.",
         Evidence(ev.count, ev.total, ev.span, ev.lines, facts), _fewer_drafts(ctx, length), None,
         "Fewer drafts per step cap the speed-up when acceptance rises again (other prompts, another draft model).",
-        ranks, _alternatives(ctx), confidence=confidence_of(len(rates), MIN_LINES))]
+        ranks, _alternatives(ctx), confidence=_confidence(rates))]
+
+
+def _confidence(rates: Rates) -> Confidence:
+    """By the drafted tokens where the log counts them (a rate over thousands of drafts is sure even in two
+    records), else by the lines, as load rules are."""
+    if rates.drafted is None:
+        return confidence_of(rates.records, MIN_LINES)
+    return "high" if rates.drafted >= MANY_DRAFTS else "medium" if rates.drafted >= SOME_DRAFTS else "low"
 
 
 def _fewer_drafts(ctx: Context, length: float | None) -> Change:

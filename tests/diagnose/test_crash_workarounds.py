@@ -159,3 +159,43 @@ def test_the_fleet_finding_speaks_the_engine_word(engine, words) -> None:
     (f,) = _retracting([hot, calm], engine)
     other = {"preempt": "retract", "retract": "preempt"}[words]
     assert words in f.title and words in f.message and other not in (f.title + f.message)
+
+
+# -- a crash whose cause another rule explains ---------------------------------------------------------------
+
+DECODE_OOM = "Decode out of memory. Try to lower your batch size.\nTry to allocate 168 tokens.\nAvailable tokens: 3200"
+
+
+@pytest.mark.parametrize("between,explained", [(0, True), (7, True), (8, False)])
+def test_a_traceback_right_after_an_oom_message_is_the_oom(between: int, explained: bool) -> None:
+    """SGLang prints `Decode out of memory` and then the scheduler's traceback that raises it: the OOM finding
+    tells the cause (fewer running requests), not a crash with the overlap workaround. A traceback more than 10
+    lines after the OOM's first (its 3 lines, then 8 others) is a crash of its own."""
+    log = Log("0.5.4").start(Startup(), model_path="m").decode_series(5).add(DECODE_OOM, dt=1)
+    for _ in range(between):
+        log.add("Cache flushed successfully!")
+    d = analyze(lines=log.add(lf.scheduler_traceback("event_loop_overlap")).lines)
+    ids = [f.id for f in d.findings]
+    assert "oom.decode" in ids and ("crash.exception" not in ids) is explained
+    if explained:
+        assert "--disable-overlap-schedule" not in (d.command or "")
+
+
+def test_an_oom_message_on_another_rank_does_not_explain_a_traceback() -> None:
+    log = Log("0.5.4", lf.Rank(tp=0, tp_size=2)).start(Startup(), model_path="m").decode_series(5)
+    log.add(DECODE_OOM, dt=1, rank=lf.Rank(tp=1, tp_size=2))
+    d = analyze(lines=log.add(lf.scheduler_traceback("event_loop_overlap")).lines)
+    assert {"oom.decode", "crash.exception"} <= {f.id for f in d.findings}
+
+
+def test_a_traceback_ending_in_a_failed_graph_capture_advises_graph_sizes_not_overlap() -> None:
+    """sgl-project/sglang#5285: the start-up traceback runs through tp_worker_overlap_thread.py and ends in
+    `Exception: Capture cuda graph failed: CUDA out of memory`."""
+    d = analyze([REAL / "sglang" / "sglang-5285-graph-capture-oom.log"])
+    (f,) = d.findings
+    assert f.id == "crash.graph_capture" and f.flag == "--cuda-graph-max-bs"
+    assert f.alternatives == (Change("kv_memory", direction=-1), Change("graphs_off", True))
+    assert "--mem-fraction-static lower" in (f.suggested or "") and d.stats.kinds["graph_failed"] == 1
+    error = "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB."
+    synthetic = analyze(lines=_sglang(lf.scheduler_traceback("event_loop_overlap", error=error)))
+    assert [f.id for f in synthetic.findings if f.severity == "critical"] == ["crash.graph_capture"]

@@ -77,6 +77,19 @@ def test_engine_line_is_read_through_the_prefix(name: str, line: str, kind: str,
     assert stats.unread == 0 and stats.other == 0
 
 
+# https://github.com/vllm-project/vllm/issues/27073: docker's RFC3339 stamp, then the API server's process prefix
+@pytest.mark.parametrize("outer,when", [("2025-10-15T00:02:43.157050784Z ", "2025-10-15 00:02:43"),
+                                        ("2025-10-15T00:02:43.157Z stdout F ", "2025-10-15 00:02:43"),
+                                        ("Oct 15 00:02:43 host vllm[9]: ", "10-15 00:02:43")])
+def test_an_access_line_is_read_through_a_collector_stamp_and_a_vllm_process_prefix(outer: str, when: str) -> None:
+    """An access line prints no vLLM clock, so the process prefix after the collector's stamp is all there is
+    before the message: read past it, the stamp keeps the time."""
+    line = outer + '(APIServer pid=1) INFO:     10.250.5.33:50840 - "GET /metrics HTTP/1.1" 200 OK'
+    (event,) = parse_lines([line])
+    assert event.kind == "access" and event.text.startswith("INFO:") and clock_text(event.time) == when
+    assert event.rank == ""  # as on the API server's own access lines: its process names no rank
+
+
 def test_a_journald_traceback_stays_one_record() -> None:
     lines = ["Nov 26 21:03:11 host python[1234]: Traceback (most recent call last):",
              'Nov 26 21:03:11 host python[1234]:   File "scheduler.py", line 10, in event_loop',
