@@ -1,4 +1,6 @@
-"""`pd_transfer.failed`: KV transfers between a PD-disaggregated prefill server and its decode server failed
+"""PD disaggregation's KV transfer, read on either server.
+
+`pd_transfer.failed`: KV transfers between a PD-disaggregated prefill server and its decode server failed
 (SGLang's `Prefill transfer failed for request ...` / `Decode transfer failed for request ...`, one line per TP
 rank, docs/log-formats.md §6.3). Each failed transfer fails its request; nothing on this server's flags fixes it,
 so the finding says where the cause is, read from the reason the transfer backend gave:
@@ -9,20 +11,62 @@ so the finding says where the cause is, read from the reason the transfer backen
   a warning when it is the only reason (the client's time-out, or a slow prefill, made it give up);
 - any other reason (`Failed due to an unknown reason from another rank`, a backend error): a warning that
   names it.
+
+`pd_transfer.backlog`: a prefill server whose finished prefills wait for the decode side (`#transferring-req`)
+while its KV pool is full (token usage >= FULL_USAGE) and requests queue: each of them holds its KV here until
+the decode server takes it, so the decode side, not this server, paces admission. Trigger: that on at least
+BACKLOG_FRACTION of the prefill lines that print `#transferring-req` (one line is a low-confidence hint); no flag
+here: more decode capacity, or the decode server's own log (retractions, a full pool, a slow backend).
 """
 from __future__ import annotations
 
 from collections import Counter
 
-from toolkit.diagnose.findings import Finding, evidence_events
-from toolkit.diagnose.rules.context import Context
+import numpy as np
+
+from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
+from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 GONE = ("could be dead", "is not alive", "might be dead")
 ABORTED = "Aborted by AbortReq"
 OTHER_SIDE = {"prefill": "decode", "decode": "prefill"}
 
 
+FULL_USAGE = 0.9
+BACKLOG_FRACTION = 0.5
+
+
 def check(ctx: Context) -> list[Finding]:
+    return _failed(ctx) + _backlog(ctx)
+
+
+def _backlog(ctx: Context) -> list[Finding]:
+    prefill = ctx.timeline.series("prefill")
+    if "transferring_req" not in prefill:
+        return []
+    prefill = prefill.where(np.isfinite(prefill["transferring_req"]))
+    if not len(prefill) or "queue_req" not in prefill:
+        return []
+    held = prefill.where((prefill["transferring_req"] > 0) & (prefill["usage"] >= FULL_USAGE)
+                         & (prefill["queue_req"] > 0))
+    if len(held) < BACKLOG_FRACTION * len(prefill) or not len(held):
+        return []
+    confidence = confidence_of(len(prefill), MIN_LINES)
+    waiting, queued = held.median("transferring_req"), held.median("queue_req")
+    return [Finding(
+        "pd_transfer.backlog", "info" if confidence == "low" else "warning",
+        "Prefilled requests wait for the decode side",
+        f"In {len(held)} of {len(prefill)} prefill lines the KV pool was at least {FULL_USAGE:.0%} used (median "
+        f"{held.median('usage'):.2f}) while {waiting:.0f} prefilled requests (median) waited to transfer their KV "
+        f"and {queued:.0f} queued: each holds its KV here until the decode server takes it, so the decode side paces "
+        "this server's admission.",
+        evidence(held, len(prefill), median_transferring=waiting, median_queue=queued), ranks=held.ranks,
+        action="add decode capacity (more decode servers, or a larger --dp-size there), and read the decode "
+               "server's log at this time: a full pool, retractions or a slow transfer backend there",
+        confidence=confidence)]
+
+
+def _failed(ctx: Context) -> list[Finding]:
     failed = ctx.timeline.kind("kv_transfer_failed")
     if not failed:
         return []

@@ -55,3 +55,44 @@ def test_the_real_excerpts_get_the_finding(path, severity) -> None:
     found = [f for f in analyze([REAL / path]).findings if f.id == "pd_transfer.failed"]
     assert [f.severity for f in found] == [severity]
     assert found[0].title.endswith("(decode side)")
+
+
+# -- pd_transfer.backlog: a prefill server's pool held by requests waiting for the decode side ------------------
+
+def pd_prefill(n: int, usage: float, transferring: int, queue: int) -> list[str]:
+    """A PD prefill server's lines (sglang#7353's form: no #running-req, #transferring-req instead)."""
+    return [f"[2025-06-18 18:11:{s:02d}] Prefill batch. #new-seq: 14, #new-token: 8192, #cached-token: 0, token usage: "
+            f"{usage:.2f}, #unbootstrapped-req: 0, #queue-req: {queue}, #transferring-req: {transferring}, input "
+            "throughput (token/s): 96875.08 " for s in range(n)]
+
+
+def backlog(lines: list[str]):
+    found = [f for f in analyze(lines=lines).findings if f.id == "pd_transfer.backlog"]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize(("usage", "transferring", "queue", "fires"), [
+    (0.90, 990, 105, True), (0.89, 990, 105, False), (0.95, 0, 105, False), (0.95, 990, 0, False)])
+def test_a_full_prefill_pool_held_by_transfers_with_a_queue_is_the_decode_side(usage, transferring, queue,
+                                                                             fires) -> None:
+    f = backlog(pd_prefill(12, usage, transferring, queue))
+    assert (f is not None) is fires
+    if fires:
+        assert f.severity == "warning" and f.confidence == "high" and f.change is None
+        assert "decode capacity" in (f.action or "") and f.evidence.facts["median_transferring"] == transferring
+
+
+@pytest.mark.parametrize(("held", "fires"), [(6, True), (5, False)])
+def test_the_backlog_is_judged_on_half_the_prefill_lines(held: int, fires: bool) -> None:
+    lines = pd_prefill(held, 0.95, 990, 105) + pd_prefill(11 - held, 0.5, 10, 0)
+    assert (backlog(lines) is not None) is fires
+
+
+def test_the_real_excerpt_with_a_thousand_transferring_requests_is_a_low_confidence_hint() -> None:
+    """sgl-project/sglang#7353: three lines at 0.92-0.95 usage, ~1,000 transferring, 76-105 queued."""
+    (f,) = [f for f in analyze([REAL / "sglang" / "sglang-7353-pd-prefill-transfer-backlog.log"]).findings]
+    assert (f.id, f.severity, f.confidence, f.evidence.count) == ("pd_transfer.backlog", "info", "low", 3)
+
+
+def test_a_prefill_server_without_transfer_counts_has_no_backlog() -> None:
+    assert backlog([line.replace(", #transferring-req: 990", "") for line in pd_prefill(12, 0.95, 990, 105)]) is None
