@@ -243,6 +243,14 @@ def _shed(text: str) -> dict[str, Value]:
     return out
 
 
+_INPUT_TOO_LONG = re.compile(r"Input length \((\d+)(?: tokens)?\) exceeds the maximum allowed length \((\d+)")
+
+
+def _input_too_long(text: str) -> dict[str, Value]:
+    m = _INPUT_TOO_LONG.match(text)
+    return {"input_len": int(m.group(1)), "max_input_len": int(m.group(2))} if m else {}
+
+
 def _queue_timeout(text: str) -> dict[str, Value]:
     m = _QUEUE_TIMEOUT.match(text)
     if m is None:
@@ -441,6 +449,7 @@ _READERS = {
     "sigquit": _message,
     "shed": _shed,
     "queue_timeout": _queue_timeout,
+    "input_too_long": _input_too_long,
     "client_gone": _client_gone,
     "kv_transfer_failed": _transfer_failed,
     "stats": _stats,

@@ -8,7 +8,8 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
 - vLLM's `(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ` (the bracket is absent before 0.7);
 - Python's default logging format `YYYY-mm-dd HH:MM:SS,mmm - name - LEVEL - `, or FastChat's
   `YYYY-mm-dd HH:MM:SS | LEVEL | name | ` (QAnything);
-- at the start of the line only: `[gpu_id=N] ` / `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), torch.distributed's
+- at the start of the line only: SGLang's stamp without its `[` (a paste that began after it), `[gpu_id=N] ` /
+  `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), torch.distributed's
   `[rankN]: `, a Python warning's `file.py:N: UserWarning: `, a container runtime's
   `2025-11-11T04:06:27.123Z stdout F `, journald's `Nov 26 21:03:11 host python[1234]: ` (no year: read as
   vLLM's clock is), markdown bold `**` (a line pasted into an issue);
@@ -30,19 +31,21 @@ import time
 from functools import lru_cache
 from typing import NamedTuple
 
-from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING, SGLANG_STAMP, SYSLOG_STAMP, TIME,
+from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING, SGLANG_STAMP, SGLANG_STAMP_CUT,
+                                                SYSLOG_STAMP, TIME,
                                                 VLLM_DEFAULT_YEAR, VLLM_LEVELS, VLLM_PREFIX, VLLM_PROCESS, YEAR,
                                                 days_since_epoch, gpu_rank, is_date, month_number, process_rank,
                                                 rank_name, time_of_day, tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
+_SGLANG_CUT = re.compile(SGLANG_STAMP_CUT)
 _FIRST_SGLANG = re.compile(r"[^\"'`]*?" + SGLANG_STAMP)  # the first stamp, only unquoted text before it
 _STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's first digit (of a date or an hour)
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
 _PYLOG = re.compile(PYTHON_LOGGING)
-_PYLOG_CLOCK = re.compile(r":\d\d(?:,\d{3} - | \| )")  # NOTE: every Python logging prefix holds it: a quick test
+_PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})? - | \| )")  # NOTE: every Python logging prefix holds it: a quick test
 _START = re.compile(LINE_START)
 _TIME = re.compile(TIME)
 _SYSLOG = re.compile(SYSLOG_STAMP)
@@ -200,6 +203,10 @@ def read_prefix(line: str) -> Prefix:
     if m is not None and _unquoted(line[: m.start()]):
         clock = _clock(*m.groups())
         return Prefix(clock[0] if clock else None, "", m.end(), None)
+    cut = _SGLANG_CUT.match(line)
+    if cut is not None:  # NOTE: `2025-02-09 10:14:05 TP0] Decode batch. ...`: the paste began after the `[`
+        clock = _clock(*cut.groups()[:7])
+        return Prefix(clock[0] if clock else None, rank_name(cut.group(8)), cut.end(), clock[1] if clock else None)
     process = _VLLM_PROCESS.match(line)
     at = process.end() if process else 0
     m = _START.match(line, at)

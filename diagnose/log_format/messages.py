@@ -32,6 +32,7 @@ Kind = Literal[
     "watchdog",          # Watchdog timeout
     "exception",         # Scheduler hit an exception / Traceback / EngineCore fatal error (multi-line)
     "sigquit",           # Received sigquit from a child process
+    "input_too_long",    # Input length (N tokens) exceeds the maximum allowed length (M tokens). ... (rejected)
     # load shedding and clients giving up (docs/log-formats.md §6.4)
     "shed",              # Shed N requests[ in the last S s] (503, Retry-After 1 s): queue_full: a, waiting_timeout: b
     "queue_timeout",     # Queue timeout: aborted N requests that waited more than S s, #queue-req: Q
@@ -61,7 +62,7 @@ BATCH_KINDS = (*SGLANG_BATCH_KINDS, "stats")  # the time series: kept as columns
 SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
                           "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
                           "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout", "client_gone",
-                          "kv_transfer_failed"})
+                          "kv_transfer_failed", "input_too_long"})
 VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
                         "gpu_blocks", "kv_memory", "memory_profile", "weights_loaded", "graph_captured",
                         "engine_config", "engine_args", "scheduler_config"})
@@ -119,6 +120,7 @@ STARTS: dict[str, str] = {
     # load shedding and clients giving up (§6.4): `toolkit serve`'s lines, SGLang's disconnect wording
     "shed": r"Shed \d+ requests? (?:in the last \d+ s )?\(503",
     "queue_timeout": r"Queue timeout: aborted \d+ requests? ",
+    "input_too_long": r"Input length \(\d+(?: tokens)?\) exceeds the maximum allowed length \(\d+(?: tokens)?\)",
     "client_gone": r"the client of [A-Z]{1,10} \S{1,2000} disconnected before the response"
                    r"|(?:\[http_server\] Error: )?Request is disconnected from the client side",
     # PD disaggregation: a request's KV transfer between the prefill and the decode server failed

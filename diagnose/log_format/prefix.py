@@ -17,14 +17,16 @@ YEAR = 366 * DAY  # vLLM's `MM-DD` clock reads as the year 2000, a leap year
 
 TIME = r"(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?Z?"
 RANK_TAGS = r"(?:\s+[A-Z][A-Z_]*\d+)*"  # ` DP1 TP2 EP3`: the tags inside SGLang's stamp
-SGLANG_STAMP = r"\[" + TIME + r"(" + RANK_TAGS + r")\s*\] ?"
+SGLANG_STAMP_CUT = TIME + r"(" + RANK_TAGS + r")\s*\] ?"  # at a line's start: a stamp pasted without its `[`
+SGLANG_STAMP = r"\[" + SGLANG_STAMP_CUT
 # NOTE: the dated SGLang stamp's fixed layout, digits as `0`, for byte-wise readers: `TIME` with a date.
 SGLANG_STAMP_LAYOUT = b"[0000-00-00 00:00:00"
 VLLM_PROCESS = r"\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+"
 VLLM_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 VLLM_PREFIX = (r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS
                + r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?")
-PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}) - [\w.]{1,100} - [A-Z]{1,10} - "
+# `%(asctime)s - %(name)s - %(levelname)s - ` (with or without `,mmm`: a `datefmt` drops it), or FastChat's
+PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:(?:,(\d{3}))? - [\w.]{1,100} - [A-Z]{1,10} - "
                   r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # journald / syslog: `Nov 26 21:03:11 host python[1234]: ` (journalctl's default `short`, `short-precise` adds

@@ -8,6 +8,12 @@
   `medium` (4-9); with the memory fraction unknown it asks for more KV memory (higher), fp8 KV the alternative.
 - `capacity.context_exceeds_pool` (warning): `max_total_num_tokens` (vLLM: its KV cache size in tokens) is
   below the context length: one request at full context cannot fit. Suggest a context length the pool holds.
+- `capacity.input_too_long` (warning): SGLang rejected inputs longer than it allows (`Input length (N tokens)
+  exceeds the maximum allowed length (M tokens)`). M + 1 at the context length: the inputs are too long for the
+  model (an action for the client); below it, or with the context length not in the log: the KV pool limits the
+  input, so a context length of M + 1 says so up front, more KV memory or an fp8 KV cache serves longer ones.
+- vLLM prints how many requests at full context its KV cache holds (`Maximum concurrency for L tokens per
+  request: Cx`): where it does, C is the fit (a hybrid model's KV token count is not its per-request limit).
 - `capacity.pool_vs_concurrency` (info): the user asked for R concurrent requests (an explicit
   `--max-running-requests` / `--max-num-seqs`) at up to `context_len` tokens each, and the pool holds fewer
   than R full-context requests. No flag: with short requests R is right; with long ones either the cap the pool
@@ -16,7 +22,7 @@
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence
+from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
@@ -30,7 +36,50 @@ SHORT_FRACTION = 0.75  # a short excerpt: this share of its load lines full with
 
 
 def check(ctx: Context) -> list[Finding]:
-    return [f for f in (_pool_vs_context(ctx), _pool_bound(ctx)) if f is not None]
+    return [f for f in (_pool_vs_context(ctx), _pool_bound(ctx), _input_too_long(ctx)) if f is not None]
+
+
+def _input_too_long(ctx: Context) -> Finding | None:
+    """SGLang rejected inputs longer than it allows (`Input length (N tokens) exceeds the maximum allowed length (M
+    tokens)`, once per TP rank): M is one less than the context length or the KV pool, whichever is smaller."""
+    events = ctx.timeline.kind("input_too_long")
+    known = [e for e in events if isinstance(e.fields.get("max_input_len"), int)]
+    if not known:
+        return None
+    allowed = min(int(e.fields["max_input_len"]) for e in known)  # type: ignore[arg-type]
+    longest = max(int(e.fields.get("input_len") or 0) for e in known)  # type: ignore[arg-type]
+    requests = len({(e.time, e.fields.get("input_len")) for e in known})  # NOTE: every TP rank logs each one
+    cfg = ctx.config
+    context = cfg.context_len
+    facts = {"allowed_input_tokens": allowed, "longest_input_tokens": longest, "context_len": context,
+             "requests": requests}
+    said = f"{requests} request{'s' if requests != 1 else ''} of up to {longest:,} tokens"
+    if context is not None and allowed + 1 >= context:
+        return Finding(
+            "capacity.input_too_long", "warning", "Inputs longer than the context length were rejected",
+            f"{said} {'were' if requests != 1 else 'was'} rejected: the server allows {allowed:,} input tokens, its "
+            f"context length ({context:,}).", evidence_events(known, **facts), ranks=_ranks(known),
+            action="client: shorter inputs (or --allow-auto-truncate); a longer --context-length only if the model "
+                   "supports it")
+    limit = (f"below its context length ({context:,}): the KV pool limits it" if context is not None else
+             "its KV pool or its context length, whichever is smaller")
+    alternatives = (Change("kv_memory", direction=1),)
+    if "fp8" not in cfg.kv_cache_dtype:
+        alternatives += (Change("kv_dtype", fp8_kv(cfg)),)
+    return Finding(
+        "capacity.input_too_long", "warning", "Inputs longer than the KV pool holds were rejected",
+        f"{said} {'were' if requests != 1 else 'was'} rejected: the server allows {allowed:,} input tokens, "
+        f"{limit}. A context length of {allowed + 1:,} says so to clients up front; longer inputs need more KV "
+        "memory (a larger memory fraction, an fp8 KV cache, more GPUs).",
+        evidence_events(known, **facts), Change("context", str(allowed + 1)),
+        str(context) if context is not None else None,
+        "Clients get the limit as an error before they send; a larger memory fraction leaves less headroom for "
+        "activations, an fp8 KV cache costs slight accuracy.",
+        _ranks(known), alternatives, confidence="high" if context is not None else "medium")
+
+
+def _ranks(events) -> tuple[str, ...]:
+    return tuple(sorted({e.rank for e in events if e.rank}))
 
 
 def _pool_bound(ctx: Context) -> Finding | None:
@@ -108,7 +157,9 @@ def _pool_vs_context(ctx: Context) -> Finding | None:
     rows = ctx.timeline.kind("kv_capacity" if cfg.vllm else "pool")
     lines = tuple(e.line for e in rows[:3])
     fit = pool / context
-    if pool < context:
+    if cfg.vllm and cfg.max_concurrency is not None:
+        fit = cfg.max_concurrency  # NOTE: a hybrid model's KV tokens are not its per-request limit; vLLM's own count is
+    if fit < 1:
         suggested = max(1024, pool // 1024 * 1024) if pool >= 1024 else pool
         return Finding(
             "capacity.context_exceeds_pool", "warning", "One request at full context does not fit the KV pool",

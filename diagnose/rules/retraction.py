@@ -6,7 +6,8 @@ decode lines is judged too (docs/log-formats.md §6.1). A rank's rate is its ret
 load segments' wall time when it has load lines, else the time from its first to its last retraction, and at
 least one minute either way (so a few seconds of excerpt never inflate the rate). A DP rank's TP ranks retract
 together; their retractions within one second are one event of the group.
-Trigger: more than FREQUENT_PER_MIN per busy minute on a rank or group, at least MIN_COUNT retractions;
+Trigger: more than FREQUENT_PER_MIN per busy minute on a rank or group, at least MIN_COUNT retractions (two in a
+minute are occasional: rllm-org/rllm#93's two engines preempted once each);
 critical above CRITICAL_PER_MIN (a storm). Without timestamps (SGLang 0.1-0.2.5): more than one retraction per
 PER_DECODE_LINES decode lines. vLLM V1 prints `Preemptions: N` per stats interval; V0 warns once per preemption.
 Below the trigger, retractions are occasional and fine: a note, no finding.
@@ -26,7 +27,7 @@ from toolkit.diagnose.rules.context import Context
 
 FREQUENT_PER_MIN = 1.0
 CRITICAL_PER_MIN = 10.0
-MIN_COUNT = 2
+MIN_COUNT = 3
 PER_DECODE_LINES = 25
 MIN_BUSY_S = 60.0
 _DP = re.compile(r"DP\d+")

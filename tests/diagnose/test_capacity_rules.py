@@ -3,12 +3,15 @@ capacity-bound pool, a pool too small for the context x the asked concurrency, t
 capture memory, and TP/DP sizes from rank tags."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from toolkit.diagnose import analyze
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Rank, Startup
 
+REAL = Path(__file__).parent / "real_logs"
 N = 30
 ARGS = dict(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, mem_fraction_static=0.85,
             schedule_policy="fcfs", cuda_graph_max_bs=256)
@@ -128,3 +131,51 @@ def test_tp_and_dp_sizes_from_rank_tags_without_server_args() -> None:
     assert (d.config.tp_size, d.config.dp_size, d.config.parallelism_source) == (4, 2, "rank tags")
     d = analyze(lines=base(tp_size=2, dp_size=1).decode_series(3).lines)
     assert (d.config.tp_size, d.config.parallelism_source) == (2, "arguments")
+
+
+# -- inputs rejected for their length (SGLang), and vLLM's own count of full-context requests -----------------------
+
+def _too_long(input_len: int, allowed: int, ranks: int = 2) -> list[str]:
+    return [f"Input length ({input_len} tokens) exceeds the maximum allowed length ({allowed} tokens). Use a "
+            "shorter input or enable --allow-auto-truncate."] * ranks
+
+
+@pytest.mark.parametrize("allowed,pool_limits", [(65534, True), (65535, False)])
+def test_an_input_longer_than_allowed_is_the_pool_below_the_context_and_the_client_at_it(allowed: int,
+                                                                                         pool_limits: bool) -> None:
+    """Context 65,536: an allowed length of 65,535 is the context's (the client sent too much); 65,534 is the
+    pool's (a context length that says so, or more KV memory)."""
+    log = base(Startup(context_len=65536, max_total=allowed + 1, max_running=64)).decode_series(5)
+    for line in _too_long(70000, allowed, ranks=1):
+        log.add(line, dt=1)
+    (f,) = found(log, "capacity.input_too_long")
+    assert f.severity == "warning" and f.evidence.facts["allowed_input_tokens"] == allowed
+    if pool_limits:
+        assert (f.flag, f.suggested, f.current, f.confidence) == (
+            "--context-length", f"{allowed + 1} (or --mem-fraction-static higher; or --kv-cache-dtype fp8_e5m2)",
+            "65536", "high")
+    else:
+        assert f.change is None and (f.action or "").startswith("client: shorter inputs")
+
+
+def test_an_input_too_long_without_the_start_up_names_both_limits_at_medium_confidence() -> None:
+    """sgl-project/sglang#4048: 160,062 tokens on two TP ranks (one request), 59,862 allowed, no start-up lines."""
+    (f,) = [f for f in analyze([REAL / "sglang" / "sglang-4048-input-exceeds-allowed-length.log"]).findings
+            if f.id == "capacity.input_too_long"]
+    assert (f.flag, f.current, f.confidence, f.evidence.facts["requests"]) == ("--context-length", None, "medium", 1)
+    assert f.suggested.startswith("59863 ")
+
+
+def test_no_rejected_input_no_finding() -> None:
+    assert not found(base().decode_series(5), "capacity.input_too_long")
+
+
+@pytest.mark.parametrize("concurrency,fires", [(0.99, True), (1.0, False), (2.48, False)])
+def test_vllm_full_context_fit_is_its_own_maximum_concurrency(concurrency: float, fires: bool) -> None:
+    """A hybrid model (vllm#28228: 75,840 KV tokens, 2.48x at 120,000 tokens per request) fits a full-context
+    request whatever its KV token count says; vLLM's concurrency below 1x does not."""
+    log = lf.VllmLog().start(kv_tokens=75840, max_model_len=120000)
+    log.lines = [line.replace(f"{75840 / 120000:.2f}x", f"{concurrency:.2f}x") for line in log.lines]
+    log.stats_series(3, running=4, waiting=0, usage=0.1, gen=300.0)
+    got = [f for f in analyze(lines=log.lines).findings if f.id == "capacity.context_exceeds_pool"]
+    assert bool(got) is fires

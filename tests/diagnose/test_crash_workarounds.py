@@ -199,3 +199,21 @@ def test_a_traceback_ending_in_a_failed_graph_capture_advises_graph_sizes_not_ov
     error = "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB."
     synthetic = analyze(lines=_sglang(lf.scheduler_traceback("event_loop_overlap", error=error)))
     assert [f.id for f in synthetic.findings if f.severity == "critical"] == ["crash.graph_capture"]
+
+
+# -- preemptions: a few are occasional ----------------------------------------------------------------------
+
+PREEMPTED = ("Sequence group {n} is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache "
+             "space. This can affect the end-to-end performance. Increase gpu_memory_utilization or "
+             "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={n}")
+
+
+@pytest.mark.parametrize("count,frequent", [(2, False), (3, True)])
+def test_two_preemptions_in_a_minute_are_occasional_three_are_frequent(count: int, frequent: bool) -> None:
+    """rllm-org/rllm#93: two preemptions 86 s apart (each engine's first) are no warning; three in a minute are."""
+    log = VllmLog()
+    for n in range(1, count + 1):
+        log.add(PREEMPTED.format(n=n), dt=20, level="WARNING", file="scheduler.py:1484")
+    d = analyze(lines=log.lines)
+    assert any(f.id == "retraction.frequent" for f in d.findings) is frequent
+    assert frequent or any("occasional preemptions are fine" in note for note in d.notes)

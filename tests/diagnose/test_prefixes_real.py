@@ -57,6 +57,12 @@ PREFIXED = [
      "[loggers.py:271] Engine 000: Avg prompt throughput: 6335.3 tokens/s, Avg generation throughput: 4.8 tokens/s, "
      "Running: 9 reqs, Waiting: 0 reqs, GPU KV cache usage: 62.8%, Prefix cache hit rate: 0.0%", "stats",
      "05-12 08:01:39", "DP0"),
+    # https://github.com/sgl-project/sglang/issues/3424: the paste began after the stamp's `[`
+    ("sglang stamp without its [", SG_TIME + " TP0] " + DECODE, "decode", SG_TIME, "TP0"),
+    ("time-only stamp without its [", "21:03:11 TP2] " + DECODE, "decode", "21:03:11", "TP2"),
+    # https://github.com/vllm-project/vllm/issues/11517: Python logging with a datefmt (no milliseconds)
+    ("python logging without ms", "2024-12-23 18:28:10 - vllm.engine.metrics - INFO - " + STATS, "stats",
+     "2024-12-23 18:28:10", "DP0"),
     # 5. two stamps: the engine's (closest to the message) wins
     ("collector stamp then sglang's", "[2025-11-26T21:09:00Z] " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
     ("python stamp then sglang's", "2025-11-26 21:09:00.000 " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
