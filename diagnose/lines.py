@@ -166,8 +166,8 @@ class LineParser:
         self._record = None
         text = "\n".join(record.parts)
         kinds = [record.kind]
-        if record.kind == "exception":
-            kinds += error_kinds(text)
+        if record.kind in ("exception", "oom"):  # NOTE: a chained OOM record can end in a graph capture's failure
+            kinds += [kind for kind in error_kinds(text) if kind not in kinds]
         if record.kind == "leak" and "leak detected" not in text and "Warning: available_size" in text:
             kinds = []
             self.stats.other += 1

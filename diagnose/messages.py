@@ -117,6 +117,13 @@ def line_kind(line: str, start: int = 0) -> str | None:
     return named if named in _ERROR_KINDS else None
 
 
+def error_line(text: str) -> str | None:
+    """The message of the last error line of an exception's text (`RuntimeError: ...` -> `...`), None when the
+    text holds none (a traceback cut before it)."""
+    found = _ERROR_LINE.findall(text)
+    return found[-1] if found else None
+
+
 def error_kinds(text: str) -> list[str]:
     """The error kinds (`_ERROR_KINDS`) named by the error lines of an exception's text."""
     found: list[str] = []

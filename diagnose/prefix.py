@@ -6,13 +6,15 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
 - SGLang's stamp tag `[YYYY-mm-dd HH:MM:SS(.fff)( DPn)( TPn)...]` or `[HH:MM:SS TPn]`, preceded by any text
   without quotes (docker compose, Ray, kubectl, syslog); the tag closest to the message wins;
 - vLLM's `(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ` (the bracket is absent before 0.7);
-- Python's default logging format `YYYY-mm-dd HH:MM:SS,mmm - name - LEVEL - `, or FastChat's
+- Python's default logging format `YYYY-mm-dd HH:MM:SS,mmm - name - LEVEL - ` (or without `,mmm`), or FastChat's
   `YYYY-mm-dd HH:MM:SS | LEVEL | name | ` (QAnything);
 - at the start of the line only: SGLang's stamp without its `[` (a paste that began after it), `[gpu_id=N] ` /
   `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), torch.distributed's
   `[rankN]: `, a Python warning's `file.py:N: UserWarning: `, a container runtime's
   `2025-11-11T04:06:27.123Z stdout F `, journald's `Nov 26 21:03:11 host python[1234]: ` (no year: read as
   vLLM's clock is), markdown bold `**` (a line pasted into an issue);
+- a vLLM process prefix right after a container runtime's or journald's stamp (`... (APIServer pid=1) INFO:     `,
+  an access line: no vLLM clock) belongs to the prefix;
 - a vLLM prefix right after a stamp tag (Buildkite's `[2025-03-10T15:07:20Z] INFO 03-10 08:07:20 [core.py:302] `)
   belongs to the prefix.
 

@@ -307,8 +307,7 @@ class _LineTexts:
 
     def __init__(self, data: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
         self._data = memoryview(data)
-        self._starts: list[int] = starts.tolist()
-        self._ends: list[int] = ends.tolist()
+        self._starts, self._ends = starts, ends
         self._texts: dict[int, str] = {}
 
     def __len__(self) -> int:
@@ -317,7 +316,7 @@ class _LineTexts:
     def __getitem__(self, i: int) -> str:
         text = self._texts.get(i)
         if text is None:
-            text = self._texts[i] = decode_line(self._data[self._starts[i]: self._ends[i]])
+            text = self._texts[i] = decode_line(self._data[int(self._starts[i]): int(self._ends[i])])
         return text
 
 

@@ -9,11 +9,13 @@
 - `capacity.context_exceeds_pool` (warning): `max_total_num_tokens` (vLLM: its KV cache size in tokens) is
   below the context length: one request at full context cannot fit. Suggest a context length the pool holds.
 - `capacity.input_too_long` (warning): SGLang rejected inputs longer than it allows (`Input length (N tokens)
-  exceeds the maximum allowed length (M tokens)`). M + 1 at the context length: the inputs are too long for the
-  model (an action for the client); below it, or with the context length not in the log: the KV pool limits the
-  input, so a context length of M + 1 says so up front, more KV memory or an fp8 KV cache serves longer ones.
+  exceeds the maximum allowed length (M tokens)`; M is min(context length, pool) - 6). The context length the
+  limit (the pool at least as large, or M + 6 at the context length): the inputs are too long for the model (an
+  action for the client); else, or with the context length not in the log: the KV pool limits the input, so a
+  context length of M + 6 says so up front, more KV memory or an fp8 KV cache serves longer ones.
 - vLLM prints how many requests at full context its KV cache holds (`Maximum concurrency for L tokens per
-  request: Cx`): where it does, C is the fit (a hybrid model's KV token count is not its per-request limit).
+  request: Cx`): where it does, C is the fit and C x L the tokens the suggestions use (a hybrid model's KV token
+  count is not its per-request limit).
 - `capacity.pool_vs_concurrency` (info): the user asked for R concurrent requests (an explicit
   `--max-running-requests` / `--max-num-seqs`) at up to `context_len` tokens each, and the pool holds fewer
   than R full-context requests. No flag: with short requests R is right; with long ones either the cap the pool
@@ -21,6 +23,8 @@
   fills, `capacity.pool_bound` and `retraction.frequent` say so with their flags).
 """
 from __future__ import annotations
+
+from collections import Counter
 
 from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction
@@ -33,45 +37,48 @@ SPARE_GB = 8.0
 TARGET_GB = 6.5
 VLLM_MAX_UTILIZATION = 0.95
 SHORT_FRACTION = 0.75  # a short excerpt: this share of its load lines full with a queue
+CONCURRENCY_PRINTED = 0.01  # vLLM prints its concurrency to 2 decimals: closer than this to pool / context, the same
 
 
 def check(ctx: Context) -> list[Finding]:
     return [f for f in (_pool_vs_context(ctx), _pool_bound(ctx), _input_too_long(ctx)) if f is not None]
 
 
+INPUT_MARGIN = 6  # SGLang allows min(context length, pool) - 6 input tokens (`max_req_input_len`)
+
+
 def _input_too_long(ctx: Context) -> Finding | None:
     """SGLang rejected inputs longer than it allows (`Input length (N tokens) exceeds the maximum allowed length (M
-    tokens)`, once per TP rank): M is one less than the context length or the KV pool, whichever is smaller."""
-    events = ctx.timeline.kind("input_too_long")
-    known = [e for e in events if isinstance(e.fields.get("max_input_len"), int)]
+    tokens)`, once per TP rank): M + INPUT_MARGIN is the context length or the KV pool, whichever is smaller."""
+    known = [e for e in ctx.timeline.kind("input_too_long") if isinstance(e.fields.get("max_input_len"), int)]
     if not known:
         return None
     allowed = min(int(e.fields["max_input_len"]) for e in known)  # type: ignore[arg-type]
     longest = max(int(e.fields.get("input_len") or 0) for e in known)  # type: ignore[arg-type]
-    requests = len({(e.time, e.fields.get("input_len")) for e in known})  # NOTE: every TP rank logs each one
+    requests = max(Counter(e.rank for e in known).values())  # NOTE: every TP rank logs each one
     cfg = ctx.config
-    context = cfg.context_len
+    context, pool, limit = cfg.context_len, cfg.max_total_num_tokens, allowed + INPUT_MARGIN
     facts = {"allowed_input_tokens": allowed, "longest_input_tokens": longest, "context_len": context,
              "requests": requests}
     said = f"{requests} request{'s' if requests != 1 else ''} of up to {longest:,} tokens"
-    if context is not None and allowed + 1 >= context:
+    rejected = f"{said} {'were' if requests != 1 else 'was'} rejected: the server allows {allowed:,} input tokens"
+    if context is not None and (context <= pool if pool else limit >= context):
         return Finding(
             "capacity.input_too_long", "warning", "Inputs longer than the context length were rejected",
-            f"{said} {'were' if requests != 1 else 'was'} rejected: the server allows {allowed:,} input tokens, its "
-            f"context length ({context:,}).", evidence_events(known, **facts), ranks=_ranks(known),
+            f"{rejected}, as its context length ({context:,}) does.", evidence_events(known, **facts),
+            ranks=_ranks(known),
             action="client: shorter inputs (or --allow-auto-truncate); a longer --context-length only if the model "
                    "supports it")
-    limit = (f"below its context length ({context:,}): the KV pool limits it" if context is not None else
-             "its KV pool or its context length, whichever is smaller")
+    where = (f"less than its context length ({context:,}) allows: its KV pool of {limit:,} tokens limits them"
+             if context is not None else "the smaller of its context length and its KV pool")
     alternatives = (Change("kv_memory", direction=1),)
     if "fp8" not in cfg.kv_cache_dtype:
         alternatives += (Change("kv_dtype", fp8_kv(cfg)),)
     return Finding(
         "capacity.input_too_long", "warning", "Inputs longer than the KV pool holds were rejected",
-        f"{said} {'were' if requests != 1 else 'was'} rejected: the server allows {allowed:,} input tokens, "
-        f"{limit}. A context length of {allowed + 1:,} says so to clients up front; longer inputs need more KV "
-        "memory (a larger memory fraction, an fp8 KV cache, more GPUs).",
-        evidence_events(known, **facts), Change("context", str(allowed + 1)),
+        f"{rejected}, {where}. A context length of {limit:,} says so to clients up front; longer inputs need more "
+        "KV memory (a larger memory fraction, an fp8 KV cache, more GPUs).",
+        evidence_events(known, **facts), Change("context", str(limit)),
         str(context) if context is not None else None,
         "Clients get the limit as an error before they send; a larger memory fraction leaves less headroom for "
         "activations, an fp8 KV cache costs slight accuracy.",
@@ -157,16 +164,17 @@ def _pool_vs_context(ctx: Context) -> Finding | None:
     rows = ctx.timeline.kind("kv_capacity" if cfg.vllm else "pool")
     lines = tuple(e.line for e in rows[:3])
     fit = pool / context
-    if cfg.vllm and cfg.max_concurrency is not None:
+    if cfg.vllm and cfg.max_concurrency is not None and abs(cfg.max_concurrency - fit) > CONCURRENCY_PRINTED:
         fit = cfg.max_concurrency  # NOTE: a hybrid model's KV tokens are not its per-request limit; vLLM's own count is
+    holds = int(context * fit)  # tokens of full-context requests the cache holds (the pool's size, but for hybrids)
+    facts = {"pool_tokens": pool, "context_len": context, "full_context_requests": round(fit, 2)}
     if fit < 1:
-        suggested = max(1024, pool // 1024 * 1024) if pool >= 1024 else pool
+        suggested = max(1024, holds // 1024 * 1024) if holds >= 1024 else holds
         return Finding(
             "capacity.context_exceeds_pool", "warning", "One request at full context does not fit the KV pool",
-            f"The KV pool holds {pool} tokens but the context length is {context}: a request that long can never "
-            "run (SGLang retracts or aborts it; vLLM refuses to start).",
-            Evidence(len(rows), None, None, lines, {"pool_tokens": pool, "context_len": context}),
-            Change("context", str(suggested)), str(context),
+            f"The KV pool holds {holds} tokens of a request but the context length is {context}: a request that "
+            "long can never run (SGLang retracts or aborts it; vLLM refuses to start).",
+            Evidence(len(rows), None, None, lines, facts), Change("context", str(suggested)), str(context),
             "Longer prompts are rejected; more KV memory instead keeps them.")
     wanted = cfg.arg("max_num_seqs") if cfg.vllm else cfg.arg("max_running_requests")
     if not isinstance(wanted, int) or wanted <= fit:
@@ -174,10 +182,8 @@ def _pool_vs_context(ctx: Context) -> Finding | None:
     return Finding(
         "capacity.pool_vs_concurrency", "info", "The pool holds fewer full-context requests than asked for",
         f"The running cap is set to {wanted} requests of up to {context} tokens each, but the KV pool holds "
-        f"{pool} tokens: {fit:.1f} requests at full context. Long requests will be retracted or wait.",
-        Evidence(len(rows), None, None, lines, {"pool_tokens": pool, "context_len": context,
-                                                "full_context_requests": round(fit, 2), "asked": wanted}),
-        None, str(wanted),
+        f"{fit:.1f} requests at full context ({holds} tokens). Long requests will be retracted or wait.",
+        Evidence(len(rows), None, None, lines, {**facts, "asked": wanted}), None, str(wanted),
         "A lower cap runs fewer short requests at once too; a shorter context length rejects longer prompts.",
-        alternatives=(Change("running_cap", str(max(1, int(fit)))), Change("context", str(pool // wanted))),
+        alternatives=(Change("running_cap", str(max(1, int(fit)))), Change("context", str(holds // wanted))),
         action="if requests run long")

@@ -1,8 +1,8 @@
 """Crashes and integrity errors: every occurrence is a finding (critical).
 
 - `crash.exception`: `... hit an exception` / tracebacks / vLLM's `EngineCore encountered a fatal error` (not the
-  OOMs, memory errors, leaks and graph captures their rules explain: named by the traceback's error line, or an
-  OOM printed just before the traceback on its rank) and SGLang's parent's `Received sigquit`; with the workaround
+  OOMs, memory errors, leaks and graph captures their rules explain: named by the traceback's error line, an
+  error record right after it, or, for a traceback cut before its error line, an OOM printed just before it) and SGLang's parent's `Received sigquit`; with the workaround
   to try first when the traceback names its cause (`rules.workarounds`).
 - `crash.watchdog`: a forward pass exceeded `--watchdog-timeout` (default 300 s).
 - `crash.leak`: the idle integrity check found KV slots neither free, cached nor in use.
@@ -15,12 +15,13 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.messages import error_line
 from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.rules.workarounds import workaround
 
 
 CAUSES = ("oom", "not_enough_memory", "leak", "graph_failed")  # errors whose own rules explain the crash
-CAUSE_LINES = 10  # an OOM message this close before a traceback on its rank is what the traceback raises
+CAUSE_LINES = 10  # an OOM message this close before a cut traceback on its rank is what the traceback raises
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -72,14 +73,22 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _explained(exception: Event, ctx: Context) -> bool:
-    """Whether an error rule explains the exception: its own error line names the cause (the same record), or
-    an OOM message printed just before it on its rank is what it raises (SGLang logs `Decode out of memory` and
-    then the traceback that ends in it)."""
+    """Whether an error rule explains the exception (on its source and rank): its own error line names the cause
+    (the same record); the cause's record starts where the exception's ends (an error line such as
+    `torch.OutOfMemoryError: ...` opens a record of its own); or, for a traceback whose error line the log does
+    not show (cut off), an OOM message printed just before it is what it raises (SGLang logs `Decode out of
+    memory` and then the traceback that ends in it)."""
+    after = exception.line + exception.text.count("\n") + 1
+    cut = error_line(exception.text) is None
     for kind in CAUSES:
         for cause in ctx.timeline.kind(kind):
+            if cause.source != exception.source:
+                continue
             if cause.line == exception.line:
                 return True
-            if kind in ("oom", "not_enough_memory") and cause.rank == exception.rank \
-                    and 0 < exception.line - cause.line <= CAUSE_LINES:
+            if cause.rank != exception.rank:
+                continue
+            if cause.line == after or (cut and kind in ("oom", "not_enough_memory")
+                                       and 0 < exception.line - cause.line <= CAUSE_LINES):
                 return True
     return False

@@ -6,8 +6,9 @@ decode lines is judged too (docs/log-formats.md §6.1). A rank's rate is its ret
 load segments' wall time when it has load lines, else the time from its first to its last retraction, and at
 least one minute either way (so a few seconds of excerpt never inflate the rate). A DP rank's TP ranks retract
 together; their retractions within one second are one event of the group.
-Trigger: more than FREQUENT_PER_MIN per busy minute on a rank or group, at least MIN_COUNT retractions (two in a
-minute are occasional: rllm-org/rllm#93's two engines preempted once each);
+Trigger: more than FREQUENT_PER_MIN per busy minute on a rank or group, at least MIN_COUNT retractions on one
+engine (a rank; V0's cumulative counter tells engines apart within one: rllm-org/rllm#93's two preempted once
+each);
 critical above CRITICAL_PER_MIN (a storm). Without timestamps (SGLang 0.1-0.2.5): more than one retraction per
 PER_DECODE_LINES decode lines. vLLM V1 prints `Preemptions: N` per stats interval; V0 warns once per preemption.
 Below the trigger, retractions are occasional and fine: a note, no finding.
@@ -27,7 +28,7 @@ from toolkit.diagnose.rules.context import Context
 
 FREQUENT_PER_MIN = 1.0
 CRITICAL_PER_MIN = 10.0
-MIN_COUNT = 3
+MIN_COUNT = 2
 PER_DECODE_LINES = 25
 MIN_BUSY_S = 60.0
 _DP = re.compile(r"DP\d+")
@@ -92,6 +93,20 @@ def group_rates(ctx: Context) -> dict[str, tuple[int, float]]:
     return out
 
 
+def _most_on_one_engine(rows: list[Event], rates: dict[str, tuple[int, float | None]]) -> int:
+    """The most retractions one engine printed: a rank's own count (TP ranks retract together: not their sum), and
+    within a rank, engines told apart by vLLM V0's counter (`total_num_cumulative_preemption=N` grows on one
+    engine; Ray workers of several engines share a prefix without a rank)."""
+    most = 0
+    for rank, (count, _) in rates.items():
+        counters = [e.fields.get("cumulative_preemptions") for e in rows if e.rank == rank]
+        if counters and all(isinstance(c, int) for c in counters):
+            engines = 1 + sum(1 for a, b in zip(counters, counters[1:]) if b <= a)  # type: ignore[operator]
+            count = -(-len(counters) // engines)
+        most = max(most, count)
+    return most
+
+
 def check(ctx: Context) -> list[Finding]:
     rows = _retractions(ctx)
     rates = per_rank_rates(ctx)
@@ -117,7 +132,7 @@ def check(ctx: Context) -> list[Finding]:
             g, (events, g_rate) = max(groups.items(), key=lambda kv: kv[1][1])
             how += f" ({events} distinct seconds with one in {g}: {g_rate:.1f} per minute for the group)"
         frequent = rate > FREQUENT_PER_MIN
-    if not frequent or count < MIN_COUNT:
+    if not frequent or _most_on_one_engine(rows, rates) < MIN_COUNT:
         ctx.notes.append(f"{how}: occasional {word} are fine.")
         return []
     severity = "critical" if rate is not None and rate > CRITICAL_PER_MIN else "warning"

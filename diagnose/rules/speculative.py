@@ -55,28 +55,40 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _vllm_rates(records: list[Event]) -> Rates | None:
-    """vLLM V1's `SpecDecoding metrics` count each interval's accepted and drafted tokens: the rate over all of
-    them. V0's `Speculative metrics` count since start-up: the latest record says it all, its mean acceptance
-    length being the emitted tokens per step (`Number of draft tokens` / k steps). Else the median rate."""
+    """vLLM V1's `SpecDecoding metrics` count each interval's accepted and drafted tokens: the rate over all the
+    records that print them. V0's `Speculative metrics` count since start-up: each engine's (source and rank)
+    latest record, summed; its mean acceptance length is the emitted tokens per step (`Number of draft tokens` / k
+    steps). Else the median rate of the records."""
     if not records:
         return None
-    fields = [e.fields for e in records]
-    v0 = [f for f in fields if _number(f.get("number_of_draft_tokens"))]
+    v0 = [e for e in records if _number(e.fields.get("number_of_draft_tokens"))]
     if v0:
-        last = max(v0, key=lambda f: float(f["number_of_draft_tokens"]))  # type: ignore[arg-type]
-        drafted, k = float(last["number_of_draft_tokens"]), _number(last.get("number_of_speculative_tokens"))  # type: ignore[arg-type]
-        emitted = _number(last.get("number_of_emitted_tokens"))
-        length = emitted * k / drafted if emitted is not None and k else None
-        return Rates(float(last["accept_rate"]), length, len(records), int(drafted), evidence_events(records))  # type: ignore[arg-type]
-    counted = [f for f in fields if _number(f.get("drafted")) and _number(f.get("accepted")) is not None]
-    lengths = [x for f in fields if (x := _number(f.get("accept_len"))) is not None]
+        latest: dict[tuple[int, str], Event] = {}
+        for e in v0:  # NOTE: cumulative counts only grow within an engine's run
+            key = (e.source, e.rank)
+            if key not in latest or _count(e, "number_of_draft_tokens") >= _count(latest[key], "number_of_draft_tokens"):
+                latest[key] = e
+        used = list(latest.values())
+        drafted = sum(_count(e, "number_of_draft_tokens") for e in used)
+        accepted = sum(_count(e, "number_of_accepted_tokens") for e in used)
+        steps = sum(_count(e, "number_of_draft_tokens") / k for e in used
+                    if (k := _count(e, "number_of_speculative_tokens")))
+        emitted = sum(_count(e, "number_of_emitted_tokens") for e in used)
+        length = emitted / steps if steps and emitted else None
+        return Rates(accepted / drafted, length, len(used), int(drafted), evidence_events(used))
+    lengths = [x for e in records if (x := _number(e.fields.get("accept_len"))) is not None]
     length = float(np.median(lengths)) if lengths else None
+    counted = [e for e in records if _count(e, "drafted") and _number(e.fields.get("accepted")) is not None]
     if counted:
-        drafted = sum(float(f["drafted"]) for f in counted)  # type: ignore[arg-type]
-        accepted = sum(float(f["accepted"]) for f in counted)  # type: ignore[arg-type]
-        return Rates(accepted / drafted, length, len(records), int(drafted), evidence_events(records))
-    rate = float(np.median([float(f["accept_rate"]) for f in fields]))  # type: ignore[arg-type]
+        drafted = sum(_count(e, "drafted") for e in counted)
+        accepted = sum(_count(e, "accepted") for e in counted)
+        return Rates(accepted / drafted, length, len(counted), int(drafted), evidence_events(counted))
+    rate = float(np.median([float(e.fields["accept_rate"]) for e in records]))  # type: ignore[arg-type]
     return Rates(rate, length, len(records), None, evidence_events(records))
+
+
+def _count(e: Event, name: str) -> float:
+    return _number(e.fields.get(name)) or 0.0
 
 
 def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], what: str) -> list[Finding]:

@@ -140,20 +140,22 @@ def _too_long(input_len: int, allowed: int, ranks: int = 2) -> list[str]:
             "shorter input or enable --allow-auto-truncate."] * ranks
 
 
-@pytest.mark.parametrize("allowed,pool_limits", [(65534, True), (65535, False)])
-def test_an_input_longer_than_allowed_is_the_pool_below_the_context_and_the_client_at_it(allowed: int,
+@pytest.mark.parametrize("pool,pool_limits", [(65535, True), (65536, False)])
+def test_an_input_longer_than_allowed_is_the_pool_below_the_context_and_the_client_at_it(pool: int,
                                                                                          pool_limits: bool) -> None:
-    """Context 65,536: an allowed length of 65,535 is the context's (the client sent too much); 65,534 is the
-    pool's (a context length that says so, or more KV memory)."""
-    log = base(Startup(context_len=65536, max_total=allowed + 1, max_running=64)).decode_series(5)
+    """Context 65,536, SGLang allowing min(context, pool) - 6 input tokens: a pool one token short of the context
+    limits the input (a context length that says so, or more KV memory); a pool as large leaves the context's
+    limit (the client sent too much)."""
+    allowed = min(65536, pool) - 6
+    log = base(Startup(context_len=65536, max_total=pool, max_running=64)).decode_series(5)
     for line in _too_long(70000, allowed, ranks=1):
         log.add(line, dt=1)
     (f,) = found(log, "capacity.input_too_long")
     assert f.severity == "warning" and f.evidence.facts["allowed_input_tokens"] == allowed
     if pool_limits:
         assert (f.flag, f.suggested, f.current, f.confidence) == (
-            "--context-length", f"{allowed + 1} (or --mem-fraction-static higher; or --kv-cache-dtype fp8_e5m2)",
-            "65536", "high")
+            "--context-length", "65535 (or --mem-fraction-static higher; or --kv-cache-dtype fp8_e5m2)", "65536",
+            "high")
     else:
         assert f.change is None and (f.action or "").startswith("client: shorter inputs")
 
@@ -163,19 +165,23 @@ def test_an_input_too_long_without_the_start_up_names_both_limits_at_medium_conf
     (f,) = [f for f in analyze([REAL / "sglang" / "sglang-4048-input-exceeds-allowed-length.log"]).findings
             if f.id == "capacity.input_too_long"]
     assert (f.flag, f.current, f.confidence, f.evidence.facts["requests"]) == ("--context-length", None, "medium", 1)
-    assert f.suggested.startswith("59863 ")
+    assert f.suggested.startswith("59868 ")  # 59,862 + 6: the pool's size
 
 
 def test_no_rejected_input_no_finding() -> None:
     assert not found(base().decode_series(5), "capacity.input_too_long")
 
 
-@pytest.mark.parametrize("concurrency,fires", [(0.99, True), (1.0, False), (2.48, False)])
-def test_vllm_full_context_fit_is_its_own_maximum_concurrency(concurrency: float, fires: bool) -> None:
+@pytest.mark.parametrize("kv_tokens,concurrency,fires", [(75840, 0.99, True), (75840, 1.0, False),
+                                                         (75840, 2.48, False), (130000, 0.9, True)])
+def test_vllm_full_context_fit_is_its_own_maximum_concurrency(kv_tokens: int, concurrency: float, fires: bool) -> None:
     """A hybrid model (vllm#28228: 75,840 KV tokens, 2.48x at 120,000 tokens per request) fits a full-context
-    request whatever its KV token count says; vLLM's concurrency below 1x does not."""
-    log = lf.VllmLog().start(kv_tokens=75840, max_model_len=120000)
-    log.lines = [line.replace(f"{75840 / 120000:.2f}x", f"{concurrency:.2f}x") for line in log.lines]
+    request whatever its KV token count says; vLLM's concurrency below 1x does not, even over more KV tokens
+    than the context (then the context suggested is what 0.9x holds)."""
+    log = lf.VllmLog().start(kv_tokens=kv_tokens, max_model_len=120000)
+    log.lines = [line.replace(f"{kv_tokens / 120000:.2f}x", f"{concurrency:.2f}x") for line in log.lines]
     log.stats_series(3, running=4, waiting=0, usage=0.1, gen=300.0)
     got = [f for f in analyze(lines=log.lines).findings if f.id == "capacity.context_exceeds_pool"]
     assert bool(got) is fires
+    if fires:
+        assert got[0].suggested == str(int(120000 * concurrency) // 1024 * 1024)

@@ -166,25 +166,51 @@ def test_the_fleet_finding_speaks_the_engine_word(engine, words) -> None:
 DECODE_OOM = "Decode out of memory. Try to lower your batch size.\nTry to allocate 168 tokens.\nAvailable tokens: 3200"
 
 
-@pytest.mark.parametrize("between,explained", [(0, True), (7, True), (8, False)])
-def test_a_traceback_right_after_an_oom_message_is_the_oom(between: int, explained: bool) -> None:
-    """SGLang prints `Decode out of memory` and then the scheduler's traceback that raises it: the OOM finding
-    tells the cause (fewer running requests), not a crash with the overlap workaround. A traceback more than 10
-    lines after the OOM's first (its 3 lines, then 8 others) is a crash of its own."""
+def _cut(traceback: str) -> str:
+    """The traceback without its error line (an excerpt cut there, sglang-jax#622)."""
+    return traceback.rsplit("\n", 1)[0]
+
+
+@pytest.mark.parametrize("between,cut,explained", [(0, True, True), (7, True, True), (8, True, False),
+                                                   (0, False, False)])
+def test_a_cut_traceback_right_after_an_oom_message_is_the_oom(between: int, cut: bool, explained: bool) -> None:
+    """SGLang prints `Decode out of memory` and then the scheduler's traceback that raises it: where the log does
+    not show the traceback's error line, the OOM finding tells the cause (fewer running requests), not a crash
+    with the overlap workaround. More than 10 lines after the OOM's first (its 3 lines, then 8 others), or a
+    traceback whose own error line names another error (an illegal memory access), is a crash of its own."""
     log = Log("0.5.4").start(Startup(), model_path="m").decode_series(5).add(DECODE_OOM, dt=1)
     for _ in range(between):
         log.add("Cache flushed successfully!")
-    d = analyze(lines=log.add(lf.scheduler_traceback("event_loop_overlap")).lines)
+    traceback = lf.scheduler_traceback("event_loop_overlap")
+    d = analyze(lines=log.add(_cut(traceback) if cut else traceback).lines)
     ids = [f.id for f in d.findings]
     assert "oom.decode" in ids and ("crash.exception" not in ids) is explained
     if explained:
         assert "--disable-overlap-schedule" not in (d.command or "")
 
 
+def test_an_oom_record_right_after_a_traceback_is_its_cause() -> None:
+    """`torch.OutOfMemoryError: CUDA out of memory` opens a record of its own right after the frames above it."""
+    error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    d = analyze(lines=_sglang(lf.scheduler_traceback("event_loop_overlap", error=error)))
+    assert [f.id for f in d.findings if f.severity == "critical"] == ["oom.other"]
+
+
+def test_an_oom_in_another_log_does_not_explain_a_traceback(tmp_path) -> None:
+    """Two logs: an OOM at line 14 of one is no cause of a traceback at line 15 of the other."""
+    oom = tmp_path / "a.log"
+    oom.write_text("\n".join(Log("0.5.4").start(Startup(), model_path="m").decode_series(5).add(DECODE_OOM, dt=1)
+                             .lines) + "\n")
+    crash = tmp_path / "b.log"
+    crash.write_text("\n".join(Log("0.5.4").start(Startup(), model_path="m").decode_series(5)
+                               .add("Cache flushed successfully!").add(_cut(lf.scheduler_traceback())).lines) + "\n")
+    assert {"crash.exception", "oom.decode"} <= {f.id for f in analyze([oom, crash]).findings}
+
+
 def test_an_oom_message_on_another_rank_does_not_explain_a_traceback() -> None:
     log = Log("0.5.4", lf.Rank(tp=0, tp_size=2)).start(Startup(), model_path="m").decode_series(5)
     log.add(DECODE_OOM, dt=1, rank=lf.Rank(tp=1, tp_size=2))
-    d = analyze(lines=log.add(lf.scheduler_traceback("event_loop_overlap")).lines)
+    d = analyze(lines=log.add(_cut(lf.scheduler_traceback("event_loop_overlap"))).lines)
     assert {"oom.decode", "crash.exception"} <= {f.id for f in d.findings}
 
 
@@ -208,12 +234,26 @@ PREEMPTED = ("Sequence group {n} is preempted by PreemptionMode.RECOMPUTE mode b
              "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={n}")
 
 
-@pytest.mark.parametrize("count,frequent", [(2, False), (3, True)])
-def test_two_preemptions_in_a_minute_are_occasional_three_are_frequent(count: int, frequent: bool) -> None:
-    """rllm-org/rllm#93: two preemptions 86 s apart (each engine's first) are no warning; three in a minute are."""
+@pytest.mark.parametrize("counters,frequent", [((1, 1), False), ((1, 2), True)])
+def test_preemptions_of_two_engines_are_each_engines_own(counters: tuple[int, int], frequent: bool) -> None:
+    """rllm-org/rllm#93: two Ray workers' engines print under one prefix; `total_num_cumulative_preemption=1`
+    twice is one preemption on each (occasional), 1 then 2 is two on one engine within a minute (frequent)."""
     log = VllmLog()
-    for n in range(1, count + 1):
+    for n in counters:
         log.add(PREEMPTED.format(n=n), dt=20, level="WARNING", file="scheduler.py:1484")
     d = analyze(lines=log.lines)
     assert any(f.id == "retraction.frequent" for f in d.findings) is frequent
     assert frequent or any("occasional preemptions are fine" in note for note in d.notes)
+
+
+@pytest.mark.parametrize("events,frequent", [(1, False), (2, True)])
+def test_a_tp_group_retracting_is_counted_per_rank_not_summed(events: int, frequent: bool) -> None:
+    """Eight TP ranks print each retraction: one event is 8 lines but one retraction a rank (occasional); two 20 s
+    apart are two on each rank (sgl-project/sglang#4184's TP16 group: frequent)."""
+    log = Log("0.4.9", lf.Rank(tp=0, tp_size=8)).start(Startup(), model_path="m").decode_series(5)
+    for _ in range(events):
+        log.t += 20
+        for tp in range(8):
+            log.add(lf.retract("0.4.9", k=1, old=0.5, new=0.9), rank=lf.Rank(tp=tp, tp_size=8))
+    d = analyze(lines=log.lines)
+    assert any(f.id == "retraction.frequent" for f in d.findings) is frequent

@@ -118,3 +118,13 @@ def test_the_corpus_pd_decode_with_mtp_accepting_14_percent_is_found() -> None:
                                   "vllm/vllm-15902-spec-metrics-before-after"])
 def test_corpus_speculation_accepting_most_drafts_is_not_found(name: str) -> None:
     assert not [f for f in analyze([CORPUS / f"{name}.log"]).findings if f.id == RULE]
+
+
+def test_vllm_v0_cumulative_metrics_of_two_engines_are_summed(tmp_path) -> None:
+    """Each engine (here: each log) counts since its own start: the latest record of each, summed."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("\n".join(_v0([(1, 5, 1), (5, 100, 30)])) + "\n")
+    b.write_text("\n".join(_v0([(20, 100, 40)])) + "\n")
+    (f,) = [f for f in analyze([a, b]).findings if f.id == RULE]
+    assert f.evidence.facts["drafted_tokens"] == 200 and f.evidence.facts["accept_rate"] == 0.125
+    assert f.evidence.count == 2 and "over 2 SpecDecoding records" in f.message
