@@ -160,12 +160,15 @@ class ServerConfig:
                 "weights per device (GB)": self.weight_mem_gb, "KV cache (GB)": self.kv_mem_gb}
 
 
-def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[str]) -> ServerConfig:
+def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[str],
+                vllm_prefixed: bool = False) -> ServerConfig:
     """Server configuration from the start-up events (first occurrence of each), the engine that wrote the
     log, and the TP/DP sizes its rank tags imply. `samples` holds the first and last text of each kind
-    (`kind`, `kind#last`), batch kinds included, for the era."""
+    (`kind`, `kind#last`), batch kinds included, for the era. `vllm_prefixed`: some event's line has vLLM's
+    logger prefix (it names the engine where the messages could be either's)."""
     kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
-    engine = "vllm" if kinds & VLLM_KINDS else ("sglang" if kinds & SGLANG_KINDS else _engine_by_text(events))
+    engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS
+              else "vllm" if vllm_prefixed else _engine_by_text(events))
     all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
     rank_tp, rank_dp = _rank_sizes(all_ranks)
     common = {"rank_tp": rank_tp, "rank_dp": rank_dp}

@@ -38,6 +38,7 @@ class ParseStats:
     unread: int = 0
     kinds: Counter = field(default_factory=Counter)
     unread_examples: list[tuple[int, str]] = field(default_factory=list)
+    vllm_events: int = 0  # events whose line vLLM's own logger wrote (its prefix): the log is vLLM's
 
     def note_unread(self, line: int, text: str) -> None:
         self.unread += 1
@@ -122,6 +123,7 @@ class LineParser:
                 self.stats.other += 1
             return None
         time, text = self._clock(prefix), line[prefix.start:]
+        self.stats.vllm_events += prefix.vllm
         if kind in OPENERS:
             self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text))
             return None

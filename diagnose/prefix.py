@@ -8,7 +8,8 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
 - vLLM's `(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ` (the bracket is absent before 0.7);
 - Python's default logging format `YYYY-mm-dd HH:MM:SS,mmm - name - LEVEL - ` (or without `,mmm`), or FastChat's
   `YYYY-mm-dd HH:MM:SS | LEVEL | name | ` (QAnything);
-- at the start of the line only: SGLang's stamp without its `[` (a paste that began after it), `[gpu_id=N] ` /
+- at the start of the line only: SGLang's stamp without its `[` and vLLM's prefix without its level (a paste that
+  began after them), an SGLang fork's `YYYY-mm-dd HH:MM:SS LEVEL pid [ DPn TPn file.py:N] `, `[gpu_id=N] ` /
   `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), torch.distributed's
   `[rankN]: `, a Python warning's `file.py:N: UserWarning: `, a container runtime's
   `2025-11-11T04:06:27.123Z stdout F `, journald's `Nov 26 21:03:11 host python[1234]: ` (no year: read as
@@ -33,14 +34,16 @@ import time
 from functools import lru_cache
 from typing import NamedTuple
 
-from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PYTHON_LOGGING, SGLANG_STAMP, SGLANG_STAMP_CUT,
-                                                SYSLOG_STAMP, TIME,
+from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
+                                                SGLANG_STAMP_CUT, SYSLOG_STAMP, TIME, VLLM_STAMP,
                                                 VLLM_DEFAULT_YEAR, VLLM_LEVELS, VLLM_PREFIX, VLLM_PROCESS, YEAR,
                                                 days_since_epoch, gpu_rank, is_date, month_number, process_rank,
                                                 rank_name, time_of_day, tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
 _SGLANG_CUT = re.compile(SGLANG_STAMP_CUT)
+_VLLM_CUT = re.compile(VLLM_STAMP)  # at a line's start: vLLM's prefix pasted without its level
+_PID_FILE = re.compile(PID_FILE_LOGGING)
 _FIRST_SGLANG = re.compile(r"[^\"'`]*?" + SGLANG_STAMP)  # the first stamp, only unquoted text before it
 _STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's first digit (of a date or an hour)
 _VLLM = re.compile(VLLM_PREFIX)
@@ -55,13 +58,16 @@ _QUOTES = ("\"", "'", "`")
 
 
 class Prefix(NamedTuple):
-    """The prefix of one line: `time` (None when it prints none), `rank`, `start` of the message, and
-    `period` (seconds after which the clock wraps: a day for `HH:MM:SS`, a year for vLLM; None when dated)."""
+    """The prefix of one line: `time` (None when it prints none), `rank`, `start` of the message, `period`
+    (seconds after which the clock wraps: a day for `HH:MM:SS`, a year for vLLM; None when dated), and `vllm`:
+    vLLM's own logger wrote it (`LEVEL MM-DD HH:MM:SS [file.py:N] `), which names the engine of a log whose
+    messages could be either's (an OOM, a traceback)."""
 
     time: float | None
     rank: str
     start: int
     period: float | None = None
+    vllm: bool = False
 
 
 NO_PREFIX = Prefix(None, "", 0, None)
@@ -164,7 +170,7 @@ def _vllm(line: str) -> Prefix | None:
         return None
     clock = _clock(None, m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7), VLLM_DEFAULT_YEAR)
     time, period = clock if clock is not None else (None, None)
-    return Prefix(time, process_rank(m.group(1) or ""), m.end(), period)
+    return Prefix(time, process_rank(m.group(1) or ""), m.end(), period, vllm=True)
 
 
 def _vllm_inside(line: str, outer: Prefix) -> Prefix:
@@ -173,7 +179,7 @@ def _vllm_inside(line: str, outer: Prefix) -> Prefix:
     inner = _VLLM.match(line, outer.start)
     if inner is None:
         return outer
-    return Prefix(outer.time, process_rank(inner.group(1) or "") or outer.rank, inner.end(), outer.period)
+    return Prefix(outer.time, process_rank(inner.group(1) or "") or outer.rank, inner.end(), outer.period, vllm=True)
 
 
 def stamped_message_start(line: str) -> int | None:
@@ -209,6 +215,14 @@ def read_prefix(line: str) -> Prefix:
     if cut is not None:  # NOTE: `2025-02-09 10:14:05 TP0] Decode batch. ...`: the paste began after the `[`
         clock = _clock(*cut.groups()[:7])
         return Prefix(clock[0] if clock else None, rank_name(cut.group(8)), cut.end(), clock[1] if clock else None)
+    cut = _VLLM_CUT.match(line)
+    if cut is not None:  # NOTE: `11-21 00:12:08 llm_engine.py:624] Avg prompt ...`: the paste began after the level
+        clock = _clock(None, *cut.groups(), VLLM_DEFAULT_YEAR)
+        return Prefix(clock[0] if clock else None, "", cut.end(), clock[1] if clock else None, vllm=True)
+    fork = _PID_FILE.match(line)
+    if fork is not None:
+        clock = _clock(*fork.groups()[:7])
+        return Prefix(clock[0] if clock else None, rank_name(fork.group(8)), fork.end(), None)
     process = _VLLM_PROCESS.match(line)
     at = process.end() if process else 0
     m = _START.match(line, at)

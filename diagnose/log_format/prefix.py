@@ -23,8 +23,11 @@ SGLANG_STAMP = r"\[" + SGLANG_STAMP_CUT
 SGLANG_STAMP_LAYOUT = b"[0000-00-00 00:00:00"
 VLLM_PROCESS = r"\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+"
 VLLM_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
-VLLM_PREFIX = (r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS
-               + r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?")
+VLLM_STAMP = r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?"  # after the level
+VLLM_PREFIX = r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS + r" " + VLLM_STAMP
+# an SGLang fork's logger (antgroup/sglang): `2025-10-29 02:27:35 INFO 8900 [ DP15 TP15 EP15 file.py:222] `
+PID_FILE_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? " + VLLM_LEVELS
+                    + r" \d{1,10} \[ ?((?:[A-Z][A-Z_]*\d+ )*)[\w./-]{1,200}:\d+\] ")
 # `%(asctime)s - %(name)s - %(levelname)s - ` (with or without `,mmm`: a `datefmt` drops it), or FastChat's
 PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:(?:,(\d{3}))? - [\w.]{1,100} - [A-Z]{1,10} - "
                   r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")

@@ -2,7 +2,9 @@
 
 - `cuda_graph.not_used`: >= 20% of steady decode lines that print `cuda graph:` (SGLang 0.4.9+) say False. If
   their batches are larger than `cuda_graph_max_bs`, suggest raising it to cover the p90 batch (power of two,
-  <= 1024) and lowering `--mem-fraction-static` by 0.02 per doubling to pay for the graphs.
+  <= 1024) and lowering `--mem-fraction-static` by 0.02 per doubling to pay for the graphs. A short excerpt (too
+  few steady lines) gets it when its lines split by batch (every step without a graph larger than every step
+  with one), at the confidence its lines carry.
 - `cuda_graph.ceiling`: the lines do not say (older SGLang, vLLM), but the running batch sits above the
   captured maximum in >= 50% of steady load lines: those steps run eagerly. Suggest raising the maximum to
   cover the p90 batch (vLLM `--max-cudagraph-capture-size`, default 512).
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Evidence, Finding, evidence
+from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
@@ -35,7 +37,7 @@ def check(ctx: Context) -> list[Finding]:
     out = _capture_memory(ctx)
     steady = ctx.steady_enough()
     if steady is None:
-        return out
+        return out + _not_used_short(ctx)
     if ctx.config.cuda_graph_disabled:
         return out + _disabled(ctx, steady)
     if "cuda_graph" in steady:
@@ -71,6 +73,34 @@ def _not_used(ctx: Context, steady) -> list[Finding]:
         "mixed chunks, a backend) disabled them for these steps.",
         evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
         None, str(cgmb) if cgmb else None, None, off.ranks)]
+
+
+def _not_used_short(ctx: Context) -> list[Finding]:
+    """A short excerpt (too few steady lines) whose `cuda graph:` lines split by batch: every step without a graph
+    ran more requests than every step with one, so the capture's maximum lies between (sglang#13023: False at 46
+    and 36 running, True from 28 down). Confidence by the lines that print the field."""
+    load = ctx.load_or_none()
+    if load is None or "cuda_graph" not in load or "running_req" not in load:
+        return []
+    printed = load.where(np.isfinite(load["cuda_graph"]) & np.isfinite(load["running_req"]))
+    off, on = printed.where(printed["cuda_graph"] == 0), printed.where(printed["cuda_graph"] == 1)
+    if not len(off) or not len(on):
+        return []
+    largest_on, smallest_off = float(np.max(on["running_req"])), float(np.min(off["running_req"]))
+    if smallest_off <= largest_on:
+        return []
+    cfg = ctx.config
+    target = pow2_at_least(float(np.max(off["running_req"])), MAX_SUGGESTED_BS)
+    confidence = confidence_of(len(printed), MIN_LINES)
+    return [Finding(
+        "cuda_graph.not_used", "info" if confidence == "low" else "warning", "Decode ran without CUDA graphs",
+        f"In a short excerpt, the {len(off)} decode steps without a graph ran {smallest_off:.0f} requests or more "
+        f"and the {len(on)} with one at most {largest_on:.0f}: graphs were captured up to a batch between them. "
+        "Graphs remove launch overhead.",
+        evidence(off, len(printed), largest_with_graph=largest_on, smallest_without=smallest_off),
+        Change("graph_max_bs", str(target)), str(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
+        "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks,
+        confidence=confidence)]
 
 
 def _ceiling(ctx: Context, steady) -> list[Finding]:

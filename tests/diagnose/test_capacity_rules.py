@@ -185,3 +185,35 @@ def test_vllm_full_context_fit_is_its_own_maximum_concurrency(kv_tokens: int, co
     assert bool(got) is fires
     if fires:
         assert got[0].suggested == str(int(120000 * concurrency) // 1024 * 1024)
+
+
+# -- a short excerpt's CUDA-graph ceiling, from the `cuda graph:` field ------------------------------------------
+
+def _graph_lines(pairs: list[tuple[int, bool]]) -> list[str]:
+    return [f"[2025-11-11 04:06:{i:02d}] Decode batch, #running-req: {running}, #token: 34901, token usage: 0.19, "
+            f"cuda graph: {graph}, gen throughput (token/s): 1447.08, #queue-req: 0, " for i, (running, graph)
+            in enumerate(pairs)]
+
+
+@pytest.mark.parametrize("pairs,fires", [
+    ([(46, False), (36, False), (28, True), (22, True), (12, True)], True),
+    ([(46, False), (28, False), (28, True), (22, True)], False),  # 28 with and without: no ceiling between them
+    ([(46, True), (36, True), (28, True)], False)])
+def test_a_short_excerpt_whose_graph_lines_split_by_batch_shows_the_capture_ceiling(pairs, fires: bool) -> None:
+    """sgl-project/sglang#13023: `cuda graph: False` at 46 and 36 running, True from 28 down (8 lines)."""
+    got = [f for f in analyze(lines=_graph_lines(pairs)).findings if f.id == "cuda_graph.not_used"]
+    assert bool(got) is fires
+    if fires:
+        (f,) = got
+        assert (f.flag, f.suggested, f.confidence, f.severity) == ("--cuda-graph-max-bs", "64", "medium", "warning")
+        assert f.evidence.facts == {"largest_with_graph": 28, "smallest_without": 36}
+
+
+def test_an_oom_with_only_vllm_prefixes_is_advised_in_vllm_flags() -> None:
+    """vllm-project/vllm#15105: two workers' CUDA OOM lines, nothing else: vLLM's logger prefix names the engine."""
+    d = analyze([REAL / "vllm" / "vllm-15105-v1-oom-two-ranks.log"])
+    (f,) = d.findings
+    assert d.config.vllm and f.flag == "--gpu-memory-utilization"
+    line = "ERROR 03-19 07:27:53 [multiproc_executor.py:375] "
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.74 GiB."
+    assert not analyze(lines=[text]).config.vllm and analyze(lines=[line + text]).config.vllm

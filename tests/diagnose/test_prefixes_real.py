@@ -63,6 +63,11 @@ PREFIXED = [
     # https://github.com/vllm-project/vllm/issues/11517: Python logging with a datefmt (no milliseconds)
     ("python logging without ms", "2024-12-23 18:28:10 - vllm.engine.metrics - INFO - " + STATS, "stats",
      "2024-12-23 18:28:10", "DP0"),
+    # https://github.com/vllm-project/vllm/issues/1734: the paste began after vLLM's level
+    ("vllm prefix without its level", "11-26 21:03:11 llm_engine.py:624] " + STATS, "stats", VL_TIME, "DP0"),
+    # https://github.com/antgroup/sglang/pull/4: an SGLang fork's logger
+    ("sglang fork's logger", "2025-11-26 21:03:11 INFO 8900 [ DP15 TP15 EP15 scheduler_metrics_mixin.py:222] "
+     + DECODE, "decode", SG_TIME, "DP15 TP15 EP15"),
     # 5. two stamps: the engine's (closest to the message) wins
     ("collector stamp then sglang's", "[2025-11-26T21:09:00Z] " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
     ("python stamp then sglang's", "2025-11-26 21:09:00.000 " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
