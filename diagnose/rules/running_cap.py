@@ -1,5 +1,6 @@
 """`running_cap.pinned`: the running batch sits at its cap (SGLang `max_running_requests`, vLLM
-`--max-num-seqs`) while KV memory is free.
+`--max-num-seqs`) while KV memory is free. `running_cap.plateau`: the cap is not in the log, but the batch stays
+flat with a queue on every line and free KV memory (SGLang; a short excerpt at the confidence of its lines).
 
 Trigger: >= 50% of steady load lines run >= 98% of the cap, most of those have a queue, and their median KV
 usage is < 0.8. The suggestion is sized by the evidence, not a fixed doubling: the cap the KV pool supports at a
@@ -10,23 +11,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, evidence
+from toolkit.diagnose.findings import Finding, confidence_of, evidence
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 PINNED = 0.98
 PINNED_FRACTION = 0.5
 FREE_USAGE = 0.8
 TARGET_USAGE = 0.9
 MAX_STEP = 16  # NOTE: bounds one step: the usage measured at a small cap extrapolates poorly far beyond it
+PLATEAU_LINES = 5  # `running_cap.plateau`: lines that show it
+PLATEAU_MIN = 8    # a batch this large or more (a few requests running is the load, not a cap)
+FLAT = 0.25        # the batch within this share of its largest on every line
 
 
 def check(ctx: Context) -> list[Finding]:
     cap = ctx.config.max_running_requests
     if not cap:
         ctx.cannot_judge("the running cap is not in the log")
-        return []
+        return _plateau(ctx)
     steady = ctx.steady_enough()
     if steady is None:
         return []
@@ -48,6 +52,42 @@ def check(ctx: Context) -> list[Finding]:
                  peak_demand=demand),
         Change("running_cap", str(suggested)), str(cap),
         "Larger batches raise inter-token latency and KV pressure (watch retractions).", pinned.ranks)]
+
+
+def _plateau(ctx: Context) -> list[Finding]:
+    """SGLang, the cap not in the log: from the line where the running batch first reaches its plateau on, the batch flat
+    (within FLAT of its largest, PLATEAU_MIN requests or more, no larger at the end than at the start) while
+    requests wait on every line and KV memory is free; the load lines, or an SGLang log's prefill lines where they are more (sglang#4759: 27-32 running, 54-68
+    queued, usage 0.01)."""
+    if ctx.config.vllm:
+        return []  # NOTE: vLLM's requests waiting with free KV are `usage.low_while_queued`'s (its token budget)
+    rows = max((ctx.timeline.load(), ctx.timeline.series("prefill")), key=len)
+    if len(rows) < PLATEAU_LINES or not all(name in rows for name in ("running_req", "queue_req", "usage")):
+        return []
+    running = np.nan_to_num(rows["running_req"], nan=0.0)
+    top = float(np.max(running))
+    reached = np.flatnonzero(running >= (1 - FLAT) * top)
+    if top < PLATEAU_MIN or not len(reached):
+        return []
+    rows = rows.where(np.arange(len(rows)) >= reached[0])  # NOTE: from where the batch first reached its plateau
+    low = float(np.min(rows["running_req"]))
+    usage = rows.median("usage")
+    flat = rows["running_req"]
+    # NOTE: a batch still growing (sglang#2255: 69 -> 75 with 130 queued) is admission at work, not a cap
+    if len(rows) < PLATEAU_LINES or low < (1 - FLAT) * top or flat[-1] > flat[0] \
+            or not (rows["queue_req"] > 0).all() or not usage < FREE_USAGE:
+        return []
+    confidence = confidence_of(len(rows), MIN_LINES)
+    name = flag(ctx.config, "running_cap")
+    return [Finding(
+        "running_cap.plateau", "info" if confidence == "low" else "warning", "Running batch flat with a queue",
+        f"In all {len(rows)} lines the batch ran {low:.0f}-{top:.0f} requests while {rows.median('queue_req'):.0f} "
+        f"waited (median) and KV usage was {usage:.2f}: a cap, not memory, limits the batch. The cap is not in the "
+        f"log: {name} (speculative decoding lowers SGLang's default), or the largest CUDA-graph batch.",
+        evidence(rows, len(rows), largest_running=top, median_usage=round(usage, 3)),
+        Change("running_cap", direction=1), None,
+        "Larger batches raise inter-token latency and KV pressure (watch retractions).", rows.ranks,
+        confidence=confidence)]
 
 
 def supported_cap(cap: int, usage: float, demand: int | None) -> int:

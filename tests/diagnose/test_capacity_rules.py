@@ -217,3 +217,26 @@ def test_an_oom_with_only_vllm_prefixes_is_advised_in_vllm_flags() -> None:
     line = "ERROR 03-19 07:27:53 [multiproc_executor.py:375] "
     text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.74 GiB."
     assert not analyze(lines=[text]).config.vllm and analyze(lines=[line + text]).config.vllm
+
+
+# -- a running batch flat with a queue, the cap not in the log (SGLang) ------------------------------------------
+
+def _prefill_lines(running: list[int], queue: list[int], usage: float = 0.01) -> list[str]:
+    return [f"[2025-03-24 02:56:{i:02d} TP0] Prefill batch. #new-seq: 2, #new-token: 254, #cached-token: 4, token "
+            f"usage: {usage:.2f}, #running-req: {r}, #queue-req: {q}, " for i, (r, q) in enumerate(zip(running, queue))]
+
+
+@pytest.mark.parametrize("running,queue,usage,fires", [
+    ([0, 2, 32, 30, 29, 30, 27, 30], [0, 68, 68, 66, 63, 61, 56, 54], 0.01, True),   # sglang#4759's shape
+    ([69, 70, 71, 72, 73, 74, 75], [130, 129, 128, 127, 126, 125, 124], 0.11, False),  # still growing (#2255)
+    ([32, 30, 29, 30, 27, 30], [68, 66, 0, 61, 56, 54], 0.01, False),                  # a line without a queue
+    ([32, 30, 29, 30, 27, 30], [68, 66, 63, 61, 56, 54], 0.85, False),                 # the pool is full
+    ([6, 6, 5, 6, 6, 6], [68, 66, 63, 61, 56, 54], 0.01, False),                       # a few requests: the load
+    ([32, 30, 29, 30, 20, 30], [68, 66, 63, 61, 56, 54], 0.01, False)])                # not flat (20 < 24)
+def test_a_flat_batch_with_a_queue_and_free_memory_is_a_cap(running, queue, usage: float, fires: bool) -> None:
+    got = [f for f in analyze(lines=_prefill_lines(running, queue, usage)).findings if f.id == "running_cap.plateau"]
+    assert bool(got) is fires
+    if fires:
+        (f,) = got
+        assert (f.flag, f.suggested, f.current, f.confidence) == ("--max-running-requests", "higher", None, "medium")
+        assert f.evidence.count == 6 and f.evidence.facts["largest_running"] == 32
