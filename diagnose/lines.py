@@ -156,6 +156,8 @@ class LineParser:
         else:
             # NOTE: a prefix without a time (`[rank0]: `) repeats on every line of the record: read past it.
             looks_new = _CONTINUATION.match(message) is None and message.strip() != ""
+        if prefix.rank and record.rank and prefix.rank != record.rank:
+            looks_new = True  # NOTE: another process's line (vLLM prefixes every line with its worker's rank)
         kind = kind_of(line, prefix.start)
         if kind is not None and kind != "exception":
             # NOTE: a leak warning's and vLLM's memory profile's later lines start like their first.

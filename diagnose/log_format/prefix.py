@@ -88,6 +88,7 @@ def time_of_day(hour: N, minute: N, second: N) -> N:
 # -- rank tags and their names ------------------------------------------------------------------------------
 
 _RANK_PARTS = re.compile(r"(?<![A-Za-z])(DP|TP|PP|EP)(\d+)")
+_WORKER_RANK = re.compile(r"\brank=(\d+)")
 
 
 def rank_name(tags: str) -> str:
@@ -96,8 +97,11 @@ def rank_name(tags: str) -> str:
 
 
 def process_rank(process: str) -> str:
-    """vLLM's process name as a rank: `EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, `APIServer` -> `""`."""
-    return " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
+    """vLLM's process name as a rank: `EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, V1's
+    multiprocessing `VllmWorker rank=7` -> `TP7` (its worker's rank), `APIServer` -> `""`."""
+    parts = " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
+    worker = _WORKER_RANK.search(process) if not parts else None
+    return tp_rank(worker.group(1)) if worker else parts
 
 
 def month_number(name: str) -> int:

@@ -211,3 +211,15 @@ def test_the_benchmarks_realistic_log_reads_the_same_in_both_paths(tmp_path, mon
     path = tmp_path / "realistic.log"
     write_log(str(path), 6000, mix="realistic")
     _assert_same_events(tmp_path, monkeypatch, path.read_bytes(), 64 * 1024)
+
+
+def test_two_vllm_workers_error_lines_are_two_records() -> None:
+    """vllm-project/vllm#14452: rank 7's OOM line, then rank 0's traceback tail and OOM line: a line of another
+    worker (`(VllmWorker rank=N pid=M)`, rank TPN) never continues a record, however indented."""
+    prefix = "(VllmWorker rank={} pid=1{}) ERROR 03-16 06:12:38 [multiproc_executor.py:375] "
+    oom = "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests."
+    lines = [prefix.format(7, 7) + oom, prefix.format(0, 0) + "    raise RuntimeError(", prefix.format(0, 0) + oom]
+    events = list(parse_lines(lines))
+    assert [(e.kind, e.line, e.rank) for e in events] == [("oom", 1, "TP7"), ("oom", 3, "TP0")]
+    same = [prefix.format(0, 0) + oom, prefix.format(0, 0) + "    raise RuntimeError("]
+    assert [(e.kind, e.text.count("\n")) for e in parse_lines(same)] == [("oom", 1)]  # its own lines join it
