@@ -5,8 +5,9 @@ Read from SGLang's decode lines (`accept len`, `accept rate`: accepted tokens pe
 included) or vLLM's `SpecDecoding metrics` (`Mean acceptance length`, `Draft acceptance rate`; V0's `Speculative
 metrics` count since start-up). Trigger: a rate below `LOW_RATE`, over all the drafted tokens where the log counts
 them (else the median of the lines), on one line or more; the confidence grows with those tokens (else with the
-lines). Suggest drafting about what is accepted: SGLang `--speculative-num-draft-tokens` ceil(accept length) + 1 (or fewer `--speculative-num-steps`,
-`--speculative-eagle-topk 1`); vLLM `num_speculative_tokens` ceil(accept length - 1), at least 1.
+lines). Suggest drafting about what is accepted: SGLang `--speculative-num-draft-tokens` ceil(accept length) + 1
+(or fewer `--speculative-num-steps`, `--speculative-eagle-topk 1`); vLLM `num_speculative_tokens` ceil(accept
+length - 1), at least 1.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def check(ctx: Context) -> list[Finding]:
         records = [e for e in ctx.timeline.kind("spec_metrics") if _number(e.fields.get("accept_rate")) is not None]
         rates = _vllm_rates(records)
         ranks = tuple(sorted({e.rank for e in records}))
-        return _judge(ctx, rates, ranks, "SpecDecoding records") if rates is not None else []
+        return _judge(ctx, rates, ranks, "SpecDecoding record") if rates is not None else []
     load = ctx.timeline.load()
     if "accept_rate" not in load:
         return []
@@ -51,7 +52,7 @@ def check(ctx: Context) -> list[Finding]:
     lengths = [x for x in rows["accept_len"].tolist() if x == x]
     rates = Rates(float(np.median(rows["accept_rate"])), float(np.median(lengths)) if lengths else None, len(rows),
                   None, evidence(rows))
-    return _judge(ctx, rates, rows.ranks, "decode lines")
+    return _judge(ctx, rates, rows.ranks, "decode line")
 
 
 def _vllm_rates(records: list[Event]) -> Rates | None:
@@ -91,7 +92,7 @@ def _count(e: Event, name: str) -> float:
     return _number(e.fields.get(name)) or 0.0
 
 
-def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], what: str) -> list[Finding]:
+def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], noun: str) -> list[Finding]:
     if rates.rate >= LOW_RATE:
         return []
     length = rates.length
@@ -101,7 +102,7 @@ def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], what: str) -> lis
     ev = rates.evidence
     return [Finding(
         "speculative.low_acceptance", "info", f"Speculative decoding accepts {rates.rate:.0%} of its drafts",
-        f"The draft acceptance rate over {rates.records} {what}{drafts} is {rates.rate:.2f}{said}: most drafted "
+        f"The draft acceptance rate over {rates.records} {noun}{'s' if rates.records != 1 else ''}{drafts} is {rates.rate:.2f}{said}: most drafted "
         "tokens are rejected, and verifying them costs target-model compute. Draft about what is accepted, or "
         "check the draft model and its chat template.",
         Evidence(ev.count, ev.total, ev.span, ev.lines, facts), _fewer_drafts(ctx, length), None,
