@@ -6,6 +6,9 @@
   capture, or SGLang's `Capture cuda graph begin` has no end before it): halve the captured maximum
   (`--cuda-graph-max-bs`, vLLM `--max-cudagraph-capture-size`); or lower the memory fraction by 0.05, or turn
   graphs off (`--disable-cuda-graph`, vLLM `--enforce-eager`).
+- `oom.weights` (critical): a CUDA out-of-memory error while the model loaded (the traceback before or just after
+  it names `load_model`, `load_weights`, the model loader): more tensor parallelism, or a quantized model; no
+  memory fraction helps.
 - `oom.other` (critical): a CUDA out-of-memory error at run time: lower the static memory fraction by 0.05
   (SGLang `--mem-fraction-static`, vLLM `--gpu-memory-utilization`) so activations have room; when the
   sampler or LoRA ran out, a lower running cap (`--max-running-requests`, vLLM `--max-num-seqs`) is the
@@ -35,6 +38,8 @@ MIN_CHUNK = 1024
 NEAR = 200  # lines: an error record this close before an OOM line is its traceback
 _CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size, Capturing CUDA graphs
 _SAMPLER = re.compile(r"sampler|lora", re.I)
+_LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_loader")  # the model was loading
+AFTER = 10  # lines: an error record this close after an OOM line is another worker's traceback of it
 _MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization")
 _SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
          "kv_memory": "available KV cache memory <= 0", "memory_profile": "KV cache size <= 0 after profiling"}
@@ -53,7 +58,10 @@ def check(ctx: Context) -> list[Finding]:
     capture = [e for e in other if _CAPTURE.search(_around(ctx, e)) or _capturing(ctx, e)]
     if capture:
         out.append(_capture(ctx, capture))
-    other = [e for e in other if e not in capture]
+    loading = [e for e in other if e not in capture and _LOADING.search(_around(ctx, e, after=True))]
+    if loading:
+        out.append(_loading(ctx, loading))
+    other = [e for e in other if e not in capture and e not in loading]
     if other:
         out.append(_other(ctx, other))
     start = sorted(ctx.timeline.kind("not_enough_memory") + _no_cache(ctx), key=lambda e: e.line)
@@ -88,10 +96,26 @@ def _capture(ctx: Context, rows: list[Event]) -> Finding:
         tuple(sorted({e.rank for e in rows})), (_kv_memory(ctx, -1), Change("graphs_off", True)))
 
 
-def _around(ctx: Context, e: Event) -> str:
-    """The OOM's text and the error record right before it (the traceback an OOM line broke away from)."""
-    before = [x for x in ctx.timeline.kind("exception") if x.source == e.source and 0 < e.line - x.line <= NEAR]
-    return "\n".join([x.text for x in before[-1:]] + [e.text])
+def _around(ctx: Context, e: Event, after: bool = False) -> str:
+    """The OOM's text and the error record right before it (the traceback an OOM line broke away from); `after`:
+    also the one right after it (another worker's traceback of the same failure, vllm#14095)."""
+    rows = [x for x in ctx.timeline.kind("exception") if x.source == e.source]
+    before = [x for x in rows if 0 < e.line - x.line <= NEAR][-1:]
+    later = [x for x in rows if 0 < x.line - e.line <= AFTER][:1] if after else []
+    return "\n".join([x.text for x in before] + [e.text] + [x.text for x in later])
+
+
+def _loading(ctx: Context, rows: list[Event]) -> Finding:
+    """The weights did not fit while the model loaded: no memory fraction helps (the weights come first)."""
+    cfg = ctx.config
+    return Finding(
+        "oom.weights", "critical", f"Out of memory while loading the weights ({len(rows)}x)",
+        "A device ran out of memory while the model loaded: its share of the weights does not fit. A lower "
+        "memory fraction does not help (the weights come before the KV cache); split them over more GPUs, or "
+        "load a quantized (or smaller) model.", evidence_events(rows),
+        Change("tp", direction=1), str(cfg.tp_size) if cfg.parallelism_source != "default" else None,
+        "More GPUs per replica: fewer replicas on the same machines; a quantized model can cost accuracy.",
+        tuple(sorted({e.rank for e in rows if e.rank})), (Change("quantization"),))
 
 
 def _capturing(ctx: Context, e: Event) -> bool:

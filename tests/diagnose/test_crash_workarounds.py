@@ -257,3 +257,29 @@ def test_a_tp_group_retracting_is_counted_per_rank_not_summed(events: int, frequ
             log.add(lf.retract("0.4.9", k=1, old=0.5, new=0.9), rank=lf.Rank(tp=tp, tp_size=8))
     d = analyze(lines=log.lines)
     assert any(f.id == "retraction.frequent" for f in d.findings) is frequent
+
+
+# -- an OOM while the weights load -------------------------------------------------------------------------------
+
+LOAD_OOM = ("(VllmWorkerProcess pid=195295) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] torch.OutOfMemoryError: "
+            "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 2 has a total capacity of 14.62 GiB of which 3.31 MiB "
+            "is free.")
+TRACEBACK = ["(VllmWorkerProcess pid=195297) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] Exception in worker "
+             "VllmWorkerProcess while processing method {method}.",
+             "(VllmWorkerProcess pid=195297) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] Traceback (most "
+             "recent call last):",
+             '(VllmWorkerProcess pid=195297) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242]   File "/vllm/'
+             'executor/multiproc_worker_utils.py", line 236, in _run_worker_process']
+
+
+@pytest.mark.parametrize("method,rule", [("load_model", "oom.weights"), ("execute_model", "oom.other")])
+def test_an_oom_while_the_model_loads_asks_for_more_gpus_not_less_memory(method: str, rule: str) -> None:
+    """vllm-project/vllm#14095: a worker's CUDA OOM, then another worker's traceback of `load_model`: the weights do
+    not fit, so more tensor parallelism (or a quantized model), never a lower memory fraction."""
+    d = analyze(lines=[LOAD_OOM] + [line.format(method=method) for line in TRACEBACK])
+    (f,) = [f for f in d.findings if f.id.startswith("oom.")]
+    assert f.id == rule
+    if rule == "oom.weights":
+        assert (f.flag, f.suggested, f.current) == ("--tensor-parallel-size", "higher (or --quantization)", None)
+    else:
+        assert f.flag == "--gpu-memory-utilization"
