@@ -209,20 +209,16 @@ def read_prefix(line: str) -> Prefix:
         return found
     m = _PYLOG.search(line) if _PYLOG_CLOCK.search(line) is not None else None
     if m is not None and _unquoted(line[: m.start()]):
-        clock = _clock(*m.groups())
-        return Prefix(clock[0] if clock else None, "", m.end(), None)
+        return _on_clock(_clock(*m.groups()), "", m.end())
     cut = _SGLANG_CUT.match(line)
     if cut is not None:  # NOTE: `2025-02-09 10:14:05 TP0] Decode batch. ...`: the paste began after the `[`
-        clock = _clock(*cut.groups()[:7])
-        return Prefix(clock[0] if clock else None, rank_name(cut.group(8)), cut.end(), clock[1] if clock else None)
+        return _on_clock(_clock(*cut.groups()[:7]), rank_name(cut.group(8)), cut.end())
     cut = _VLLM_CUT.match(line)
     if cut is not None:  # NOTE: `11-21 00:12:08 llm_engine.py:624] Avg prompt ...`: the paste began after the level
-        clock = _clock(None, *cut.groups(), VLLM_DEFAULT_YEAR)
-        return Prefix(clock[0] if clock else None, "", cut.end(), clock[1] if clock else None, vllm=True)
+        return _on_clock(_clock(None, *cut.groups(), VLLM_DEFAULT_YEAR), "", cut.end(), vllm=True)
     fork = _PID_FILE.match(line)
     if fork is not None:
-        clock = _clock(*fork.groups()[:7])
-        return Prefix(clock[0] if clock else None, rank_name(fork.group(8)), fork.end(), None)
+        return _on_clock(_clock(*fork.groups()[:7]), rank_name(fork.group(8)), fork.end())
     process = _VLLM_PROCESS.match(line)
     at = process.end() if process else 0
     m = _START.match(line, at)
@@ -240,6 +236,12 @@ def read_prefix(line: str) -> Prefix:
     if m.group("syslog") is not None:
         return _process_after(line, _syslog(m.group("syslog"), m.end()))
     return Prefix(None, "", m.end(), None)
+
+
+def _on_clock(clock: tuple[float, float | None] | None, rank: str, start: int, vllm: bool = False) -> Prefix:
+    """A prefix at `clock` (`_clock`'s (seconds, period); None: no calendar date, so no time)."""
+    time, period = clock if clock is not None else (None, None)
+    return Prefix(time, rank, start, period, vllm)
 
 
 def _process_after(line: str, outer: Prefix) -> Prefix:

@@ -13,6 +13,9 @@ from toolkit.diagnose.series import Rows
 from toolkit.diagnose.timeline import Timeline
 
 MIN_LINES = 10  # fewer steady load lines than this and load-shape rules cannot judge
+# NOTE: an OOM line and a traceback this few lines apart are one failure (one raised the other, or another worker
+# printed its traceback of it): `crashes` and `oom` read them so
+SAME_FAILURE_LINES = 10
 
 
 @dataclass(slots=True)

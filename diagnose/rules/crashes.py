@@ -2,8 +2,9 @@
 
 - `crash.exception`: `... hit an exception` / tracebacks / vLLM's `EngineCore encountered a fatal error` (not the
   OOMs, memory errors, leaks and graph captures their rules explain: named by the traceback's error line, an
-  error record right after it, or, for a traceback cut before its error line, an OOM printed just before it) and SGLang's parent's `Received sigquit`; with the workaround
-  to try first when the traceback names its cause (`rules.workarounds`).
+  error record right after it, or, for a traceback cut before its error line, an OOM printed just before it)
+  and SGLang's parent's `Received sigquit`; with the workaround to try first when the traceback names its cause
+  (`rules.workarounds`).
 - `crash.watchdog`: a forward pass exceeded `--watchdog-timeout` (default 300 s).
 - `crash.leak`: the idle integrity check found KV slots neither free, cached nor in use.
 - `crash.graph_capture`: CUDA graph capture failed at start-up (a line of its own, or the error line of the
@@ -16,12 +17,11 @@ from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.messages import error_line
-from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
 from toolkit.diagnose.rules.workarounds import workaround
 
 
 CAUSES = ("oom", "not_enough_memory", "leak", "graph_failed")  # errors whose own rules explain the crash
-CAUSE_LINES = 10  # an OOM message this close before a cut traceback on its rank is what the traceback raises
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -89,6 +89,6 @@ def _explained(exception: Event, ctx: Context) -> bool:
             if cause.rank != exception.rank:
                 continue
             if cause.line == after or (cut and kind in ("oom", "not_enough_memory")
-                                       and 0 < exception.line - cause.line <= CAUSE_LINES):
+                                       and 0 < exception.line - cause.line <= SAME_FAILURE_LINES):
                 return True
     return False

@@ -30,7 +30,7 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit
 
 PREFILL_TARGET = 4096
@@ -39,7 +39,6 @@ NEAR = 200  # lines: an error record this close before an OOM line is its traceb
 _CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size, Capturing CUDA graphs
 _SAMPLER = re.compile(r"sampler|lora", re.I)
 _LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_loader")  # the model was loading
-AFTER = 10  # lines: an error record this close after an OOM line is another worker's traceback of it
 _MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization")
 _SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
          "kv_memory": "available KV cache memory <= 0", "memory_profile": "KV cache size <= 0 after profiling"}
@@ -101,7 +100,7 @@ def _around(ctx: Context, e: Event, after: bool = False) -> str:
     also the one right after it (another worker's traceback of the same failure, vllm#14095)."""
     rows = [x for x in ctx.timeline.kind("exception") if x.source == e.source]
     before = [x for x in rows if 0 < e.line - x.line <= NEAR][-1:]
-    later = [x for x in rows if 0 < x.line - e.line <= AFTER][:1] if after else []
+    later = [x for x in rows if 0 < x.line - e.line <= SAME_FAILURE_LINES][:1] if after else []
     return "\n".join([x.text for x in before] + [e.text] + [x.text for x in later])
 
 

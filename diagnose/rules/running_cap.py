@@ -55,10 +55,10 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _plateau(ctx: Context) -> list[Finding]:
-    """SGLang, the cap not in the log: from the line where the running batch first reaches its plateau on, the batch flat
-    (within FLAT of its largest, PLATEAU_MIN requests or more, no larger at the end than at the start) while
-    requests wait on every line and KV memory is free; the load lines, or an SGLang log's prefill lines where they are more (sglang#4759: 27-32 running, 54-68
-    queued, usage 0.01)."""
+    """SGLang, the cap not in the log: from the line where the running batch first reaches its plateau on, the
+    batch flat (within FLAT of its largest, PLATEAU_MIN requests or more, no larger at the end than at the start)
+    while requests wait on every line and KV memory is free; the load lines, or an SGLang log's prefill lines
+    where they are more (sglang#4759: 27-32 running, 54-68 queued, usage 0.01)."""
     if ctx.config.vllm:
         return []  # NOTE: vLLM's requests waiting with free KV are `usage.low_while_queued`'s (its token budget)
     rows = max((ctx.timeline.load(), ctx.timeline.series("prefill")), key=len)

@@ -64,12 +64,9 @@ def _vllm_rates(records: list[Event]) -> Rates | None:
         return None
     v0 = [e for e in records if _number(e.fields.get("number_of_draft_tokens"))]
     if v0:
-        latest: dict[tuple[int, str], Event] = {}
-        for e in v0:  # NOTE: cumulative counts only grow within an engine's run
-            key = (e.source, e.rank)
-            if key not in latest or _count(e, "number_of_draft_tokens") >= _count(latest[key], "number_of_draft_tokens"):
-                latest[key] = e
-        used = list(latest.values())
+        # NOTE: cumulative counts only grow within an engine's run: its record with the most drafts is its latest
+        by_drafts = sorted(v0, key=lambda e: _count(e, "number_of_draft_tokens"))
+        used = list({(e.source, e.rank): e for e in by_drafts}.values())
         drafted = sum(_count(e, "number_of_draft_tokens") for e in used)
         accepted = sum(_count(e, "number_of_accepted_tokens") for e in used)
         steps = sum(_count(e, "number_of_draft_tokens") / k for e in used
@@ -102,7 +99,8 @@ def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], noun: str) -> lis
     ev = rates.evidence
     return [Finding(
         "speculative.low_acceptance", "info", f"Speculative decoding accepts {rates.rate:.0%} of its drafts",
-        f"The draft acceptance rate over {rates.records} {noun}{'s' if rates.records != 1 else ''}{drafts} is {rates.rate:.2f}{said}: most drafted "
+        f"The draft acceptance rate over {rates.records} {noun}{'s' if rates.records != 1 else ''}{drafts} is "
+        f"{rates.rate:.2f}{said}: most drafted "
         "tokens are rejected, and verifying them costs target-model compute. Draft about what is accepted, or "
         "check the draft model and its chat template.",
         Evidence(ev.count, ev.total, ev.span, ev.lines, facts), _fewer_drafts(ctx, length), None,

@@ -261,9 +261,9 @@ def test_a_tp_group_retracting_is_counted_per_rank_not_summed(events: int, frequ
 
 # -- an OOM while the weights load -------------------------------------------------------------------------------
 
-LOAD_OOM = ("(VllmWorkerProcess pid=195295) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] torch.OutOfMemoryError: "
-            "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 2 has a total capacity of 14.62 GiB of which 3.31 MiB "
-            "is free.")
+LOAD_OOM = ("(VllmWorkerProcess pid=195295) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] "
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 2 has a total capacity of "
+            "14.62 GiB of which 3.31 MiB is free.")
 TRACEBACK = ["(VllmWorkerProcess pid=195297) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] Exception in worker "
              "VllmWorkerProcess while processing method {method}.",
              "(VllmWorkerProcess pid=195297) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] Traceback (most "

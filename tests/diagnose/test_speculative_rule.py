@@ -36,8 +36,8 @@ def _v1_record(length: float, rate: float, drafted: int) -> str:
 def _v0(records: list[tuple[int, int, int]], k: int = 5) -> list[str]:
     """V0's cumulative `Speculative metrics` (accepted, drafted, emitted tokens since start-up)."""
     return [f"INFO 02-06 03:{i:02d}:53 metrics.py:475] Speculative metrics: Draft acceptance rate: "
-            f"{accepted / drafted:.3f}, System efficiency: 0.167, Number of speculative tokens: {k}, Number of accepted "
-            f"tokens: {accepted}, Number of draft tokens: {drafted}, Number of emitted tokens: {emitted}."
+            f"{accepted / drafted:.3f}, System efficiency: 0.167, Number of speculative tokens: {k}, Number of "
+            f"accepted tokens: {accepted}, Number of draft tokens: {drafted}, Number of emitted tokens: {emitted}."
             for i, (accepted, drafted, emitted) in enumerate(records)]
 
 
