@@ -52,8 +52,11 @@ IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea("overlap_off", "overlap scheduling off", "--disable-overlap-schedule", None, "switch", off="overlap on"),
     Idea("async_scheduling", "async scheduling (vLLM V1)", None, "--async-scheduling", "switch",
          off="synchronous scheduling"),
+    # NOTE: vLLM's key inside `--speculative-config`, in its JSON CLI form (`--json-arg.key value`, vLLM >= 0.10)
     Idea("spec_draft_tokens", "speculative draft tokens per step", "--speculative-num-draft-tokens",
-         "--num-speculative-tokens", "set"),
+         "--speculative-config.num_speculative_tokens", "set"),
+    Idea("spec_draft_tokens_v0", "speculative draft tokens per step (vLLM V0)", None, "--num-speculative-tokens",
+         "set"),
     Idea("spec_steps", "speculative draft steps", "--speculative-num-steps", None, "set"),
     Idea("spec_topk", "EAGLE draft top-k", "--speculative-eagle-topk", None, "set"),
 )}

@@ -6,8 +6,8 @@ included) or vLLM's `SpecDecoding metrics` (`Mean acceptance length`, `Draft acc
 metrics` count since start-up). Trigger: a rate below `LOW_RATE`, over all the drafted tokens where the log counts
 them (else the median of the lines), on one line or more; the confidence grows with those tokens (else with the
 lines). Suggest drafting about what is accepted: SGLang `--speculative-num-draft-tokens` ceil(accept length) + 1
-(or fewer `--speculative-num-steps`, `--speculative-eagle-topk 1`); vLLM `num_speculative_tokens` ceil(accept
-length - 1), at least 1.
+(or fewer `--speculative-num-steps`, `--speculative-eagle-topk 1`); vLLM `num_speculative_tokens` of
+`--speculative-config` (V0: `--num-speculative-tokens`) ceil(accept length - 1), at least 1.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class Rates(NamedTuple):
     records: int
     drafted: int | None
     evidence: Evidence
+    v0: bool = False  # read from vLLM V0's `Speculative metrics`: that vLLM names the knob its own way
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -73,7 +74,7 @@ def _vllm_rates(records: list[Event]) -> Rates | None:
                     if (k := _count(e, "number_of_speculative_tokens")))
         emitted = sum(_count(e, "number_of_emitted_tokens") for e in used)
         length = emitted / steps if steps and emitted else None
-        return Rates(accepted / drafted, length, len(used), int(drafted), evidence_events(used))
+        return Rates(accepted / drafted, length, len(used), int(drafted), evidence_events(used), v0=True)
     lengths = [x for e in records if (x := _number(e.fields.get("accept_len"))) is not None]
     length = float(np.median(lengths)) if lengths else None
     counted = [e for e in records if _count(e, "drafted") and _number(e.fields.get("accepted")) is not None]
@@ -103,7 +104,7 @@ def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], noun: str) -> lis
         f"{rates.rate:.2f}{said}: most drafted "
         "tokens are rejected, and verifying them costs target-model compute. Draft about what is accepted, or "
         "check the draft model and its chat template.",
-        Evidence(ev.count, ev.total, ev.span, ev.lines, facts), _fewer_drafts(ctx, length), None,
+        Evidence(ev.count, ev.total, ev.span, ev.lines, facts), _fewer_drafts(ctx, length, rates.v0), None,
         "Fewer drafts per step cap the speed-up when acceptance rises again (other prompts, another draft model).",
         ranks, _alternatives(ctx), confidence=_confidence(rates))]
 
@@ -116,11 +117,12 @@ def _confidence(rates: Rates) -> Confidence:
     return "high" if rates.drafted >= MANY_DRAFTS else "medium" if rates.drafted >= SOME_DRAFTS else "low"
 
 
-def _fewer_drafts(ctx: Context, length: float | None) -> Change:
+def _fewer_drafts(ctx: Context, length: float | None, v0: bool) -> Change:
+    idea = "spec_draft_tokens_v0" if v0 else "spec_draft_tokens"
     if length is None:
-        return Change("spec_draft_tokens", direction=-1)
+        return Change(idea, direction=-1)
     if ctx.config.vllm:
-        return Change("spec_draft_tokens", str(max(1, math.ceil(length - 1))))
+        return Change(idea, str(max(1, math.ceil(length - 1))))
     return Change("spec_draft_tokens", str(max(2, math.ceil(length) + 1)))
 
 

@@ -64,7 +64,9 @@ def test_vllm_low_acceptance_advises_fewer_speculative_tokens(rate: float, fires
     assert bool(findings) is fires
     if fires:
         (f,) = findings
-        assert (f.engine, f.flag, f.suggested, f.confidence) == ("vllm", "--num-speculative-tokens", "2", "medium")
+        assert (f.engine, f.flag, f.suggested, f.confidence) == ("vllm", "--speculative-config.num_speculative_tokens", "2",
+                                                                    "medium")
+        assert "--num-speculative-tokens" not in f.message + f.suggested
 
 
 @pytest.mark.parametrize("drafted,confidence", [(40, "low"), (100, "medium"), (999, "medium"), (1000, "high")])
