@@ -45,6 +45,15 @@ _SGLANG_CUT = re.compile(SGLANG_STAMP_CUT)
 _VLLM_CUT = re.compile(VLLM_STAMP)  # at a line's start: vLLM's prefix pasted without its level
 _PID_FILE = re.compile(PID_FILE_LOGGING)
 _FIRST_SGLANG = re.compile(r"[^\"'`]*?" + SGLANG_STAMP)  # the first stamp, only unquoted text before it
+# NOTE: the same match as `_FIRST_SGLANG` where both match (the first `[` that opens a whole stamp, no quote before
+# it), written so that a regex engine skips the text before it without trying a stamp at every character
+_BEFORE_STAMP = r"[^\"'`\[]*(?:\[(?!" + SGLANG_STAMP_CUT + r")[^\"'`\[]*)*"
+FIRST_STAMP = "(?>" + _BEFORE_STAMP + ")(?>" + SGLANG_STAMP + ")"
+FIRST_STAMP_DATE = tuple(re.compile(_BEFORE_STAMP).groups + g for g in (1, 2, 3))  # its year, month, day groups
+VLLM_MONTH_DAY = (2, 3)  # the groups of VLLM_PREFIX's month and day (after its process)
+# what can follow the first stamp when it is the whole prefix (`stamped_message_start`): no stamp, GPU tag or vLLM
+# prefix right after it
+NOTHING_MORE = r"(?!" + SGLANG_STAMP + r")(?!\[gpu)(?!" + VLLM_PREFIX + ")"
 _STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's first digit (of a date or an hour)
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
@@ -168,7 +177,7 @@ def _vllm(line: str) -> Prefix | None:
     m = _VLLM.search(line) if _VLLM_CLOCK.search(line) is not None else None
     if m is None or not _unquoted(line[: m.start()]):
         return None
-    clock = _clock(None, m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7), VLLM_DEFAULT_YEAR)
+    clock = _clock(None, *m.group(*VLLM_MONTH_DAY), m.group(4), m.group(5), m.group(6), m.group(7), VLLM_DEFAULT_YEAR)
     time, period = clock if clock is not None else (None, None)
     return Prefix(time, process_rank(m.group(1) or ""), m.end(), period, vllm=True)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from toolkit.diagnose import source
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
-from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
+from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record, surely_plain
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_line, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)
@@ -291,12 +291,20 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job:
     if known_plain is not None and len(known_plain) == scanned.lines:
         plain = known_plain & view.slow
     else:
-        slow = np.flatnonzero(view.slow).tolist()
-        plain = np.zeros(scanned.lines, bool)
-        plain[slow] = [is_plain(lines[i]) for i in slow]
+        plain = _plain(buf, scanned, view.slow, lines)
     texts = {i: lines[i] for i in _lines_read(lines, view.slow & ~plain, view.columns)}
     return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, scanned.access, texts,
                    extra=view.extra, untimed=view.untimed, plain=plain)
+
+
+def _plain(buf: bytearray, scanned: ScannedChunk, slow: np.ndarray, lines: _LineTexts) -> np.ndarray:
+    """Which of the `slow` lines are plain (`is_plain`): most are told from their bytes (`surely_plain`), the rest
+    decoded."""
+    index = np.flatnonzero(slow)
+    bounds = zip(index.tolist(), scanned.starts[index].tolist(), scanned.ends[index].tolist())
+    plain = np.zeros(scanned.lines, bool)
+    plain[index] = [surely_plain(buf[a:b]) or is_plain(lines[i]) for i, a, b in bounds]
+    return plain
 
 
 class _LineTexts:

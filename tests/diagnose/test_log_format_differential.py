@@ -5,6 +5,7 @@ same counts of other and unread lines. Lines that neither reads are fine; a line
 in both."""
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -224,3 +225,52 @@ def test_the_quick_stamp_test_never_hides_a_stamp() -> None:
         assert (got and got.span()) == (m and m.span()), line
         stamped += m is not None
     assert stamped > 500
+
+
+def _mutations(lines: list[bytes], count: int, seed: int) -> list[bytes]:
+    """`count` lines each changed at 1 to 4 places (a byte replaced, dropped or put in) with the bytes prefixes,
+    stamps and messages are made of, quotes, CR, escape, NUL and non-ASCII among them."""
+    rng = random.Random(seed)
+    alphabet = b" []:-.,0123456789TPDAgpu\"'`\\|\t\r\x1b\x00\xc3\xa9\xffEeorxaINFO()="
+    out = []
+    for _ in range(count):
+        line = bytearray(rng.choice(lines)[:200])
+        for _ in range(rng.randint(1, 4)):
+            if not line:
+                break
+            i, op = rng.randrange(len(line)), rng.random()
+            if op < 0.4:
+                line[i] = rng.choice(alphabet)
+            elif op < 0.7:
+                del line[i]
+            else:
+                line.insert(i, rng.choice(alphabet))
+        out.append(bytes(line))
+    return out
+
+
+def test_a_line_told_plain_from_its_bytes_is_plain_once_decoded(tmp_path) -> None:
+    """`surely_plain` (the workers' read of a slow line's bytes) says True only where `is_plain` of the decoded
+    line does: on every sample and real line, the benchmark's realistic log, stamp-like cases, and 60,000 of those
+    lines changed at random (seeded); and it says True for most plain lines (else it saves nothing)."""
+    from benchmarks.diagnose_parse import write_log
+    from toolkit.diagnose.lines import is_plain, surely_plain
+    from toolkit.diagnose.source import decode_line
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 12000, mix="realistic")
+    texts = doc_sample_lines() + format_table_lines() + [STAMP + line for line in doc_sample_lines()[:400]]
+    lines = [text.encode() for text in texts] + path.read_bytes().split(b"\n")
+    lines += [line for log in REAL_LOGS for line in log.read_bytes().split(b"\n")]
+    lines += [b"[2025-02-30 04:06:27] x", b"[2025-13-01 04:06:27] x", b"[0000-01-01 04:06:27] x", b"[12:34:56] x",
+              b"(APIServer pid=1) INFO 02-31 04:06:27 [a.py:1] x", b"\"quoted\" [2025-11-11 04:06:27] x",
+              b"[2025-11-11 04:06:27 TP0]\r x", b"[2025-11-11 04:06:27] \x1b[31mx", b"[2025-11-11 04:06:27] caf\xc3\xa9",
+              (STAMP + STAMP + "x").encode(), (STAMP + "[gpu=1] x").encode(), b"INFO 03-10 08:07:20 [a.py:1] [12:00:00] x"]
+    mutated = _mutations(lines, 60_000, seed=0)
+    for line in lines + mutated:
+        if surely_plain(line):
+            assert is_plain(decode_line(line)), line
+    plain = sum(is_plain(decode_line(line)) for line in lines)
+    told = sum(surely_plain(line) for line in lines)
+    assert told > 0.9 * plain, (told, plain)
+    assert sum(map(surely_plain, mutated)) > 5_000, "the changed lines include plain ones"
