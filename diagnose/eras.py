@@ -35,3 +35,9 @@ def default_schedule_policy(era: str | None) -> str | None:
     if era is None:
         return None
     return "fcfs" if _at_least(era, "0.4.9") else "lpm"
+
+
+def default_max_prefill_tokens(era: str | None) -> int | None:
+    """16384 since 0.2 (an unknown era is read as a recent one); None before, when the budget was derived from the
+    context length and the pool."""
+    return 16384 if era is None or _at_least(era, "0.2.5") else None
