@@ -21,7 +21,8 @@ from toolkit.diagnose.log_format.batch import QUEUE
 from toolkit.diagnose.log_format.messages import CONTINUATION, OPENERS, SELF_CONTINUING, engine_tag
 from toolkit.diagnose.log_format.prefix import VLLM_DEFAULT_YEAR, VLLM_PREFIX, engine_rank, is_date
 from toolkit.diagnose.messages import NO_EVENT, error_kinds, kind_of, line_kind
-from toolkit.diagnose.prefix import FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, VLLM_MONTH_DAY, Prefix, read_prefix, stamped_message_start
+from toolkit.diagnose.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, VLLM_MONTH_DAY, Prefix, glued_records,
+                                     read_prefix, stamped_message_start)
 
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
@@ -86,14 +87,15 @@ class LineParser:
         events: list[Event] = []
         no = first_line - 1
         for no, line in enumerate(lines, first_line):
-            record = self._record
-            if record is not None:
-                if self._continues(record, line):
-                    continue
-                events += self._close()
-            event = self._event(line, no)
-            if event is not None:
-                events.append(event)
+            for i, part in enumerate(glued_records(line)):
+                record = self._record
+                if record is not None:
+                    if self._continues(record, part):
+                        continue
+                    events += self._close()
+                event = self._event(part, no, glued=i > 0)
+                if event is not None:
+                    events.append(event)
         self.stats.kinds.update(map(attrgetter("kind"), events))
         self.stats.lines = max(self.stats.lines, no)
         return events
@@ -112,7 +114,9 @@ class LineParser:
         self.stats.kinds.update(map(attrgetter("kind"), events))
         return events
 
-    def _event(self, line: str, no: int) -> Event | None:
+    def _event(self, line: str, no: int, glued: bool = False) -> Event | None:
+        """The event of a line, or of a record glued after another on it (`glued`: its text ends where the next
+        record begins, so a stats record without its counts was cut, not wrapped onto the next line)."""
         prefix = read_prefix(line)
         if prefix.time is not None:
             self.stamped = True
@@ -128,7 +132,8 @@ class LineParser:
         if kind in OPENERS:
             self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text))
             return None
-        if kind in ("decode", "prefill") and not _readable_batch(kind, text):
+        if (kind in ("decode", "prefill") and not _readable_batch(kind, text)) or (glued and kind == "stats" and
+                                                                                  "Running" not in text):
             self.stats.note_unread(no, line)
             return None
         rank = _engine_rank(text, prefix.rank) if kind == "stats" else prefix.rank
@@ -185,6 +190,8 @@ def is_plain(line: str) -> bool:
     it, so that the caller reads only the rest (`LineParser.skip_plain`)."""
     start = stamped_message_start(line)
     if start is None:
+        if len(glued_records(line)) > 1:
+            return False
         prefix = read_prefix(line)
         if prefix.time is None:
             return False
@@ -196,8 +203,10 @@ def is_plain(line: str) -> bool:
 # str pattern match alike (`\s`, `\w`, `\d`, case folding), and decoding it removes nothing (no CR, no escape
 # code). Each pattern is the prefix `is_plain` reads first, in an atomic group (the match it takes), then no event.
 _PLAIN_SGLANG = re.compile((FIRST_STAMP + NOTHING_MORE + NO_EVENT).encode("ascii"))
-# a vLLM prefix at the line's start, and no SGLang stamp on the line (`read_prefix` would read that first)
-_PLAIN_VLLM = re.compile(("(?!" + FIRST_STAMP + ")(?>" + VLLM_PREFIX + ")" + NO_EVENT).encode("ascii"))
+# a vLLM prefix at the line's start, no SGLang stamp on the line (`read_prefix` would read that first) and no record
+# glued after it (`glued_records`)
+_PLAIN_VLLM = re.compile(("(?!" + FIRST_STAMP + ")(?>" + VLLM_PREFIX + ")" + NO_EVENT + r"(?!.*?\s" + VLLM_PREFIX
+                          + ")").encode("ascii"))
 _VLLM_DATE = tuple(re.compile(FIRST_STAMP).groups + g for g in VLLM_MONTH_DAY)
 _NOT_PRINTABLE = bytes(sorted(set(range(256)) - {ord("\t")} - set(range(0x20, 0x7F))))
 

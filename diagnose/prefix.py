@@ -191,6 +191,25 @@ def _vllm_inside(line: str, outer: Prefix) -> Prefix:
     return Prefix(outer.time, process_rank(inner.group(1) or "") or outer.rank, inner.end(), outer.period, vllm=True)
 
 
+_GLUED = re.compile(r"\s(?=" + VLLM_PREFIX + ")")  # a vLLM prefix after a space: a record glued to the one before
+
+
+def glued_records(line: str) -> list[str]:
+    """The vLLM records of a line that holds several (a paste that lost its newlines: `... usage: 0.0% (APIServer
+    pid=1) INFO 01-25 11:26:58 [llm_engine.py:706] Avg ...`), each from its own prefix; `[line]` for every other
+    line. A record starts at a whole vLLM prefix after a space, past the prefix of the record before."""
+    first = _VLLM.search(line) if _VLLM_CLOCK.search(line) is not None else None
+    if first is None:
+        return [line]
+    starts, at = [0], first.end()
+    while (m := _GLUED.search(line, at)) is not None:
+        starts.append(m.end())
+        at = _VLLM.match(line, m.end()).end()  # type: ignore[union-attr]  # NOTE: the lookahead matched it
+    if len(starts) == 1:
+        return [line]
+    return [line[a:b].rstrip() for a, b in zip(starts, [*starts[1:], len(line)])]
+
+
 def stamped_message_start(line: str) -> int | None:
     """Where the message starts when the line's prefix is an SGLang stamp with a valid time (after any unquoted
     text) and nothing else: the commonest prefix, read without `read_prefix`'s time, rank and other prefixes; None

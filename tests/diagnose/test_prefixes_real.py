@@ -14,6 +14,7 @@ from toolkit.diagnose.lines import ParseStats, parse_lines
 from toolkit.diagnose.prefix import clock_text
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log
+from tests.diagnose.test_fastpath import _same
 from tests.diagnose.test_log_format_differential import _assert_same_events
 
 STAMP = "[2025-11-26 21:03:11 TP0] "
@@ -223,3 +224,59 @@ def test_two_vllm_workers_error_lines_are_two_records() -> None:
     assert [(e.kind, e.line, e.rank) for e in events] == [("oom", 1, "TP7"), ("oom", 3, "TP0")]
     same = [prefix.format(0, 0) + oom, prefix.format(0, 0) + "    raise RuntimeError("]
     assert [(e.kind, e.text.count("\n")) for e in parse_lines(same)] == [("oom", 1)]  # its own lines join it
+
+
+# a paste that lost its newlines: vLLM records glued into one physical line (vllm-project/vllm#2595, V0)
+V0_RECORD = ("(_AsyncLLMEngine pid=1974) INFO 01-25 11:26:{s:02d} llm_engine.py:706] Avg prompt throughput: 0.0 "
+             "tokens/s, Avg generation throughput: {gen} tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, "
+             "GPU KV cache usage: 0.1%, CPU KV cache usage: 0.0%")
+V1_RECORD = ("(APIServer pid=1) INFO 10-14 17:02:{s:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 "
+             "tokens/s, Avg generation throughput: {gen} tokens/s, Running: 38 reqs, Waiting: 0 reqs, GPU KV cache "
+             "usage: 88.5%, Prefix cache hit rate: 42.4%")
+
+
+@pytest.mark.parametrize("record", [V0_RECORD, V1_RECORD, V1_RECORD.replace("(APIServer pid=1) ", "")],
+                         ids=["v0", "v1", "no-process"])
+def test_records_glued_into_one_line_are_read_one_by_one(record: str) -> None:
+    """Four records on one line, each from its own prefix (the process prefix too): four stats events, each with
+    its own time and throughput, all on line 1."""
+    line = " ".join(record.format(s=s, gen=70.0 + s) for s in (13, 18, 23, 28))
+    events = list(parse_lines([line]))
+    assert [(e.kind, e.line) for e in events] == [("stats", 1)] * 4
+    assert [e.fields["gen_throughput"] for e in events] == [83.0, 88.0, 93.0, 98.0]
+    assert [clock_text(e.time)[-2:] for e in events] == ["13", "18", "23", "28"]
+
+
+def test_a_glued_record_cut_before_its_counts_is_unread_and_a_wrapped_one_is_read() -> None:
+    """The excerpt ends inside the last glued record (`Avg generation thro`): unread. A record whose line wraps
+    before `Running:` (the wrap continues on the next line) is a stats line still."""
+    whole = V1_RECORD.format(s=13, gen=80.0)
+    stats = ParseStats()
+    assert [e.kind for e in parse_lines([whole + " " + whole[:120]], stats=stats)] == ["stats"]
+    assert stats.unread == 1
+    assert [e.kind for e in parse_lines([whole[:120], whole[120:]])] == ["stats"]
+
+
+@pytest.mark.parametrize("line", [
+    V1_RECORD.format(s=13, gen=80.0),  # one record
+    "[2025-11-11 04:06:27 TP0] Receive: obj=GenerateReqInput(text='INFO 01-25 11:26:58 a.py:1] x')",  # SGLang's
+    "(APIServer pid=1) INFO 10-14 17:02:13 [serving.py:1] prompt: 'WARNING 01-25 11:26:58 [a.py:1] hi'",  # quoted
+], ids=["one-record", "sglang-line", "quoted-prefix-without-space"])
+def test_a_line_with_one_record_is_not_split(line: str) -> None:
+    from toolkit.diagnose.prefix import glued_records
+
+    assert glued_records(line) == [line]
+
+
+def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+    """A glued line among plain ones is not plain (the workers send it to the per-line parser), in every chunking."""
+    plain = "(APIServer pid=1) INFO 10-14 17:02:{s:02d} [async_llm.py:261] Added request chatcmpl-{s}."
+    glued = " ".join([plain.format(s=29), *(V1_RECORD.format(s=s, gen=80.0) for s in (30, 35))])  # plain first
+    lines = [plain.format(s=s) for s in range(12)] + [glued, plain.replace("Added", "Aborted").format(s=40)]
+    data = ("\n".join(lines * 20) + "\n").encode()
+    for chunk in (512, 8 << 20):
+        _assert_same_events(tmp_path, monkeypatch, data, chunk)
+    _same(tmp_path, monkeypatch, data, chunk=4096, processes=True)  # the range workers' plain lines
+    from toolkit.diagnose.lines import is_plain, surely_plain
+
+    assert not is_plain(glued) and not surely_plain(glued.encode()) and surely_plain(lines[0].encode())

@@ -21,7 +21,7 @@ def _finding(diagnosis, rule_id: str) -> Finding:
 def test_every_idea_has_a_flag_and_a_way_to_move() -> None:
     assert all((idea.sglang or idea.vllm or "").startswith("--") and idea.move in ("set", "push", "switch")
                for idea in IDEAS.values())
-    assert [name for name, idea in IDEAS.items() if idea.sglang is None] == ["async_scheduling"]
+    assert [name for name, idea in IDEAS.items() if idea.sglang is None] == ["async_scheduling", "spec_draft_tokens_v0"]
     assert IDEAS["kv_memory"].flag("vllm") == "--gpu-memory-utilization"
     assert IDEAS["kv_memory"].flag("toolkit") == IDEAS["kv_memory"].flag("sglang") == "--mem-fraction-static"
     assert IDEAS["admission"].flag("vllm") is None
