@@ -28,7 +28,9 @@ class ServerConfig:
 
     Memory figures are GB per GPU. `gpu_mem_gb` is the free memory before loading weights (largest across
     ranks; vLLM: its `total_gpu_memory`), close to the device size; `available_mem_gb` is what SGLang left
-    after the KV pool and graphs (`available_gpu_mem=` or the last `avail mem=`). For vLLM the SGLang names
+    after the KV pool and graphs (`available_gpu_mem=` or the last `avail mem=`); where graph capture began and
+    its end is not in the log, that is unknown and `before_graphs_gb` holds what was left when it began. For vLLM
+    the SGLang names
     hold their analogues: `max_total_num_tokens` the KV cache size in tokens, `max_running_requests`
     `max_num_seqs`, `chunked_prefill_size` `max_num_batched_tokens`, `context_len` `max_model_len`."""
 
@@ -39,6 +41,7 @@ class ServerConfig:
     max_running_requests: int | None = None
     context_len: int | None = None
     available_mem_gb: float | None = None
+    before_graphs_gb: float | None = None
     device: str | None = None
     gpu_mem_gb: float | None = None
     weight_mem_gb: float | None = None
@@ -233,9 +236,16 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
     device = "gpu" if avail is not None else None
     if "available_cpu_mem" in pool or str(args.get("device", "")) == "cpu":
         avail, device = _num(pool.get("available_cpu_mem", avail)), "cpu"
+    before_graphs = None
     if avail is None:
-        candidates = [g.get("avail_mem") for g in graph_end if not g.get("draft")] or [pool_end.get("avail_mem")]
-        avail = _num(candidates[-1])
+        captured = [_num(g.get("avail_mem")) for g in graph_end if not g.get("draft")]
+        began = [_num(b.get("avail_mem")) for b in _all(events, "graph_begin")]
+        if captured:
+            avail = captured[-1]
+        elif began:  # NOTE: a capture begun without its end in the log (cut, or failed): what it leaves is unknown
+            before_graphs = next((v for v in reversed(began) if v is not None), _num(pool_end.get("avail_mem")))
+        else:
+            avail = _num(pool_end.get("avail_mem"))
     begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]
     gpu_mem = max(begins) if begins else None
     weights = _num(load_end.get("mem_usage"))
@@ -256,6 +266,7 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         max_running_requests=_int(pool.get("max_running_requests"), args.get("max_running_requests")),
         context_len=_int(pool.get("context_len"), args.get("context_length")),
         available_mem_gb=avail,
+        before_graphs_gb=before_graphs,
         device=device or ("gpu" if gpu_mem is not None else None),
         gpu_mem_gb=gpu_mem,
         weight_mem_gb=weights,

@@ -6,6 +6,10 @@
 - 8-10 GB: `gpu_memory.spare` (info); 10 GB and more: `gpu_memory.too_much` (warning): memory that could
   hold KV cache is idle; raise `--mem-fraction-static`.
 The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_mem`. Not judged on CPU.
+
+Where graph capture began and its end is not in the log (an excerpt cut there, or a capture that failed), what is
+left is at most what capture began with, and at least that less `GRAPH_ALLOWANCE_GB` (graphs take a few GB at
+most): too little is judged on the first, spare or too much on the second.
 """
 from __future__ import annotations
 
@@ -17,13 +21,14 @@ LOW_GB = 5.0
 GOOD_GB = 8.0
 HIGH_GB = 10.0
 TARGET_GB = 6.5
+GRAPH_ALLOWANCE_GB = 4.0
 
 
 def check(ctx: Context) -> list[Finding]:
     cfg = ctx.config
-    avail = cfg.available_mem_gb
+    avail = _left(cfg.available_mem_gb, cfg.before_graphs_gb)
     if avail is None:
-        if cfg.vllm or cfg.engine is not None:
+        if cfg.before_graphs_gb is None and (cfg.vllm or cfg.engine is not None):
             ctx.cannot_judge("the memory left after start-up is not in the log" + (
                 " (vLLM does not print it; see its KV cache size)" if cfg.vllm else ""))
         return []
@@ -36,23 +41,38 @@ def check(ctx: Context) -> list[Finding]:
         change = Change("kv_memory", f"{mfs + (0.02 if avail > GOOD_GB else -0.02):.3f}")
     else:
         change = Change("kv_memory", direction=1 if avail > GOOD_GB else -1)
-    facts = {"available_gb": avail, "gpu_mem_gb": total, "mem_fraction_static": mfs}
+    facts = {"available_gb": avail, "gpu_mem_gb": total, "mem_fraction_static": mfs,
+             "before_graphs_gb": cfg.before_graphs_gb}
+    bound = "" if cfg.available_mem_gb is not None else (
+        f" (capture began with {cfg.before_graphs_gb:.2f} GB and its end is not in the log: "
+        f"{'at most' if avail < LOW_GB else 'at least'} this much is left)")
     ev = Evidence(1, None, None, _startup_lines(ctx), facts)
     current = f"{mfs:g}" if mfs is not None else None
     if avail < LOW_GB:
         return [Finding(
             "gpu_memory.too_little", "warning", f"Only {avail:.2f} GB GPU memory left after start-up",
-            f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs "
+            f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs{bound} "
             f"(good: {LOW_GB:g}-{GOOD_GB:g} GB). Large prefills or batches can hit CUDA OOM.",
             ev, change, current,
             "A smaller KV pool holds fewer tokens: fewer concurrent requests.")]
     severity = "warning" if avail >= HIGH_GB else "info"
     return [Finding(
-        "gpu_memory.too_much", severity, f"{avail:.2f} GB GPU memory left unused",
-        f"{avail:.2f} GB stay free after the KV pool and graphs (good: {LOW_GB:g}-{GOOD_GB:g} GB); the KV "
+        "gpu_memory.too_much", severity, f"{'' if not bound else 'At least '}{avail:.2f} GB GPU memory left unused",
+        f"{avail:.2f} GB stay free after the KV pool and graphs{bound} (good: {LOW_GB:g}-{GOOD_GB:g} GB); the KV "
         "pool could be larger and hold more concurrent requests.",
         ev, change, current,
         "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")]
+
+
+def _left(after_graphs: float | None, before_graphs: float | None) -> float | None:
+    """The memory left to judge: after graphs where the log says it; else, from what capture began with, a
+    figure below LOW_GB (at most that much is left) or above GOOD_GB (at least that much); None otherwise."""
+    if after_graphs is not None or before_graphs is None:
+        return after_graphs
+    if before_graphs < LOW_GB:
+        return before_graphs
+    least = before_graphs - GRAPH_ALLOWANCE_GB
+    return least if least > GOOD_GB else None
 
 
 def _startup_lines(ctx: Context) -> tuple[int, ...]:

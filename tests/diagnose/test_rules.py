@@ -108,6 +108,30 @@ def test_available_gpu_memory_band(avail: float, expected: str | None) -> None:
         assert float(f.suggested) == pytest.approx(0.85 + (avail - 6.5) / 78.5, abs=1e-3)
 
 
+@pytest.mark.parametrize("before,expected,shown", [
+    (4.99, "gpu_memory.too_little", 4.99), (5.0, None, None), (12.0, None, None), (12.01, "gpu_memory.too_much", 8.01),
+    (40.0, "gpu_memory.too_much", 36.0),
+])
+def test_memory_left_when_capture_began_but_its_end_is_not_in_the_log(before: float, expected: str | None,
+                                                                     shown: float | None) -> None:
+    """An excerpt cut after `Capture cuda graph begin` (or a capture that failed): at most what capture began with is
+    left (too little below 5 GB), at least that less 4 GB of graphs (spare above 8 GB); in between, nothing to say
+    and nothing left unjudged (sglang#11716: 11.87 GB before capturing up to bs 512 is SGLang's own margin)."""
+    s = Startup(available=before - 0.81)  # the factory's pool line leaves `available` + graph memory
+    lines = [line for line in base(s).lines if "Capture cuda graph end" not in line and "max_total_num" not in line]
+    d = analyze(lines=lines)
+    found = {f.id: f for f in d.findings if f.id.startswith("gpu_memory")}
+    assert set(found) == ({expected} if expected else set())
+    assert not [why for rule, why in d.unjudged if rule == "gpu_memory"]
+    if expected:
+        f = found[expected]
+        assert f.evidence.facts["available_gb"] == pytest.approx(shown)
+        assert f.evidence.facts["before_graphs_gb"] == pytest.approx(before)
+        assert ("at most" if before < 5 else "at least") in f.message
+    if expected == "gpu_memory.too_much":
+        assert found[expected].title.startswith("At least")
+
+
 def test_available_cpu_memory_is_not_judged() -> None:
     d = analyze(lines=base(Startup(available=40.0, device="cpu")).decode_series(5).lines)
     assert not [f for f in d.findings if f.id.startswith("gpu_memory")]
