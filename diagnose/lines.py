@@ -240,9 +240,10 @@ RECORD_REACH = MAX_RECORD_LINES  # a record holds its first line and at most MAX
 
 
 def _readable_batch(kind: str, text: str) -> bool:
-    """A batch line prints its counts: `#running-req` (a PD prefill server's prefill line prints `#queue-req` and
-    `#unbootstrapped-req` / `#bootstrap-req` instead, docs/log-formats.md §3)."""
-    counted = "running" in text or (kind == "prefill" and QUEUE in text and "bootstrap" in text)
+    """A batch line prints its counts: `#running-req`; a prefill line, `#queue-req` and its own counts instead (a
+    PD prefill server prints `#unbootstrapped-req` / `#bootstrap-req` and no running count, docs/log-formats.md
+    §3; a line clipped at a fixed width may lose it, sglang#25960)."""
+    counted = "running" in text or (kind == "prefill" and QUEUE in text and ("bootstrap" in text or "new-token" in text))
     return counted and ": " in text
 
 

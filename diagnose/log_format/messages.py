@@ -115,7 +115,8 @@ STARTS: dict[str, str] = {
             r"|Warning: available_size=",
     "watchdog": r"(?:\w{1,40} )?[Ww]atchdog timeout",
     "exception": r"\w{1,40} hit an exception|Traceback \(most recent call last\)|EngineCore (?:encountered a fatal "
-                 r"error|failed to start)|Engine core initialization failed",
+                 r"error|failed to start)|Engine core initialization failed|Error executing method \w{1,80}\. This might "
+                 r"cause deadlock",  # NOTE: V0's worker, right before the traceback of the method it ran
     "sigquit": r"Received sigquit",
     # load shedding and clients giving up (§6.4): `toolkit serve`'s lines, SGLang's disconnect wording
     "shed": r"Shed \d+ requests? (?:in the last \d+ s )?\(503",

@@ -36,7 +36,9 @@ MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", 
 # `.ffffff`); `-o short-iso` writes the ISO stamp of a container runtime before the same `host ident[pid]:`
 SYSLOG_STAMP = r"(" + "|".join(MONTHS) + r") {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?"
 SYSLOG_SOURCE = r"[^\s:]{1,255} [^\s\[\]:]{1,64}(?:\[\d{1,10}\])?:"
-LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?"
+COMPOSE = r"[A-Za-z0-9][\w.-]{0,63} +\| "  # docker compose's `service-1  | ` before each line of a container
+# NOTE: a line without a stamp or a vLLM prefix (a traceback's lines, print output) starts after any of these
+LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?|" + COMPOSE +
               r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
               r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP]"
               r"| " + SYSLOG_SOURCE + r")? "
@@ -49,7 +51,7 @@ VLLM_DEFAULT_YEAR = 2000
 # NOTE: no form admits a quote, `[` outside `[pid]`, or a newline, and every class that admits a digit admits
 # all ten: a line equal to a matched prefix but for its digits has a prefix of the same form.
 OUTER_PREFIXES: dict[str, str] = {
-    "compose": r"[A-Za-z0-9][\w.-]{0,63} +\| ",
+    "compose": COMPOSE,
     "cri": r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] ",
     "ray": r"\([\w.:-]{1,64} pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) ",
     "journald": r"(?:" + "|".join(MONTHS) + r") {1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,6})? [\w.-]{1,64} [\w.-]{1,64}"

@@ -10,10 +10,15 @@ The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_me
 Where graph capture began and its end is not in the log (an excerpt cut there, or a capture that failed), what is
 left is at most what capture began with, and at least that less `GRAPH_ALLOWANCE_GB` (graphs take a few GB at
 most): too little is judged on the first, spare or too much on the second.
+
+vLLM prints no leftover; its memory profile says what it may use (`total_gpu_memory (T) x gpu_memory_utilization
+(U)`). The CUDA graphs it captures after allocating the KV cache live outside that budget: where graphs are on
+and T x (1 - U) is below `GRAPH_ROOM_GB`, `gpu_memory.no_room_for_graphs` (info, low confidence: a forecast):
+capture may run out of memory; a utilization that leaves `GRAPH_TARGET_GB` (or `--enforce-eager`).
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.findings import Evidence, Finding, evidence_events
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
@@ -22,10 +27,14 @@ GOOD_GB = 8.0
 HIGH_GB = 10.0
 TARGET_GB = 6.5
 GRAPH_ALLOWANCE_GB = 4.0
+GRAPH_ROOM_GB = 1.0  # vLLM: less than this outside its budget, and CUDA graphs may not fit
+GRAPH_TARGET_GB = 2.0
 
 
 def check(ctx: Context) -> list[Finding]:
     cfg = ctx.config
+    if cfg.vllm:
+        return _vllm_graph_room(ctx)
     avail = _left(cfg.available_mem_gb, cfg.before_graphs_gb)
     if avail is None:
         if cfg.before_graphs_gb is None and (cfg.vllm or cfg.engine is not None):
@@ -62,6 +71,36 @@ def check(ctx: Context) -> list[Finding]:
         "pool could be larger and hold more concurrent requests.",
         ev, change, current,
         "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")]
+
+
+def _vllm_graph_room(ctx: Context) -> list[Finding]:
+    cfg = ctx.config
+    profiles = [e for e in ctx.timeline.kind("memory_profile")
+                if isinstance(e.fields.get("total_gpu_memory_gb"), float)
+                and isinstance(e.fields.get("gpu_memory_utilization"), float)]
+    if not profiles:
+        ctx.cannot_judge("the memory left after start-up is not in the log (vLLM does not print it; see its KV "
+                         "cache size)")
+        return []
+    if cfg.device == "cpu" or cfg.arg("enforce_eager") is True:
+        return []
+    e = profiles[-1]
+    total, util = float(e.fields["total_gpu_memory_gb"]), float(e.fields["gpu_memory_utilization"])  # type: ignore[arg-type]
+    outside = total * (1 - util)
+    if outside >= GRAPH_ROOM_GB:
+        return []
+    suggested = int((1 - GRAPH_TARGET_GB / total) * 100) / 100
+    if suggested <= 0 or suggested >= util:
+        return []
+    return [Finding(
+        "gpu_memory.no_room_for_graphs", "info", f"{outside:.2f} GiB left outside vLLM's memory budget",
+        f"gpu_memory_utilization {util:g} of {total:.2f} GiB leaves {outside:.2f} GiB outside what vLLM profiles; "
+        "the CUDA graphs it captures after allocating the KV cache need room there (a GiB or more for large "
+        "models and many batch sizes), so capture may run out of memory.",
+        evidence_events([e], total_gpu_memory_gb=total, gpu_memory_utilization=util, outside_gb=round(outside, 2)),
+        Change("kv_memory", f"{suggested:.2f}"), f"{util:g}",
+        "A smaller KV cache holds fewer tokens; eager mode instead keeps the cache but decodes slower.",
+        tuple(sorted({e.rank for e in profiles if e.rank})), (Change("graphs_off", True),), confidence="low")]
 
 
 def _left(after_graphs: float | None, before_graphs: float | None) -> float | None:

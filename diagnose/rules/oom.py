@@ -17,7 +17,10 @@
   memory for the cache blocks`, `# GPU blocks: 0`, a KV cache memory <= 0 GiB after profiling): raise the
   memory fraction (+0.05). vLLM's max seq len errors (`The model's max seq len (N) is larger than ... KV cache
   (M)`, `To serve at least one request with the model's max seq len (N)`): lower `--max-model-len` to what fits
-  (`diagnose.rules.kv_fit`), or raise `--gpu-memory-utilization` instead.
+  (`diagnose.rules.kv_fit`), or raise `--gpu-memory-utilization` instead. V0 checks the max seq len against the
+  GPU blocks it has just printed (`# GPU blocks: N`, N x `BLOCK_SIZE` tokens unless the log prints another block
+  size): where the log's max seq len is larger, or the traceback right after the blocks is that check
+  (`initialize_cache`, `raise_if_cache_size_invalid`) with its error line cut, the same advice.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
-from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit
+from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024
@@ -39,6 +42,8 @@ NEAR = 200  # lines: an error record this close before an OOM line is its traceb
 _CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size, Capturing CUDA graphs
 _SAMPLER = re.compile(r"sampler|lora", re.I)
 _LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_loader")  # the model was loading
+BLOCK_SIZE = 16  # vLLM's KV block on GPUs (tokens), where the log does not print `block_size`
+_CACHE_CHECK = re.compile(r"\binitialize_cache\b|\braise_if_cache_size_invalid\b|\b_verify_cache_size\b")
 _MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization")
 _SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
          "kv_memory": "available KV cache memory <= 0", "memory_profile": "KV cache size <= 0 after profiling"}
@@ -66,7 +71,31 @@ def check(ctx: Context) -> list[Finding]:
     start = sorted(ctx.timeline.kind("not_enough_memory") + _no_cache(ctx), key=lambda e: e.line)
     if start:
         out.append(_startup(ctx, start))
+    elif (blocks := _blocks_fit(ctx)) is not None:
+        out.append(_context_fit(ctx, *blocks))
     return out
+
+
+def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
+    """The context vLLM's GPU blocks hold, where the log shows that it did not hold the max seq len: the max seq
+    len it prints is larger, or the traceback right after the blocks line is the check that compares them."""
+    cfg = ctx.config
+    if not cfg.vllm:
+        return None
+    rows = [e for e in ctx.timeline.kind("gpu_blocks")
+            if e.fields.get("device") != "cpu" and isinstance(e.fields.get("device_blocks"), int)]
+    if not rows:
+        return None
+    blocks = rows[-1]
+    size = int(cfg.arg("block_size") or BLOCK_SIZE)  # type: ignore[call-overload]
+    tokens = int(blocks.fields["device_blocks"]) * size  # type: ignore[call-overload]
+    check = [e for e in ctx.timeline.kind("exception") if e.source == blocks.source
+             and 0 < e.line - blocks.line <= SAME_FAILURE_LINES and _CACHE_CHECK.search(e.text)]
+    asked = cfg.context_len or 0
+    if not (asked > tokens or (check and not asked)):
+        return None
+    how = f"its {blocks.fields['device_blocks']} GPU blocks of {size} tokens hold {tokens}"
+    return [blocks, *check], KvFit(asked, rounded_down(tokens), how)
 
 
 def _other(ctx: Context, rows: list[Event]) -> Finding:
@@ -150,12 +179,14 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
 
 
 def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
-    context = ctx.config.context_len or fit.asked
+    context = ctx.config.context_len or fit.asked or None
+    full = f"the full context ({context} tokens)" if context else "the full context (its length not in the log)"
     return Finding(
         "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",
-        f"vLLM needs room for one request at the full context ({context} tokens) and {fit.how}: {fit.fits} tokens "
-        "fit in the memory left for the KV cache.",
-        evidence_events(rows, max_model_len=context, fits=fit.fits), Change("context", str(fit.fits)), str(context),
+        f"vLLM needs room for one request at {full} and {fit.how}: {fit.fits} tokens fit in the memory left for "
+        "the KV cache.",
+        evidence_events(rows, max_model_len=context, fits=fit.fits), Change("context", str(fit.fits)),
+        str(context) if context else None,
         f"Requests longer than {fit.fits} tokens are rejected; more KV memory ({flag(ctx.config, 'kv_memory')}, "
         "or an fp8 KV cache) keeps more of the context instead.", alternatives=(_kv_memory(ctx, 1),))
 

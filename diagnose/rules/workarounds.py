@@ -6,7 +6,10 @@
 - an exception raised on SGLang's overlap path (frames `event_loop_overlap*`, `forward_thread_func`,
   `TpModelWorkerClient`, `tp_worker_overlap_thread.py`): `--disable-overlap-schedule`;
 - on vLLM V1 started with `--async-scheduling`, an exception raised on the async scheduling path (frames
-  `AsyncScheduler`, `async_scheduler.py`, `step_with_batch_queue`, `AsyncGPUModelRunnerOutput`): drop the flag.
+  `AsyncScheduler`, `async_scheduler.py`, `step_with_batch_queue`, `AsyncGPUModelRunnerOutput`): drop the flag;
+- an exception raised while CUDA graphs are captured (SGLang's `cuda_graph_runner.py` in `__init__` / `capture*`,
+  vLLM's `capture_model`) whose error line names no cause a rule of its own reads (an OOM, a failed capture: those
+  are explained before): run without graphs (`--disable-cuda-graph` / `--enforce-eager`) to get the server up.
 
 The disaggregation error is checked first: it names the cause, the overlap frames only where it was raised.
 """
@@ -26,6 +29,7 @@ _DECODE_TP = re.compile(r"(?:decode|dst)\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.
 _OVERLAP_FRAMES = re.compile(r"\b(event_loop_overlap\w*|forward_thread_func_?|TpModelWorkerClient"
                              r"|tp_worker_overlap_thread\.py)")
 _ASYNC_FRAMES = re.compile(r"\b(AsyncScheduler|async_scheduler\.py|step_with_batch_queue|AsyncGPUModelRunnerOutput)")
+_GRAPH_FRAMES = re.compile(r'\b(cuda_graph_runner\.py)", line \d+, in (?:__init__|capture)|\b(capture_model)\b')
 
 
 class Workaround(NamedTuple):
@@ -42,11 +46,13 @@ class Workaround(NamedTuple):
 
 def workaround(config: ServerConfig, exceptions: Sequence[Event]) -> Workaround | None:
     texts = [e.text for e in exceptions]
-    return _pd_tp(config, texts) or _overlap(config, texts) or _async_scheduling(config, texts)
+    return (_pd_tp(config, texts) or _overlap(config, texts) or _async_scheduling(config, texts)
+            or _graph_capture(config, texts))
 
 
 def _frames(pattern: re.Pattern[str], texts: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(m for text in texts for m in pattern.findall(text)))
+    found = (m if isinstance(m, str) else next(filter(None, m)) for text in texts for m in pattern.findall(text))
+    return list(dict.fromkeys(found))
 
 
 def _pd_tp(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
@@ -98,3 +104,14 @@ def _async_scheduling(config: ServerConfig, texts: Sequence[str]) -> Workaround 
         "Decode runs a few % slower: the next step is scheduled only after the current one ends.",
         None, f"The traceback runs through the async scheduling path ({', '.join(frames)}).",
         {"frames": ", ".join(frames)})
+
+
+def _graph_capture(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    frames = _frames(_GRAPH_FRAMES, texts)
+    if not frames or config.arg("disable_cuda_graph") is True or config.arg("enforce_eager") is True:
+        return None
+    return Workaround(
+        Change("graphs_off", True), "graphs on",
+        "Without CUDA graphs small decode batches run slower (every kernel launched from Python); turn them back "
+        "on once the capture works (a fix, a smaller --cuda-graph-max-bs).",
+        None, f"The traceback runs through CUDA graph capture ({', '.join(frames)}).", {"frames": ", ".join(frames)})

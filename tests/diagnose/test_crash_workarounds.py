@@ -227,6 +227,56 @@ def test_a_traceback_ending_in_a_failed_graph_capture_advises_graph_sizes_not_ov
     assert [f.id for f in synthetic.findings if f.severity == "critical"] == ["crash.graph_capture"]
 
 
+# -- a crash inside CUDA graph capture, its cause not named ---------------------------------------------------
+
+def _capture_traceback(function: str, error: str | None) -> str:
+    """SGLang's start-up traceback through the graph runner's `function` (0.3's form: `Exception in run_tp_server`),
+    cut before its error line where `error` is None."""
+    src = "/sgl-workspace/sglang/python/sglang/srt/model_executor"
+    lines = ["Exception in run_tp_server:", "Traceback (most recent call last):",
+             f'  File "{src}/cuda_graph_runner.py", line 147, in {function}', "    self.capture()"]
+    return "\n".join(lines + ([error] if error else []))
+
+
+@pytest.mark.parametrize("function,error,advised", [
+    ("__init__", None, True),  # sglang#1479: cut before its error line
+    ("capture_one_batch_size", "RuntimeError: CUDA error: operation not permitted when stream is capturing", True),
+    ("replay", "RuntimeError: CUDA error: an illegal memory access was encountered", False),  # at run time
+])
+def test_a_crash_while_graphs_are_captured_advises_running_without_them(function: str, error: str | None,
+                                                                       advised: bool) -> None:
+    f, d = _crash(_sglang(_capture_traceback(function, error)))
+    assert (f.change == Change("graphs_off", True)) is advised
+    if advised:
+        assert f.flag == "--disable-cuda-graph" and "CUDA graph capture (cuda_graph_runner.py)" in f.message
+        assert "slower" in f.tradeoff and d.command.endswith("--disable-cuda-graph")
+
+
+def test_graphs_already_off_are_not_advised_off_again() -> None:
+    f, _ = _crash(_sglang(_capture_traceback("__init__", None), disable_cuda_graph=True))
+    assert f.change is None
+
+
+def test_a_vllm_crash_in_capture_model_advises_eager_mode() -> None:
+    log = VllmLog().start()
+    log.add("EngineCore failed to start.", dt=1, file="core.py:600", level="ERROR")
+    for text in ["Traceback (most recent call last):",
+                 '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_worker.py", line 300, in '
+                 "compile_or_warm_up_model", "    self.model_runner.capture_model()",
+                 "RuntimeError: CUDA error: operation not permitted when stream is capturing"]:
+        log.add(text, file="core.py:600", level="ERROR")
+    f, _ = _crash(log.lines)
+    assert f.change == Change("graphs_off", True) and f.flag == "--enforce-eager"
+
+
+def test_the_held_out_capture_crash_of_sglang_1479_gets_graphs_off() -> None:
+    """sgl-project/sglang#1479 (held-out batch 5): eight ranks begin capture with ~18.6 GB free, TP4 raises in
+    cuda_graph_runner's __init__ (the error line cut)."""
+    d = analyze([REAL / "sglang" / "sglang-1479-dsv25-tp8-capture-exception.log"])
+    f = next(f for f in d.findings if f.id == "crash.exception")
+    assert f.flag == "--disable-cuda-graph" and f.evidence.facts["frames"] == "cuda_graph_runner.py"
+
+
 # -- preemptions: a few are occasional ----------------------------------------------------------------------
 
 PREEMPTED = ("Sequence group {n} is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache "

@@ -280,3 +280,24 @@ def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> Non
     from toolkit.diagnose.lines import is_plain, surely_plain
 
     assert not is_plain(glued) and not surely_plain(glued.encode()) and surely_plain(lines[0].encode())
+
+
+@pytest.mark.parametrize("line,start", [
+    ("deepseek-v32-exp  | Exception: Capture cuda graph failed: ", 20),
+    ("sglang-1  |   File \"/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py\", line 431", 12),
+    ("Name  | Value", 8),  # any compose-like text: the message after it is other
+])
+def test_a_compose_prefix_before_a_line_without_a_stamp_is_read_past(line: str, start: int) -> None:
+    """sglang#11218: the tail of a traceback behind `deepseek-v32-exp  | `, no stamps: its error line is read."""
+    from toolkit.diagnose.prefix import read_prefix
+
+    assert read_prefix(line).start == start and read_prefix(line).time is None
+
+
+def test_a_compose_prefixed_failed_capture_is_read_and_advised() -> None:
+    lines = ['deepseek-v32-exp  |   File "/sgl/python/sglang/srt/model_executor/cuda_graph_runner.py", line 393, '
+             'in __init__', "deepseek-v32-exp  |     raise Exception(",
+             "deepseek-v32-exp  | Exception: Capture cuda graph failed: ", "deepseek-v32-exp  | Possible solutions:"]
+    d = analyze(lines=lines)
+    assert d.stats.kinds["graph_failed"] == 1
+    assert [f.id for f in d.findings] == ["crash.graph_capture"] and d.findings[0].flag == "--cuda-graph-max-bs"

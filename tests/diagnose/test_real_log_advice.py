@@ -88,14 +88,22 @@ PD_PREFILL = ("[2025-06-24 10:00:00 DP0 TP0 EP0] Prefill batch. #new-seq: 1, #ne
               "input throughput (token/s): 1234.50, ")
 
 
-@pytest.mark.parametrize("line,read", [(PD_PREFILL, True),
-                                       (PD_PREFILL.replace("#unbootstrapped-req: 0, ", ""), False)])
-def test_a_pd_prefill_servers_line_without_running_req_is_read(line: str, read: bool) -> None:
+CLIPPED_PREFILL = ("[2026-05-28 02:59:59 TP0] Prefill batch, #new-seq: 1, #new-token: 896, #cached-tounning-req: 45, "
+                   "#queue-req: 3, #pending-token: 70187, npu graph: False, input th")  # sglang#25960, as posted
+
+
+@pytest.mark.parametrize("line,read", [(PD_PREFILL, True), (PD_PREFILL.replace("#unbootstrapped-req: 0, ", ""), True),
+                                       (CLIPPED_PREFILL, True),
+                                       (PD_PREFILL.replace("#unbootstrapped-req: 0, #queue-req: 3, ", ""), False)])
+def test_a_prefill_line_without_running_req_is_read_by_its_own_counts_and_queue(line: str, read: bool) -> None:
+    """A PD prefill server prints no `#running-req`, and a line clipped at a fixed width may lose it: the line's
+    own counts (`#new-token`, or the bootstrap counts) and `#queue-req` are enough; without the queue it is
+    unread."""
     d = analyze(lines=[line])
     assert (d.stats.kinds["prefill"], d.stats.unread) == ((1, 0) if read else (0, 1))
     if read:
         rows = d.timeline.series("prefill")
-        assert rows["queue_req"].tolist() == [3.0] and rows.ranks == ("DP0 TP0 EP0",)
+        assert rows["queue_req"].tolist() == [3.0] and rows["new_token"].tolist()[0] in (896.0, 1024.0)
 
 
 # -- the context that fits ---------------------------------------------------------------------------------------
@@ -126,16 +134,49 @@ def test_no_cache_blocks_advises_more_gpu_memory() -> None:
     assert (f.flag, f.suggested, f.current) == ("--gpu-memory-utilization", "0.95", "0.9 (default)")
 
 
-@pytest.mark.parametrize("blocks,fires", [(0, True), (1, False)])
-def test_zero_gpu_blocks_at_start_up_is_no_room_for_the_kv_cache(blocks: int, fires: bool) -> None:
-    lines = ["INFO 04-27 10:11:03 llm_engine.py:70] Initializing an LLM engine with config: model='m', "
-             "max_seq_len=4096, tensor_parallel_size=1",
-             f"INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: {blocks}, # CPU blocks: 256"]
+V0_CONFIG = ("INFO 04-27 10:11:03 llm_engine.py:70] Initializing an LLM engine with config: model='m', "
+             "max_seq_len=4096, tensor_parallel_size=1{block}")
+
+
+@pytest.mark.parametrize("blocks,flag", [(0, "--gpu-memory-utilization"), (1, "--max-model-len"),
+                                         (255, "--max-model-len"), (256, None)])
+def test_gpu_blocks_at_start_up_are_no_room_or_too_little_for_the_max_seq_len(blocks: int, flag: str | None) -> None:
+    """0 blocks: no room for a KV cache at all. 255 x 16 = 4,080 tokens < max_seq_len 4096: V0 refuses to start
+    (the check's error line need not be in the log); 256 x 16 = 4,096 holds it."""
+    lines = [V0_CONFIG.format(block=""), f"INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: {blocks}, # CPU blocks: 256"]
+    findings = found(lines, "oom.startup")
+    assert [f.flag for f in findings] == ([flag] if flag else [])
+    if flag == "--gpu-memory-utilization":
+        assert findings[0].suggested == "0.95" and findings[0].evidence.facts["device_blocks"] == 0
+    elif flag:
+        f = findings[0]
+        assert (f.current, f.evidence.facts["fits"]) == ("4096", (blocks * 16) // 256 * 256 or blocks * 16)
+        assert f"{blocks} GPU blocks of 16 tokens hold {blocks * 16}" in f.message
+
+
+def test_a_printed_block_size_is_the_one_counted() -> None:
+    lines = [V0_CONFIG.format(block=", block_size=32"), "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 200"]
+    assert not found(lines, "oom.startup")  # 6,400 tokens hold 4,096
+
+
+@pytest.mark.parametrize("between,named,fires", [(1, True, True), (10, True, True), (11, True, False),
+                                                 (1, False, False)])
+def test_the_cache_check_failing_right_after_the_blocks_says_the_context_does_not_fit(between: int, named: bool,
+                                                                                     fires: bool) -> None:
+    """OpenRLHF#336's form: `# GPU blocks: 378` then `Error executing method initialize_cache` and its traceback, cut
+    before the error line, no max seq len in the log: the context that fits is 378 x 16 tokens (at most)."""
+    head = "(LLMRayActor pid=20770) {} 06-28 06:11:45 worker_base.py:145] "
+    method = "initialize_cache" if named else "execute_model"
+    lines = [head.format("INFO") + "# GPU blocks: 378, # CPU blocks: 1638"]
+    lines += [head.format("INFO") + "Waiting for workers."] * (between - 1)
+    lines += [head.format("ERROR") + f"Error executing method {method}. This might cause deadlock in distributed "
+              "execution.", head.format("ERROR") + "Traceback (most recent call last):"]
     findings = found(lines, "oom.startup")
     assert bool(findings) is fires
     if fires:
-        assert (findings[0].flag, findings[0].suggested) == ("--gpu-memory-utilization", "0.95")
-        assert findings[0].evidence.facts["device_blocks"] == 0
+        (f,) = findings
+        assert (f.flag, f.suggested, f.current) == ("--max-model-len", "5888 (or --gpu-memory-utilization 0.95)", None)
+        assert "its length not in the log" in f.message
 
 
 @pytest.mark.parametrize("gib,fires", [(-1.2, True), (0.0, True), (0.5, False)])
@@ -305,3 +346,29 @@ def test_corpus_excerpts_get_the_advice_an_expert_gives(name: str, rule: str, fl
                                   "sglang/sglang-2255-chunked-prefill-queue"])
 def test_short_corpus_excerpts_without_a_queue_behind_a_full_pool_get_no_pool_advice(name: str) -> None:
     assert not [f for f in analyze([CORPUS / f"{name}.log"]).findings if f.id == "capacity.pool_bound"]
+
+
+# -- vLLM: room outside its memory budget for the CUDA graphs it captures -------------------------------------
+
+PROFILE = ("(RayWorkerWrapper pid=1463574, ip=192.168.10.60) INFO 03-27 10:29:01 [worker.py:267] the current vLLM "
+           "instance can use total_gpu_memory ({total}GiB) x gpu_memory_utilization ({util}) = {used}GiB")
+
+
+@pytest.mark.parametrize("total,util,suggested", [(44.53, 0.98, "0.95"), (44.53, 0.97, None), (23.58, 0.99, "0.91"),
+                                                  (80.0, 0.99, "0.97"), (80.0, 0.98, None)])
+def test_a_utilization_that_leaves_under_a_gib_outside_vllms_budget_risks_graph_capture(
+        total: float, util: float, suggested: str | None) -> None:
+    """vllm#15598: 0.98 of 44.53 GiB leaves 0.89 GiB for the graphs captured after the KV cache (then OOM); 0.97
+    leaves 1.34. The advice leaves 2 GiB."""
+    findings = found([PROFILE.format(total=total, util=util, used=round(total * util, 2))], "gpu_memory.no_room_for_graphs")
+    assert [f.suggested for f in findings] == ([f"{suggested} (or --enforce-eager)"] if suggested else [])
+    if suggested:
+        f = findings[0]
+        assert (f.flag, f.current, f.severity, f.confidence) == ("--gpu-memory-utilization", f"{util:g}", "info", "low")
+        assert f.evidence.facts["outside_gb"] == round(total * (1 - util), 2)
+
+
+def test_eager_mode_captures_no_graphs_to_make_room_for() -> None:
+    config = ("INFO 03-27 10:28:01 llm_engine.py:70] Initializing an LLM engine with config: model='m', "
+              "max_seq_len=4096, enforce_eager=True, tensor_parallel_size=1")
+    assert not found([config, PROFILE.format(total=44.53, util=0.98, used=43.64)], "gpu_memory.no_room_for_graphs")
