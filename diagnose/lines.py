@@ -8,7 +8,6 @@ joined into one event. Unreadable lines are counted in `ParseStats`, never raise
 """
 from __future__ import annotations
 
-import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -19,10 +18,9 @@ from pathlib import Path
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import QUEUE
 from toolkit.diagnose.log_format.messages import CONTINUATION, OPENERS, SELF_CONTINUING, engine_tag
-from toolkit.diagnose.log_format.prefix import VLLM_DEFAULT_YEAR, VLLM_PREFIX, engine_rank, is_date
-from toolkit.diagnose.messages import NO_EVENT, error_kinds, kind_of, line_kind
-from toolkit.diagnose.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, VLLM_MONTH_DAY, Prefix, glued_records,
-                                     read_prefix, stamped_message_start)
+from toolkit.diagnose.log_format.prefix import engine_rank
+from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
+from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
 
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
@@ -115,8 +113,10 @@ class LineParser:
         return events
 
     def _event(self, line: str, no: int, glued: bool = False) -> Event | None:
-        """The event of a line, or of a record glued after another on it (`glued`: its text ends where the next
-        record begins, so a stats record without its counts was cut, not wrapped onto the next line)."""
+        """The event of a line, or of a record glued after another on it (`glued`): a glued stats record without
+        its `Running:` count is read as cut by the excerpt (a paste that lost its newlines; a terminal wrapping the
+        line inside its last record would be read so too), where the first record of a line may be wrapped onto the
+        next line and is read."""
         prefix = read_prefix(line)
         if prefix.time is not None:
             self.stamped = True
@@ -199,41 +199,10 @@ def is_plain(line: str) -> bool:
     return line_kind(line, start) is None and "\ufffd" not in line and "\x00" not in line
 
 
-# NOTE: `is_plain` of a printable ASCII line (tabs too), matched on its bytes: on ASCII text a bytes pattern and a
-# str pattern match alike (`\s`, `\w`, `\d`, case folding), and decoding it removes nothing (no CR, no escape
-# code). Each pattern is the prefix `is_plain` reads first, in an atomic group (the match it takes), then no event.
-_PLAIN_SGLANG = re.compile((FIRST_STAMP + NOTHING_MORE + NO_EVENT).encode("ascii"))
-# a vLLM prefix at the line's start, no SGLang stamp on the line (`read_prefix` would read that first) and no record
-# glued after it (`glued_records`)
-_PLAIN_VLLM = re.compile(("(?!" + FIRST_STAMP + ")(?>" + VLLM_PREFIX + ")" + NO_EVENT + r"(?!.*?\s" + VLLM_PREFIX
-                          + ")").encode("ascii"))
-_VLLM_DATE = tuple(re.compile(FIRST_STAMP).groups + g for g in VLLM_MONTH_DAY)
-_NOT_PRINTABLE = bytes(sorted(set(range(256)) - {ord("\t")} - set(range(0x20, 0x7F))))
-
-
-def surely_plain(raw: bytes | bytearray) -> bool:
-    """True only for a line (its bytes, no newline) that `is_plain` reads as plain once decoded: a printable ASCII
-    line behind an SGLang stamp or a vLLM prefix, the commonest plain lines, told without decoding; False: ask
-    `is_plain`."""
-    if len(raw.translate(None, _NOT_PRINTABLE)) != len(raw):
-        return False
-    m = _PLAIN_SGLANG.match(raw)
-    if m is not None:
-        return _is_calendar_date(*m.group(*FIRST_STAMP_DATE))
-    m = _PLAIN_VLLM.match(raw)
-    return m is not None and _is_calendar_date(VLLM_DEFAULT_YEAR, *m.group(*_VLLM_DATE))
-
-
-@functools.lru_cache(maxsize=256)
-def _is_calendar_date(year: bytes | int | None, month: bytes | None, day: bytes | None) -> bool:
-    """A stamp without a date is a time of day (`stamped_message_start` takes it)."""
-    return month is None or bool(is_date(int(year or 0), int(month), int(day or 0)))
-
-
 def opens_record(line: str) -> bool:
-    """Whether `feed` opens a multi-line record at `line` (read while none is open): only the next
-    `RECORD_REACH` lines can then be read as part of it, or close it."""
-    return line_kind(line, read_prefix(line).start) in OPENERS
+    """Whether `feed` opens a multi-line record at `line` (read while none is open; at any of its glued records):
+    only the next `RECORD_REACH` lines can then be read as part of it, or close it."""
+    return any(line_kind(part, read_prefix(part).start) in OPENERS for part in glued_records(line))
 
 
 RECORD_REACH = MAX_RECORD_LINES  # a record holds its first line and at most MAX_RECORD_LINES - 1 more; one closes it

@@ -36,7 +36,8 @@ from typing import NamedTuple
 
 from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
                                                 SGLANG_STAMP_CUT, SYSLOG_STAMP, TIME, VLLM_STAMP,
-                                                VLLM_DEFAULT_YEAR, VLLM_LEVELS, VLLM_PREFIX, VLLM_PROCESS, YEAR,
+                                                VLLM_DEFAULT_YEAR, VLLM_LEVELS, VLLM_MONTH_DAY, VLLM_PREFIX, VLLM_PROCESS,
+                                                YEAR,
                                                 days_since_epoch, gpu_rank, is_date, month_number, process_rank,
                                                 rank_name, time_of_day, tp_rank)
 
@@ -45,15 +46,6 @@ _SGLANG_CUT = re.compile(SGLANG_STAMP_CUT)
 _VLLM_CUT = re.compile(VLLM_STAMP)  # at a line's start: vLLM's prefix pasted without its level
 _PID_FILE = re.compile(PID_FILE_LOGGING)
 _FIRST_SGLANG = re.compile(r"[^\"'`]*?" + SGLANG_STAMP)  # the first stamp, only unquoted text before it
-# NOTE: the same match as `_FIRST_SGLANG` where both match (the first `[` that opens a whole stamp, no quote before
-# it), written so that a regex engine skips the text before it without trying a stamp at every character
-_BEFORE_STAMP = r"[^\"'`\[]*(?:\[(?!" + SGLANG_STAMP_CUT + r")[^\"'`\[]*)*"
-FIRST_STAMP = "(?>" + _BEFORE_STAMP + ")(?>" + SGLANG_STAMP + ")"
-FIRST_STAMP_DATE = tuple(re.compile(_BEFORE_STAMP).groups + g for g in (1, 2, 3))  # its year, month, day groups
-VLLM_MONTH_DAY = (2, 3)  # the groups of VLLM_PREFIX's month and day (after its process)
-# what can follow the first stamp when it is the whole prefix (`stamped_message_start`): no stamp, GPU tag or vLLM
-# prefix right after it
-NOTHING_MORE = r"(?!" + SGLANG_STAMP + r")(?!\[gpu)(?!" + VLLM_PREFIX + ")"
 _STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's first digit (of a date or an hour)
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
@@ -197,12 +189,14 @@ _GLUED = re.compile(r"\s(?=" + VLLM_PREFIX + ")")  # a vLLM prefix after a space
 def glued_records(line: str) -> list[str]:
     """The vLLM records of a line that holds several (a paste that lost its newlines: `... usage: 0.0% (APIServer
     pid=1) INFO 01-25 11:26:58 [llm_engine.py:706] Avg ...`), each from its own prefix; `[line]` for every other
-    line. A record starts at a whole vLLM prefix after a space, past the prefix of the record before."""
+    line. A record starts at a whole vLLM prefix after a space, past the prefix of the record before, with no quote
+    in the text of the record before (a prompt may quote a log line). A line with an SGLang stamp is SGLang's: one
+    record (`stamped_message_start` and `read_prefix` read it so)."""
     first = _VLLM.search(line) if _VLLM_CLOCK.search(line) is not None else None
-    if first is None:
+    if first is None or _closest_stamp(line) is not None:
         return [line]
     starts, at = [0], first.end()
-    while (m := _GLUED.search(line, at)) is not None:
+    while (m := _GLUED.search(line, at)) is not None and _unquoted(line[starts[-1]: m.start()]):
         starts.append(m.end())
         at = _VLLM.match(line, m.end()).end()  # type: ignore[union-attr]  # NOTE: the lookahead matched it
     if len(starts) == 1:

@@ -18,6 +18,7 @@ equal chunks scanned one by one).
 - `scan`: which lines are hot (matched against a chunk's few layouts), their kind, time and rank;
 - `fields`: the `key: value` pieces of hot decode and prefill lines, walked in groups of one key sequence;
 - `access`: the fields of hot access lines (for `--export`);
+- `plain`: which slow lines are plain, told from their bytes where they are the commonest plain lines;
 - `ahead`: chunks scanned on worker threads, or byte ranges of a large file in worker processes, while the
   caller consumes earlier ones.
 """

@@ -27,7 +27,8 @@ import numpy as np
 
 from toolkit.diagnose import source
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
-from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record, surely_plain
+from toolkit.diagnose.fastpath.plain import surely_plain
+from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_line, decode_lines
 
 WORKERS = min(2, os.cpu_count() or 1)

@@ -35,11 +35,10 @@ def check(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     if cfg.vllm:
         return _vllm_graph_room(ctx)
-    avail = _left(cfg.available_mem_gb, cfg.before_graphs_gb)
+    avail = _left(cfg.available_mem_gb, cfg.before_graphs_gb, _capture_failed(ctx))
     if avail is None:
-        if cfg.before_graphs_gb is None and (cfg.vllm or cfg.engine is not None):
-            ctx.cannot_judge("the memory left after start-up is not in the log" + (
-                " (vLLM does not print it; see its KV cache size)" if cfg.vllm else ""))
+        if cfg.before_graphs_gb is None and cfg.engine is not None:
+            ctx.cannot_judge("the memory left after start-up is not in the log")
         return []
     if cfg.device == "cpu" or LOW_GB <= avail <= GOOD_GB:
         return []
@@ -85,6 +84,8 @@ def _vllm_graph_room(ctx: Context) -> list[Finding]:
     if cfg.device == "cpu" or cfg.arg("enforce_eager") is True:
         return []
     e = profiles[-1]
+    if any(g.source == e.source and g.line > e.line for g in ctx.timeline.kind("graph_captured")):
+        return []  # NOTE: the log shows the capture done: it fitted
     total, util = float(e.fields["total_gpu_memory_gb"]), float(e.fields["gpu_memory_utilization"])  # type: ignore[arg-type]
     outside = total * (1 - util)
     if outside >= GRAPH_ROOM_GB:
@@ -103,15 +104,26 @@ def _vllm_graph_room(ctx: Context) -> list[Finding]:
         tuple(sorted({e.rank for e in profiles if e.rank})), (Change("graphs_off", True),), confidence="low")]
 
 
-def _left(after_graphs: float | None, before_graphs: float | None) -> float | None:
+def _left(after_graphs: float | None, before_graphs: float | None, failed: bool) -> float | None:
     """The memory left to judge: after graphs where the log says it; else, from what capture began with, a
-    figure below LOW_GB (at most that much is left) or above GOOD_GB (at least that much); None otherwise."""
+    figure below LOW_GB (at most that much is left) or, where the capture did not fail (the excerpt is cut), above
+    GOOD_GB (at least that much); None otherwise."""
     if after_graphs is not None or before_graphs is None:
         return after_graphs
     if before_graphs < LOW_GB:
         return before_graphs
     least = before_graphs - GRAPH_ALLOWANCE_GB
-    return least if least > GOOD_GB else None
+    return least if least > GOOD_GB and not failed else None
+
+
+def _capture_failed(ctx: Context) -> bool:
+    """An error after the last `Capture cuda graph begin`: the capture failed (a crash rule says why)."""
+    began = ctx.timeline.kind("graph_begin")
+    if not began:
+        return False
+    last = began[-1]
+    return any(e.source == last.source and e.line > last.line
+               for kind in ("graph_failed", "oom", "exception") for e in ctx.timeline.kind(kind))
 
 
 def _startup_lines(ctx: Context) -> tuple[int, ...]:

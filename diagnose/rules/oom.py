@@ -33,6 +33,8 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.log_format.messages import BATCH_KINDS
+from toolkit.diagnose.messages import error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 
@@ -80,17 +82,21 @@ def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
     """The context vLLM's GPU blocks hold, where the log shows that it did not hold the max seq len: the max seq
     len it prints is larger, or the traceback right after the blocks line is the check that compares them."""
     cfg = ctx.config
+    tl = ctx.timeline
     if not cfg.vllm:
         return None
-    rows = [e for e in ctx.timeline.kind("gpu_blocks")
-            if e.fields.get("device") != "cpu" and isinstance(e.fields.get("device_blocks"), int)]
-    if not rows:
+    rows = [e for e in tl.kind("gpu_blocks")
+            if e.fields.get("device") == "gpu" and isinstance(e.fields.get("device_blocks"), int)]
+    if not rows or _served_after(ctx, rows[-1]):
         return None
     blocks = rows[-1]
     size = int(cfg.arg("block_size") or BLOCK_SIZE)  # type: ignore[call-overload]
     tokens = int(blocks.fields["device_blocks"]) * size  # type: ignore[call-overload]
-    check = [e for e in ctx.timeline.kind("exception") if e.source == blocks.source
-             and 0 < e.line - blocks.line <= SAME_FAILURE_LINES and _CACHE_CHECK.search(e.text)]
+    near = [e for kind in ("oom", "not_enough_memory") for e in tl.kind(kind)
+            if e.source == blocks.source and 0 < e.line - blocks.line <= 2 * SAME_FAILURE_LINES]
+    check = [e for e in tl.kind("exception") if e.source == blocks.source and not near
+             and 0 < e.line - blocks.line <= SAME_FAILURE_LINES and _CACHE_CHECK.search(e.text)
+             and error_line(e.text) is None]  # NOTE: an error line names its own cause (an OOM in capture_model)
     asked = cfg.context_len or 0
     if not (asked > tokens or (check and not asked)):
         return None
@@ -176,6 +182,15 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
         "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
         change, quoted,
         "Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller dtype.")
+
+
+def _served_after(ctx: Context, e: Event) -> bool:
+    """Whether the server ran after `e` (it started): a load line of its source later on."""
+    for kind in BATCH_KINDS:
+        rows = ctx.timeline.series(kind)
+        if len(rows) and bool(((rows["line"] > e.line) & (rows["source"] == e.source)).any()):
+            return True
+    return False
 
 
 def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:

@@ -63,7 +63,8 @@ def _ended_by_budget(rows: Rows, budget: int, chunk: int | None, cap: int | None
     else:
         ended &= ~_power_of_two(tokens)  # NOTE: read as cut at a chunk the log does not print (chunks are so sized)
     if cap and "running_req" in rows:
-        ended &= rows["running_req"] + seqs < cap
+        running = rows["running_req"]  # NOTE: NaN on a line that does not print it (a PD prefill server's)
+        ended &= np.isnan(running) | (running + seqs < cap)
     return ended
 
 

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.events import Event
+from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 
 _PD_TP = re.compile(r"different TP sizes|(?:prefill|decode)\w{0,20}[ _]tp[ _]size\W{1,3}\d+", re.I)
@@ -113,5 +114,5 @@ def _graph_capture(config: ServerConfig, texts: Sequence[str]) -> Workaround | N
     return Workaround(
         Change("graphs_off", True), "graphs on",
         "Without CUDA graphs small decode batches run slower (every kernel launched from Python); turn them back "
-        "on once the capture works (a fix, a smaller --cuda-graph-max-bs).",
+        f"on once the capture works (a fix, a smaller {flag(config, 'graph_max_bs')}).",
         None, f"The traceback runs through CUDA graph capture ({', '.join(frames)}).", {"frames": ", ".join(frames)})

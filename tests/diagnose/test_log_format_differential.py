@@ -254,7 +254,8 @@ def test_a_line_told_plain_from_its_bytes_is_plain_once_decoded(tmp_path) -> Non
     line does: on every sample and real line, the benchmark's realistic log, stamp-like cases, and 60,000 of those
     lines changed at random (seeded); and it says True for most plain lines (else it saves nothing)."""
     from benchmarks.diagnose_parse import write_log
-    from toolkit.diagnose.lines import is_plain, surely_plain
+    from toolkit.diagnose.fastpath.plain import surely_plain
+    from toolkit.diagnose.lines import is_plain
     from toolkit.diagnose.source import decode_line
 
     path = tmp_path / "realistic.log"

@@ -144,3 +144,11 @@ def test_the_corpus_long_prompt_cut_at_its_chunk_is_not_read_as_capped() -> None
     """sglang#36081: one long prompt prefilled 8,192 tokens a step (a chunk cut, the chunk not printed)."""
     d = analyze([CORPUS / "sglang" / "sglang-36081-long-prompt-chunks.log"])
     assert not [f for f in d.findings if f.id == RULE]
+
+
+def test_a_line_without_a_running_count_is_judged_under_a_printed_cap() -> None:
+    """A PD prefill server prints no `#running-req`: the printed cap cannot rule it out (sglang#25960's form)."""
+    lines = with_startup([(3, 15000)] * 2, max_running=13)
+    lines = [line.replace("#running-req: 7, ", "").replace("#running-req: 10, ", "") for line in lines]
+    (f,) = found(lines)
+    assert f.evidence.count == 2

@@ -261,11 +261,31 @@ def test_a_glued_record_cut_before_its_counts_is_unread_and_a_wrapped_one_is_rea
     V1_RECORD.format(s=13, gen=80.0),  # one record
     "[2025-11-11 04:06:27 TP0] Receive: obj=GenerateReqInput(text='INFO 01-25 11:26:58 a.py:1] x')",  # SGLang's
     "(APIServer pid=1) INFO 10-14 17:02:13 [serving.py:1] prompt: 'WARNING 01-25 11:26:58 [a.py:1] hi'",  # quoted
-], ids=["one-record", "sglang-line", "quoted-prefix-without-space"])
+    # a prompt quoting a log line, the quote open before a prefix after a space
+    "(APIServer pid=1) INFO 10-14 17:02:13 [logger.py:1] Received request x: prompt: 'my log says (APIServer pid=1) "
+    "INFO 10-14 17:02:14 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s, Running: 38 reqs'",
+    # an SGLang line is SGLang's whatever it quotes
+    "[2025-01-01 00:00:00] note: " + V1_RECORD.format(s=13, gen=80.0) + " " + V1_RECORD.format(s=18, gen=80.0),
+], ids=["one-record", "sglang-line", "quoted-prefix-without-space", "quoted-prefix-after-space", "sglang-stamped"])
 def test_a_line_with_one_record_is_not_split(line: str) -> None:
     from toolkit.diagnose.prefix import glued_records
 
     assert glued_records(line) == [line]
+
+
+def test_a_glued_record_that_opens_a_traceback_reads_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+    """A glued line whose second record opens an engine-core traceback, its lines after it, amid thousands of plain
+    lines: the range workers send the traceback's lines to the caller (they are read as the per-line parser reads
+    them)."""
+    plain = "(APIServer pid=1) INFO 10-14 17:02:13 [async_llm.py:261] Added request chatcmpl-{}."
+    fatal = "(EngineCore_DP0 pid=2) ERROR 10-14 17:02:14 [core.py:700] "
+    lines = [plain.format(i) for i in range(3000)] + [plain.format("x") + " " + fatal + "EngineCore encountered a "
+                                                      "fatal error."]
+    lines += [fatal + f'  File "/v/core.py", line {i}, in run' for i in range(5)]  # plain alone: no record open
+    lines += [plain.format(i) for i in range(3000, 6000)]
+    data = ("\n".join(lines) + "\n").encode()
+    _same(tmp_path, monkeypatch, data, chunk=1 << 20, processes=True)
+    _same(tmp_path, monkeypatch, data, chunk=64 * 1024, processes=True)
 
 
 def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
@@ -277,7 +297,8 @@ def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> Non
     for chunk in (512, 8 << 20):
         _assert_same_events(tmp_path, monkeypatch, data, chunk)
     _same(tmp_path, monkeypatch, data, chunk=4096, processes=True)  # the range workers' plain lines
-    from toolkit.diagnose.lines import is_plain, surely_plain
+    from toolkit.diagnose.fastpath.plain import surely_plain
+    from toolkit.diagnose.lines import is_plain
 
     assert not is_plain(glued) and not surely_plain(glued.encode()) and surely_plain(lines[0].encode())
 

@@ -372,3 +372,36 @@ def test_eager_mode_captures_no_graphs_to_make_room_for() -> None:
     config = ("INFO 03-27 10:28:01 llm_engine.py:70] Initializing an LLM engine with config: model='m', "
               "max_seq_len=4096, enforce_eager=True, tensor_parallel_size=1")
     assert not found([config, PROFILE.format(total=44.53, util=0.98, used=43.64)], "gpu_memory.no_room_for_graphs")
+
+
+def test_blocks_and_a_traceback_with_its_own_error_line_are_that_error() -> None:
+    """V0's `initialize_cache` also warms up and captures graphs: its traceback ending in a CUDA OOM is the OOM's
+    (`oom.graph_capture`), not a context that does not fit."""
+    head = "(RayWorkerWrapper pid=7) {} 06-28 06:11:45 worker_base.py:145] "
+    lines = [head.format("INFO") + "# GPU blocks: 2000, # CPU blocks: 1638",
+             head.format("ERROR") + "Error executing method initialize_cache. This might cause deadlock in distributed "
+             "execution.", head.format("ERROR") + "Traceback (most recent call last):",
+             head.format("ERROR") + '  File "/v/worker/model_runner.py", line 1, in capture_model',
+             head.format("ERROR") + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    ids = {f.id for f in analyze(lines=lines).findings}
+    assert "oom.startup" not in ids and "oom.graph_capture" in ids
+
+
+@pytest.mark.parametrize("after,device", [("stats", "GPU"), (None, "HPU")])
+def test_blocks_below_the_max_seq_len_are_not_judged_where_the_server_ran_or_the_block_size_is_unknown(
+        after: str | None, device: str) -> None:
+    """A server that went on to serve started (the check passed: a block size other than 16); a device other
+    than a GPU has another default block size (vllm-fork's HPU: 128)."""
+    lines = [V0_CONFIG.format(block=""), f"INFO 04-27 10:13:05 llm_engine.py:275] # {device} blocks: 200, # CPU blocks: 256"]
+    if after:
+        lines.append("INFO 04-27 10:13:15 metrics.py:341] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+                     "throughput: 80.0 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache "
+                     "usage: 1.0%, CPU KV cache usage: 0.0%")
+    assert not found(lines, "oom.startup")
+
+
+def test_a_capture_the_log_shows_done_fitted() -> None:
+    graphs = "INFO 03-27 10:29:30 [model_runner.py:1570] Graph capturing finished in 12 secs, took 0.45 GiB"
+    profile = PROFILE.format(total=80.0, util=0.99, used=79.2)
+    assert found([profile], "gpu_memory.no_room_for_graphs")
+    assert not found([profile, graphs], "gpu_memory.no_room_for_graphs")

@@ -132,6 +132,17 @@ def test_memory_left_when_capture_began_but_its_end_is_not_in_the_log(before: fl
         assert found[expected].title.startswith("At least")
 
 
+@pytest.mark.parametrize("failure,found", [(None, "gpu_memory.too_much"), ("Exception: Capture cuda graph failed: x",
+                                                                         None)])
+def test_a_capture_that_failed_leaves_nothing_to_call_unused(failure: str | None, found: str | None) -> None:
+    """30 GB when capture began: unused, at least 26 GB, where the excerpt is cut there; where the capture then
+    failed, the crash says why and no memory is called spare."""
+    lines = [line for line in base(Startup(available=29.19)).lines
+             if "Capture cuda graph end" not in line and "max_total_num" not in line]
+    d = analyze(lines=lines + ([failure] if failure else []))
+    assert [f.id for f in d.findings if f.id.startswith("gpu_memory")] == ([found] if found else [])
+
+
 def test_available_cpu_memory_is_not_judged() -> None:
     d = analyze(lines=base(Startup(available=40.0, device="cpu")).decode_series(5).lines)
     assert not [f for f in d.findings if f.id.startswith("gpu_memory")]
