@@ -5,6 +5,10 @@ enough, else all), and in >= CUT_FRACTION of them the step was cut at the chunk 
 pool had room (token usage < ROOM). Each cut line leaves its last request's prompt to the next step, so prompts
 longer than C take several steps and everyone queued behind them waits.
 
+`prefill_chunk.tiny` (SGLang): a `--chunked-prefill-size` below `TINY_CHUNK` in the log (sglang#3713 ran with 64):
+every prompt takes one forward pass per chunk, whatever the load; raise it to `TINY_CHUNK` x 4 (info; the
+evidence is the line that prints it and the prefill lines cut at it), where `too_small` has no finding to give.
+
 The size comes from the evidence: a prompt's mean length is the prefill tokens (new + cached) over the requests
 admitted (`#new-seq` summed, less one per cut: the cut request is counted again in the step that finishes it), and
 the chunk suggested is the power of two that holds the median cut line's waiting prompts (queued + the cut one) at
@@ -15,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, confidence_of, evidence
+from toolkit.diagnose.findings import MAX_LINES as MAX_EVIDENCE_LINES, Evidence, Finding, confidence_of, evidence
+from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
 
@@ -23,12 +28,18 @@ MIN_PREFILLS = 5
 CUT_FRACTION = 0.5
 ROOM = 0.9
 MAX_CHUNK = 8192
+TINY_CHUNK = 512
 
 
 def check(ctx: Context) -> list[Finding]:
     chunk = ctx.config.chunked_prefill_size
     if ctx.config.vllm or not chunk or chunk <= 0:
         return []
+    found = _too_small(ctx, chunk)
+    return found or ([_tiny(ctx, chunk)] if chunk < TINY_CHUNK else [])
+
+
+def _too_small(ctx: Context, chunk: int) -> list[Finding]:
     prefill = ctx.timeline.series("prefill", "steady")
     if len(prefill) < MIN_LINES:
         prefill = ctx.timeline.series("prefill")
@@ -78,3 +89,21 @@ def _finding(ctx: Context, chunk: int, suggested: int, cut, total: int, prompt: 
         Change("prefill_budget", str(suggested), companions=companions), str(chunk),
         "Larger prefill steps make the decode steps that share them slower (higher ITL for running requests) and "
         "need more activation memory.", cut.ranks, confidence=confidence)
+
+
+def _tiny(ctx: Context, chunk: int) -> Finding:
+    prefill = ctx.timeline.series("prefill")
+    cut = prefill.where(prefill["new_token"] >= chunk) if "new_token" in prefill else prefill.head(0)
+    printed = [e for kind in ("pool", "server_args") for e in ctx.timeline.kind(kind)][:1]
+    suggested = 4 * TINY_CHUNK
+    lines = tuple(sorted({*(e.line for e in printed), *cut.head(MAX_EVIDENCE_LINES)["line"].astype(int).tolist()}))
+    return Finding(
+        "prefill_chunk.tiny", "info", f"A prefill chunk of {chunk} tokens",
+        f"{flag(ctx.config, 'prefill_budget')} is {chunk}: every prompt is prefilled {chunk} tokens per forward pass, so a "
+        f"1,000-token prompt takes {-(-1000 // chunk)} steps before its first token"
+        + (f" ({len(cut)} of {len(prefill)} prefill lines were cut at it)." if len(prefill) else ".")
+        + f" {suggested} tokens or more keeps a prompt to a step or two.",
+        Evidence(max(1, len(cut)), len(prefill) or None, None, lines, {"chunk": chunk, "cut_lines": len(cut)}),
+        Change("prefill_budget", str(suggested)), str(chunk),
+        "Larger prefill steps make the decode steps that share them slower (higher ITL for running requests).",
+        cut.ranks if len(cut) else ())

@@ -2,6 +2,8 @@
 the chunk sized from the log (mean prompt length x the prompts waiting), across each threshold."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.diagnose import logfactory as lf
@@ -86,3 +88,23 @@ def test_too_few_prefill_lines_cannot_be_judged() -> None:
     d = analyze(lines=log_of(chunked_steps([1000] * 1, chunk=256), chunk=256, queue=0).lines)
     assert "prefill_chunk.too_small" not in {f.id for f in d.findings}
     assert ("prefill_chunk", "4 prefill lines (needs 5)") in d.unjudged
+
+
+@pytest.mark.parametrize("chunk,fires", [(64, True), (511, True), (512, False)])
+def test_a_chunk_below_512_tokens_is_advised_up_whatever_the_load(chunk: int, fires: bool) -> None:
+    """sglang#3713 ran with `chunked_prefill_size=64`: every prompt takes a forward pass per 64 tokens; no load
+    needed to say so (one prefill line here)."""
+    log = Log(ERA).start(Startup(chunk=chunk), **{**ARGS, "chunked_prefill_size": chunk})
+    log.add(lf.prefill(ERA, new_seq=1, new_token=chunk, cached=0, running=0, queue=1), dt=1)
+    findings = [f for f in analyze(lines=log.lines).findings if f.id == "prefill_chunk.tiny"]
+    assert bool(findings) is fires
+    if fires:
+        (f,) = findings
+        assert (f.flag, f.suggested, f.current, f.severity) == ("--chunked-prefill-size", "2048", str(chunk), "info")
+        assert f.evidence.facts == {"chunk": chunk, "cut_lines": 1} and f.evidence.lines
+
+
+def test_the_corpus_lora_server_with_a_64_token_chunk_is_advised() -> None:
+    d = analyze([Path(__file__).parent / "real_logs" / "sglang" / "sglang-3713-lora-chunked-prefill-64.log"])
+    (f,) = [f for f in d.findings if f.id == "prefill_chunk.tiny"]
+    assert (f.suggested, f.evidence.facts["cut_lines"]) == ("2048", 2)
