@@ -11,7 +11,12 @@ engine (a rank; V0's cumulative counter tells engines apart within one: rllm-org
 each);
 critical above CRITICAL_PER_MIN (a storm). Without timestamps (SGLang 0.1-0.2.5): more than one retraction per
 PER_DECODE_LINES decode lines. vLLM V1 prints `Preemptions: N` per stats interval; V0 warns once per preemption.
-Below the trigger, retractions are occasional and fine: a note, no finding.
+Below the trigger, retractions are occasional and fine: a note, no finding. V0 warns at its 1st, 51st, 101st, ...
+preemption: its lines count by their counter (`_engine_counts`).
+
+`retraction.swapped` (vLLM V0), where `retraction.frequent` has nothing to say: at least SWAPPED_SHARE of the stats
+lines show requests swapped out to CPU memory (`Swapped: N reqs` > 0): more KV memory (or fewer sequences), at the
+confidence of those lines.
 """
 from __future__ import annotations
 
@@ -21,16 +26,18 @@ import numpy as np
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value
-from toolkit.diagnose.findings import Finding, evidence_events
+from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 FREQUENT_PER_MIN = 1.0
 CRITICAL_PER_MIN = 10.0
 MIN_COUNT = 2
 PER_DECODE_LINES = 25
 MIN_BUSY_S = 60.0
+V0_WARN_EVERY = 50  # vLLM V0 warns at its 1st, 51st, 101st, ... preemption (`total_num_cumulative_preemption=N`)
+SWAPPED_SHARE = 0.5  # `retraction.swapped`: of the stats lines, at least this share with requests swapped out
 _DP = re.compile(r"DP\d+")
 
 
@@ -71,7 +78,8 @@ def per_rank_rates(ctx: Context) -> dict[str, tuple[int, float | None]]:
         mine = [e for e in rows if e.rank == rank]
         times = [e.time for e in mine if e.time is not None]
         busy = _busy(ctx, rank, times) if len(times) == len(mine) else None
-        out[rank] = (len(mine), len(mine) / max(busy, MIN_BUSY_S) * 60.0 if busy is not None else None)
+        n = sum(_engine_counts(mine))
+        out[rank] = (n, n / max(busy, MIN_BUSY_S) * 60.0 if busy is not None else None)
     for rank, (n, span) in _preemption_counts(ctx).items():
         busy = _busy(ctx, rank, [0.0, span] if span is not None else [])
         out[rank] = (n, n / max(busy, MIN_BUSY_S) * 60.0 if busy is not None else None)
@@ -93,25 +101,75 @@ def group_rates(ctx: Context) -> dict[str, tuple[int, float]]:
     return out
 
 
+def _engine_counts(rows: list[Event]) -> list[int]:
+    """The retractions or preemptions `rows` (one rank's, in line order) stand for, per engine: one a line, except
+    vLLM V0's counter lines (`total_num_cumulative_preemption=N` grows on one engine; Ray workers of several engines
+    share a prefix without a rank, and a counter that does not grow is another engine's): V0 warns once per
+    V0_WARN_EVERY, so an engine's lines stand for its counter's growth from its first line to its last, plus one."""
+    counters = [e.fields.get("cumulative_preemptions") for e in rows]
+    if not counters or not all(isinstance(c, int) and not isinstance(c, bool) for c in counters):
+        return [len(rows)] if rows else []
+    counts, first, last = [], counters[0], counters[0]
+    for c in counters[1:]:
+        if c <= last:  # type: ignore[operator]
+            counts.append(last - first + 1)  # type: ignore[operator]
+            first = c
+        last = c
+    return [*counts, last - first + 1]  # type: ignore[operator]
+
+
 def _most_on_one_engine(rows: list[Event], rates: dict[str, tuple[int, float | None]]) -> int:
     """The most retractions one engine printed: a rank's own count (TP ranks retract together: not their sum), and
-    within a rank, engines told apart by vLLM V0's counter (`total_num_cumulative_preemption=N` grows on one
-    engine; Ray workers of several engines share a prefix without a rank)."""
+    within a rank, vLLM V0's engines told apart by their counters (`_engine_counts`)."""
     most = 0
     for rank, (count, _) in rates.items():
-        counters = [e.fields.get("cumulative_preemptions") for e in rows if e.rank == rank]
-        if counters and all(isinstance(c, int) for c in counters):
-            engines = 1 + sum(1 for a, b in zip(counters, counters[1:]) if b <= a)  # type: ignore[operator]
-            count = -(-len(counters) // engines)
-        most = max(most, count)
+        mine = [e for e in rows if e.rank == rank]
+        most = max(most, max(_engine_counts(mine), default=count) if mine else count)
     return most
 
 
 def check(ctx: Context) -> list[Finding]:
+    found, note = _frequent(ctx)
+    if found:
+        return found
+    swapped = _swapped(ctx)
+    if note is not None and not swapped:
+        ctx.notes.append(note)
+    return swapped
+
+
+def _swapped(ctx: Context) -> list[Finding]:
+    """vLLM V0's stats lines count the requests preempted to CPU memory (`Swapped: N reqs`): on at least
+    SWAPPED_SHARE of them some wait there, so the KV cache cannot hold the running batch (vllm#5578: 100-137
+    swapped at 99% KV)."""
+    stats = ctx.timeline.load()
+    if not ctx.config.vllm or "swapped_req" not in stats or not len(stats):
+        return []
+    swapped = stats.where(np.nan_to_num(stats["swapped_req"]) > 0)
+    if not len(swapped) or len(swapped) / len(stats) < SWAPPED_SHARE:
+        return []
+    current, quoted = memory_fraction(ctx.config)
+    most = int(np.nanmax(swapped["swapped_req"]))
+    usage = float(np.nanmax(swapped["usage"])) if "usage" in swapped else float("nan")
+    confidence = confidence_of(len(swapped), MIN_LINES)
+    return [Finding(
+        "retraction.swapped", "info" if confidence == "low" else "warning", "Requests swapped out of the KV cache",
+        f"In {len(swapped)} of {len(stats)} stats lines requests waited swapped out to CPU memory (up to {most}, "
+        + (f"KV cache usage up to {usage:.0%}" if usage == usage else "KV cache usage not printed")
+        + "): vLLM preempted them because the KV cache could not hold the running batch, and swaps them back in "
+        f"later. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}), helps.",
+        evidence(swapped, len(stats), max_swapped=most, max_usage=round(usage, 3) if usage == usage else None),
+        Change("kv_memory", f"{min(0.95, (current or 0.9) + 0.05):.2f}"), quoted,
+        "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.", swapped.ranks,
+        (Change("running_cap", direction=-1),), confidence=confidence)]
+
+
+def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
+    """The finding, or the note that the retractions are occasional."""
     rows = _retractions(ctx)
     rates = per_rank_rates(ctx)
     if not rates:
-        return []
+        return [], None
     count = sum(n for n, _ in rates.values())
     timed = {rank: rate for rank, (_, rate) in rates.items() if rate is not None}
     word = "preemptions" if ctx.config.vllm else "retractions"
@@ -121,7 +179,7 @@ def check(ctx: Context) -> list[Finding]:
         rate, how = None, f"{count} {word} in {decode_lines} decode lines"
         if decode_lines == 0:
             ctx.cannot_judge(f"{count} {word} without timestamps or decode lines to rate them by")
-            return []
+            return [], None
     else:
         rank = max(timed, key=timed.get)  # type: ignore[arg-type]
         rate = timed[rank]
@@ -133,8 +191,7 @@ def check(ctx: Context) -> list[Finding]:
             how += f" ({events} distinct seconds with one in {g}: {g_rate:.1f} per minute for the group)"
         frequent = rate > FREQUENT_PER_MIN
     if not frequent or _most_on_one_engine(rows, rates) < MIN_COUNT:
-        ctx.notes.append(f"{how}: occasional {word} are fine.")
-        return []
+        return [], f"{how}: occasional {word} are fine."
     severity = "critical" if rate is not None and rate > CRITICAL_PER_MIN else "warning"
     retracted = sum(_int(e.fields.get("retracted_reqs")) for e in rows if e.kind == "retract")
     facts = {"per_minute": round(rate, 2) if rate is not None else None, "retracted_requests": retracted or None,
@@ -150,7 +207,7 @@ def check(ctx: Context) -> list[Finding]:
             "), helps.",
             evidence_events(rows, **facts), Change("kv_memory", f"{min(0.95, current + 0.05):.2f}"), quoted,
             "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.",
-            tuple(sorted(rates)))]
+            tuple(sorted(rates)))], None
     current = ctx.config.schedule_conservativeness
     suggested = round(max(1.3, current * 1.3), 1)
     return [Finding(
@@ -162,7 +219,7 @@ def check(ctx: Context) -> list[Finding]:
         change=Change("admission", f"{suggested:g}"), current=f"{current:g}",
         tradeoff="A higher value admits fewer requests at once: lower peak batch and throughput, fewer retractions.",
         ranks=tuple(sorted(rates)),
-    )]
+    )], None
 
 
 def _int(v: Value) -> int:

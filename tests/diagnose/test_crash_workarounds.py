@@ -296,6 +296,46 @@ def test_preemptions_of_two_engines_are_each_engines_own(counters: tuple[int, in
     assert frequent or any("occasional preemptions are fine" in note for note in d.notes)
 
 
+@pytest.mark.parametrize("counters,count,severity", [((1, 51, 101), 101, "critical"), ((1, 2, 3), 3, "warning")])
+def test_v0_preemption_lines_count_by_their_counter(counters: tuple[int, ...], count: int, severity: str) -> None:
+    """V0 warns at its 1st, 51st and 101st preemption: three lines 40 s apart are 101 preemptions in 80 s (a storm,
+    not 3)."""
+    log = VllmLog()
+    for n in counters:
+        log.add(PREEMPTED.format(n=n), dt=40, level="WARNING", file="scheduler.py:1484")
+    (f,) = [f for f in analyze(lines=log.lines).findings if f.id == "retraction.frequent"]
+    assert f.severity == severity and f.message.startswith(f"{count} preemptions on 1 rank")
+
+
+V0_STATS = ("Avg prompt throughput: 2706.1 tokens/s, Avg generation throughput: 13395.4 tokens/s, Running: 34 reqs, "
+            "Swapped: {swapped} reqs, Pending: 9832 reqs, GPU KV cache usage: 99.2%, CPU KV cache usage: 70.4%.")
+
+
+@pytest.mark.parametrize("swapped,fires", [((100, 137), True), ((0, 5), True), ((0, 0, 5), False), ((0, 0), False)])
+def test_requests_swapped_out_on_half_the_stats_lines_ask_for_more_kv_memory(swapped: tuple[int, ...],
+                                                                            fires: bool) -> None:
+    """vllm#5578: 100 and 137 requests swapped out to CPU at 99% KV: the KV cache cannot hold the batch."""
+    log = VllmLog()
+    for n in swapped:
+        log.add(V0_STATS.format(swapped=n), dt=5, file="metrics.py:341")
+    d = analyze(lines=log.lines)
+    findings = [f for f in d.findings if f.id == "retraction.swapped"]
+    assert bool(findings) is fires
+    if fires:
+        (f,) = findings
+        assert (f.flag, f.suggested, f.confidence) == ("--gpu-memory-utilization", "0.95 (or --max-num-seqs lower)", "low")
+        assert f.evidence.facts["max_swapped"] == max(swapped)
+
+
+def test_frequent_preemptions_are_said_once_not_again_as_swapped() -> None:
+    log = VllmLog()
+    for n in (1, 51):
+        log.add(PREEMPTED.format(n=n), dt=10, level="WARNING", file="scheduler.py:1484")
+        log.add(V0_STATS.format(swapped=100), dt=1, file="metrics.py:341")
+    assert {f.id for f in analyze(lines=log.lines).findings} & {"retraction.frequent", "retraction.swapped"} == {
+        "retraction.frequent"}
+
+
 @pytest.mark.parametrize("events,frequent", [(1, False), (2, True)])
 def test_a_tp_group_retracting_is_counted_per_rank_not_summed(events: int, frequent: bool) -> None:
     """Eight TP ranks print each retraction: one event is 8 lines but one retraction a rank (occasional); two 20 s
