@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.ideas import IDEAS, Engine
+from toolkit.diagnose.ideas import IDEAS, Change, Engine
 
 FP8_KV = ("fp8_e5m2", "fp8")
 
@@ -24,6 +24,8 @@ def fp8_kv(config: ServerConfig) -> str:
 
 
 VLLM_DEFAULT_UTILIZATION = 0.9
+MAX_FRACTION = 0.95  # the highest static memory fraction the rules advise (activations and graphs need the rest)
+STEP = 0.05
 
 
 def memory_fraction(config: ServerConfig) -> tuple[float | None, str | None]:
@@ -35,3 +37,14 @@ def memory_fraction(config: ServerConfig) -> tuple[float | None, str | None]:
     if config.vllm:
         return VLLM_DEFAULT_UTILIZATION, f"{VLLM_DEFAULT_UTILIZATION:g} (default)"
     return None, None
+
+
+def more_kv_memory(config: ServerConfig) -> Change | None:
+    """The static memory fraction STEP higher, at most MAX_FRACTION; None where the log's is there already (more KV
+    memory is not on offer: ask for fewer requests at once instead)."""
+    current, _ = memory_fraction(config)
+    if current is None:
+        return Change("kv_memory", direction=1)
+    if current >= MAX_FRACTION:
+        return None
+    return Change("kv_memory", f"{min(MAX_FRACTION, current + STEP):.2f}")

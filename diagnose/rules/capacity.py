@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 
 from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction
+from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction, more_kv_memory
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 
@@ -35,7 +35,6 @@ FULL_USAGE = 0.9
 BOUND_FRACTION = 0.5
 SPARE_GB = 8.0
 TARGET_GB = 6.5
-VLLM_MAX_UTILIZATION = 0.95
 SHORT_FRACTION = 0.75  # a short excerpt: this share of its load lines full with a queue
 CONCURRENCY_PRINTED = 0.01  # vLLM prints its concurrency to 2 decimals: closer than this to pool / context, the same
 
@@ -142,9 +141,9 @@ def _more_memory(ctx: Context) -> tuple[Change | None, str | None, str]:
     cfg = ctx.config
     mfs = cfg.mem_fraction_static
     if cfg.vllm:
-        now, quoted = memory_fraction(cfg)
-        if now is not None and now < VLLM_MAX_UTILIZATION:
-            return (Change("kv_memory", f"{min(VLLM_MAX_UTILIZATION, now + 0.05):.2f}"), quoted,
+        more = more_kv_memory(cfg)
+        if more is not None:
+            return (more, memory_fraction(cfg)[1],
                     "Less memory left for activations and graphs: too high a value risks CUDA OOM.")
     avail, total = cfg.available_mem_gb, cfg.gpu_mem_gb
     if not cfg.vllm and mfs is not None and avail is not None and avail > SPARE_GB and total:

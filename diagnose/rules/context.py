@@ -8,6 +8,7 @@ import numpy as np
 
 from toolkit.diagnose.bench_input import BenchInput
 from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.log_format.messages import BATCH_KINDS
 from toolkit.diagnose.metrics_input import Metrics
 from toolkit.diagnose.series import Rows
 from toolkit.diagnose.timeline import Timeline
@@ -76,3 +77,15 @@ def pow2_at_least(n: float, cap: int) -> int:
     """The smallest power of two >= n, at most `cap`."""
     return int(min(cap, 2 ** int(np.ceil(np.log2(max(n, 1.0))))))
 
+
+def first_load_after(ctx: Context, line: int, source: int) -> int | None:
+    """The line of the first load line (decode, prefill or stats) of `source` after `line`: where the server ran
+    again; None when it did not (in the log)."""
+    first = None
+    for kind in BATCH_KINDS:
+        rows = ctx.timeline.series(kind)
+        if len(rows):
+            later = rows["line"][(rows["line"] > line) & (rows["source"] == source)]
+            if len(later):
+                first = int(later.min()) if first is None else min(first, int(later.min()))
+    return first

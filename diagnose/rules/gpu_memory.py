@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding, evidence_events
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.rules.context import Context, first_load_after
 
 LOW_GB = 5.0
 GOOD_GB = 8.0
@@ -35,9 +35,12 @@ def check(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     if cfg.vllm:
         return _vllm_graph_room(ctx)
-    avail = _left(cfg.available_mem_gb, cfg.before_graphs_gb, _capture_failed(ctx))
+    failed = _capture_failed(ctx)
+    avail = _left(cfg.available_mem_gb, cfg.before_graphs_gb, failed)
     if avail is None:
-        if cfg.before_graphs_gb is None and cfg.engine is not None:
+        if failed:
+            ctx.cannot_judge("CUDA graph capture failed: what it would have left is not in the log")
+        elif cfg.before_graphs_gb is None and cfg.engine is not None:
             ctx.cannot_judge("the memory left after start-up is not in the log")
         return []
     if cfg.device == "cpu" or LOW_GB <= avail <= GOOD_GB:
@@ -117,12 +120,14 @@ def _left(after_graphs: float | None, before_graphs: float | None, failed: bool)
 
 
 def _capture_failed(ctx: Context) -> bool:
-    """An error after the last `Capture cuda graph begin`: the capture failed (a crash rule says why)."""
+    """An error after the last `Capture cuda graph begin` and before the server ran: the capture failed (a crash
+    rule says why)."""
     began = ctx.timeline.kind("graph_begin")
     if not began:
         return False
     last = began[-1]
-    return any(e.source == last.source and e.line > last.line
+    ran = first_load_after(ctx, last.line, last.source)
+    return any(e.source == last.source and last.line < e.line < (ran or e.line + 1)
                for kind in ("graph_failed", "oom", "exception") for e in ctx.timeline.kind(kind))
 
 

@@ -33,9 +33,8 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.log_format.messages import BATCH_KINDS
 from toolkit.diagnose.messages import error_line
-from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
+from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, first_load_after
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 
 PREFILL_TARGET = 4096
@@ -87,7 +86,7 @@ def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
         return None
     rows = [e for e in tl.kind("gpu_blocks")
             if e.fields.get("device") == "gpu" and isinstance(e.fields.get("device_blocks"), int)]
-    if not rows or _served_after(ctx, rows[-1]):
+    if not rows or first_load_after(ctx, rows[-1].line, rows[-1].source) is not None:  # NOTE: it started
         return None
     blocks = rows[-1]
     size = int(cfg.arg("block_size") or BLOCK_SIZE)  # type: ignore[call-overload]
@@ -182,15 +181,6 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
         "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
         change, quoted,
         "Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller dtype.")
-
-
-def _served_after(ctx: Context, e: Event) -> bool:
-    """Whether the server ran after `e` (it started): a load line of its source later on."""
-    for kind in BATCH_KINDS:
-        rows = ctx.timeline.series(kind)
-        if len(rows) and bool(((rows["line"] > e.line) & (rows["source"] == e.source)).any()):
-            return True
-    return False
 
 
 def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:

@@ -35,28 +35,35 @@ def check(ctx: Context) -> list[Finding]:
     chunk = ctx.config.chunked_prefill_size
     if ctx.config.vllm or not chunk or chunk <= 0:
         return []
-    found = _too_small(ctx, chunk)
-    return found or ([_tiny(ctx, chunk)] if chunk < TINY_CHUNK else [])
+    found, why = _too_small(ctx, chunk)
+    if found:
+        return found
+    tiny = _tiny(ctx, chunk) if chunk < TINY_CHUNK else None
+    if tiny is not None:
+        return [tiny]
+    if why is not None:
+        ctx.cannot_judge(why)
+    return []
 
 
-def _too_small(ctx: Context, chunk: int) -> list[Finding]:
+def _too_small(ctx: Context, chunk: int) -> tuple[list[Finding], str | None]:
+    """The finding, or why it could not be judged."""
     prefill = ctx.timeline.series("prefill", "steady")
     if len(prefill) < MIN_LINES:
         prefill = ctx.timeline.series("prefill")
     if len(prefill) < MIN_PREFILLS or "new_token" not in prefill:
-        ctx.cannot_judge(f"{len(prefill)} prefill lines (needs {MIN_PREFILLS})")
-        return []
+        return [], f"{len(prefill)} prefill lines (needs {MIN_PREFILLS})"
     cut = prefill.where((prefill["new_token"] >= chunk) & (prefill["usage"] < ROOM))
     if len(cut) / len(prefill) < CUT_FRACTION:
-        return []
+        return [], None
     prompt = mean_prompt_tokens(prefill, len(cut))
     if prompt is None:
-        return []
+        return [], None
     waiting = float(np.nanmedian(cut["queue_req"])) + 1 if "queue_req" in cut else 1.0
     suggested = suggested_chunk(chunk, waiting * prompt, ctx.config.max_total_num_tokens)
     if suggested <= chunk:
-        return []
-    return [_finding(ctx, chunk, suggested, cut, len(prefill), prompt, waiting)]
+        return [], None
+    return [_finding(ctx, chunk, suggested, cut, len(prefill), prompt, waiting)], None
 
 
 def mean_prompt_tokens(prefill, cuts: int) -> float | None:
@@ -74,10 +81,14 @@ def suggested_chunk(chunk: int, demand_tokens: float, pool: int | None) -> int:
     return pow2_at_least(max(demand_tokens, 2 * chunk), cap)
 
 
+def _budget_along(ctx: Context, suggested: int) -> tuple[Change, ...]:
+    """`--max-prefill-tokens` raised along with the chunk where the log's is lower (it would bound the step)."""
+    budget = ctx.config.max_prefill_tokens
+    return (Change("max_prefill", str(suggested)),) if budget is not None and budget < suggested else ()
+
+
 def _finding(ctx: Context, chunk: int, suggested: int, cut, total: int, prompt: float, waiting: float) -> Finding:
-    cfg = ctx.config
-    companions = ((Change("max_prefill", str(suggested)),)
-                  if cfg.max_prefill_tokens is not None and cfg.max_prefill_tokens < suggested else ())
+    companions = _budget_along(ctx, suggested)
     confidence = confidence_of(total, MIN_LINES)
     return Finding(
         "prefill_chunk.too_small", "info" if confidence == "low" else "warning", "The prefill chunk paces admission",
@@ -91,19 +102,23 @@ def _finding(ctx: Context, chunk: int, suggested: int, cut, total: int, prompt: 
         "need more activation memory.", cut.ranks, confidence=confidence)
 
 
-def _tiny(ctx: Context, chunk: int) -> Finding:
+def _tiny(ctx: Context, chunk: int) -> Finding | None:
+    suggested = suggested_chunk(chunk, 4 * TINY_CHUNK, ctx.config.max_total_num_tokens)
+    if suggested <= chunk:
+        return None  # NOTE: a pool this small holds no larger chunk
     prefill = ctx.timeline.series("prefill")
     cut = prefill.where(prefill["new_token"] >= chunk) if "new_token" in prefill else prefill.head(0)
-    printed = [e for kind in ("pool", "server_args") for e in ctx.timeline.kind(kind)][:1]
-    suggested = 4 * TINY_CHUNK
-    lines = tuple(sorted({*(e.line for e in printed), *cut.head(MAX_EVIDENCE_LINES)["line"].astype(int).tolist()}))
+    printed = next((e for kind in ("server_args", "pool") for e in ctx.timeline.kind(kind)
+                    if "chunked_prefill_size" in e.text), None)
+    lines = {*cut.head(MAX_EVIDENCE_LINES)["line"].astype(int).tolist(), *([printed.line] if printed else [])}
     return Finding(
         "prefill_chunk.tiny", "info", f"A prefill chunk of {chunk} tokens",
-        f"{flag(ctx.config, 'prefill_budget')} is {chunk}: every prompt is prefilled {chunk} tokens per forward pass, so a "
-        f"1,000-token prompt takes {-(-1000 // chunk)} steps before its first token"
+        f"{flag(ctx.config, 'prefill_budget')} is {chunk}: every prompt is prefilled {chunk} tokens per forward "
+        f"pass, so a 1,000-token prompt takes {-(-1000 // chunk)} steps before its first token"
         + (f" ({len(cut)} of {len(prefill)} prefill lines were cut at it)." if len(prefill) else ".")
-        + f" {suggested} tokens or more keeps a prompt to a step or two.",
-        Evidence(max(1, len(cut)), len(prefill) or None, None, lines, {"chunk": chunk, "cut_lines": len(cut)}),
-        Change("prefill_budget", str(suggested)), str(chunk),
+        + f" {suggested} tokens keeps a prompt to a step or two.",
+        Evidence(max(1, len(cut)), len(prefill) or None, None, tuple(sorted(lines)),
+                 {"chunk": chunk, "cut_lines": len(cut)}),
+        Change("prefill_budget", str(suggested), companions=_budget_along(ctx, suggested)), str(chunk),
         "Larger prefill steps make the decode steps that share them slower (higher ITL for running requests).",
         cut.ranks if len(cut) else ())

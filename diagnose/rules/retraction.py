@@ -10,12 +10,12 @@ Trigger: more than FREQUENT_PER_MIN per busy minute on a rank or group, at least
 engine (a rank; V0's cumulative counter tells engines apart within one: rllm-org/rllm#93's two preempted once
 each);
 critical above CRITICAL_PER_MIN (a storm). Without timestamps (SGLang 0.1-0.2.5): more than one retraction per
-PER_DECODE_LINES decode lines. vLLM V1 prints `Preemptions: N` per stats interval; V0 warns once per preemption.
+PER_DECODE_LINES decode lines. vLLM V1 prints `Preemptions: N` per stats interval; V0 warns once per 50.
 Below the trigger, retractions are occasional and fine: a note, no finding. V0 warns at its 1st, 51st, 101st, ...
 preemption: its lines count by their counter (`_engine_counts`).
 
-`retraction.swapped` (vLLM V0), where `retraction.frequent` has nothing to say: at least SWAPPED_SHARE of the stats
-lines show requests swapped out to CPU memory (`Swapped: N reqs` > 0): more KV memory (or fewer sequences), at the
+`retraction.swapped` (vLLM V0), where `retraction.frequent` has nothing to say: at least SWAPPED_SHARE of the busy
+stats lines (requests running or swapped out) show requests swapped out to CPU memory (`Swapped: N reqs` > 0): more KV memory (or fewer sequences), at the
 confidence of those lines.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.flags import flag, memory_fraction
+from toolkit.diagnose.flags import flag, memory_fraction, more_kv_memory
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 
@@ -102,29 +102,35 @@ def group_rates(ctx: Context) -> dict[str, tuple[int, float]]:
 
 
 def _engine_counts(rows: list[Event]) -> list[int]:
-    """The retractions or preemptions `rows` (one rank's, in line order) stand for, per engine: one a line, except
-    vLLM V0's counter lines (`total_num_cumulative_preemption=N` grows on one engine; Ray workers of several engines
-    share a prefix without a rank, and a counter that does not grow is another engine's): V0 warns once per
-    V0_WARN_EVERY, so an engine's lines stand for its counter's growth from its first line to its last, plus one."""
-    counters = [e.fields.get("cumulative_preemptions") for e in rows]
-    if not counters or not all(isinstance(c, int) and not isinstance(c, bool) for c in counters):
-        return [len(rows)] if rows else []
-    counts, first, last = [], counters[0], counters[0]
-    for c in counters[1:]:
-        if c <= last:  # type: ignore[operator]
-            counts.append(last - first + 1)  # type: ignore[operator]
-            first = c
-        last = c
-    return [*counts, last - first + 1]  # type: ignore[operator]
+    """The retractions or preemptions `rows` (one rank's, in line order) stand for, per engine. vLLM V0's lines carry
+    its counter (`total_num_cumulative_preemption=N`) and come at its 1st, 51st, 101st, ... preemption: a line
+    continues the engine whose last counter is below it by a multiple of V0_WARN_EVERY (lines the excerpt lost in
+    between) or by one (a vLLM that warned every time), the one with the largest such counter; any other starts an
+    engine (Ray workers of several engines share a prefix without a rank). An engine stands for its counter's
+    growth plus one; a line without a counter for one preemption of its own."""
+    engines: list[list[int]] = []  # [first, last] counter of each engine
+    alone = 0
+    for e in rows:
+        c = e.fields.get("cumulative_preemptions")
+        if not isinstance(c, int) or isinstance(c, bool):
+            alone += 1
+            continue
+        grown = [en for en in engines if en[1] < c and ((c - en[1]) % V0_WARN_EVERY == 0 or c - en[1] == 1)]
+        if grown:
+            max(grown, key=lambda en: en[1])[1] = c
+        else:
+            engines.append([c, c])
+    return [last - first + 1 for first, last in engines] + [1] * alone
 
 
 def _most_on_one_engine(rows: list[Event], rates: dict[str, tuple[int, float | None]]) -> int:
-    """The most retractions one engine printed: a rank's own count (TP ranks retract together: not their sum), and
-    within a rank, vLLM V0's engines told apart by their counters (`_engine_counts`)."""
+    """The most retractions one engine printed: a rank's own count (TP ranks retract together: not their sum;
+    vLLM V1's come from its stats lines), within a rank vLLM V0's engines told apart by their counters."""
     most = 0
     for rank, (count, _) in rates.items():
         mine = [e for e in rows if e.rank == rank]
-        most = max(most, max(_engine_counts(mine), default=count) if mine else count)
+        counted = any(isinstance(e.fields.get("cumulative_preemptions"), int) for e in mine)
+        most = max(most, max(_engine_counts(mine)) if counted else count)
     return most
 
 
@@ -145,23 +151,26 @@ def _swapped(ctx: Context) -> list[Finding]:
     stats = ctx.timeline.load()
     if not ctx.config.vllm or "swapped_req" not in stats or not len(stats):
         return []
-    swapped = stats.where(np.nan_to_num(stats["swapped_req"]) > 0)
-    if not len(swapped) or len(swapped) / len(stats) < SWAPPED_SHARE:
+    out = np.nan_to_num(stats["swapped_req"]) > 0
+    busy = stats.where(out | (np.nan_to_num(stats["running_req"]) > 0) if "running_req" in stats else out)
+    swapped = stats.where(out)
+    if not len(swapped) or len(swapped) / len(busy) < SWAPPED_SHARE:
         return []
-    current, quoted = memory_fraction(ctx.config)
+    more = more_kv_memory(ctx.config)
     most = int(np.nanmax(swapped["swapped_req"]))
     usage = float(np.nanmax(swapped["usage"])) if "usage" in swapped else float("nan")
     confidence = confidence_of(len(swapped), MIN_LINES)
     return [Finding(
         "retraction.swapped", "info" if confidence == "low" else "warning", "Requests swapped out of the KV cache",
-        f"In {len(swapped)} of {len(stats)} stats lines requests waited swapped out to CPU memory (up to {most}, "
+        f"In {len(swapped)} of {len(busy)} busy stats lines requests waited swapped out to CPU memory (up to {most}, "
         + (f"KV cache usage up to {usage:.0%}" if usage == usage else "KV cache usage not printed")
         + "): vLLM preempted them because the KV cache could not hold the running batch, and swaps them back in "
         f"later. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}), helps.",
-        evidence(swapped, len(stats), max_swapped=most, max_usage=round(usage, 3) if usage == usage else None),
-        Change("kv_memory", f"{min(0.95, (current or 0.9) + 0.05):.2f}"), quoted,
-        "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.", swapped.ranks,
-        (Change("running_cap", direction=-1),), confidence=confidence)]
+        evidence(swapped, len(busy), max_swapped=most, max_usage=round(usage, 3) if usage == usage else None),
+        more or Change("running_cap", direction=-1), memory_fraction(ctx.config)[1] if more else None,
+        "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM." if more else
+        "A smaller batch: lower throughput at peak.", swapped.ranks,
+        (Change("running_cap", direction=-1),) if more else (), confidence=confidence)]
 
 
 def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
@@ -195,19 +204,20 @@ def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
     severity = "critical" if rate is not None and rate > CRITICAL_PER_MIN else "warning"
     retracted = sum(_int(e.fields.get("retracted_reqs")) for e in rows if e.kind == "retract")
     facts = {"per_minute": round(rate, 2) if rate is not None else None, "retracted_requests": retracted or None,
-             "ranks": len(rates)}
+             "ranks": len(rates), word: count}  # NOTE: more than the lines where V0 warns once per 50
     title = ("Preemption storm" if ctx.config.vllm else "Retraction storm") if severity == "critical" \
         else ("Frequent preemptions" if ctx.config.vllm else "Frequent retractions")
     if ctx.config.vllm:
-        current, quoted = memory_fraction(ctx.config)
+        more = more_kv_memory(ctx.config)
         return [Finding(
             "retraction.frequent", severity, title,
             f"{how}. A preempted request loses its KV cache and is recomputed later: the KV cache is too small "
             f"for the running batch. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}"
             "), helps.",
-            evidence_events(rows, **facts), Change("kv_memory", f"{min(0.95, current + 0.05):.2f}"), quoted,
-            "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.",
-            tuple(sorted(rates)))], None
+            evidence_events(rows, **facts), more or Change("running_cap", direction=-1),
+            memory_fraction(ctx.config)[1] if more else None,
+            "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM." if more else
+            "A smaller batch: lower throughput at peak.", tuple(sorted(rates)))], None
     current = ctx.config.schedule_conservativeness
     suggested = round(max(1.3, current * 1.3), 1)
     return [Finding(

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.flags import memory_fraction
+from toolkit.diagnose.flags import memory_fraction, more_kv_memory
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context, pow2_at_least
 from toolkit.diagnose.series import Rows
@@ -142,9 +142,11 @@ def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, Change
         what = "preemption" if cfg.vllm else "retraction"
         sentence = f"A {what} at line {between[0].line} came just before it."
         if cfg.vllm:
-            mfs, quoted = memory_fraction(cfg)
-            return (sentence, Change("kv_memory", f"{min(0.95, (mfs or 0.9) + 0.05):.2f}"), quoted,
-                    "Less memory for activations and graphs.")
+            more = more_kv_memory(cfg)
+            if more is None:
+                return (sentence + " The memory fraction is as high as advised: fewer requests at once avoid it.",
+                        Change("running_cap", direction=-1), None, "A smaller batch: lower throughput at peak.")
+            return (sentence, more, memory_fraction(cfg)[1], "Less memory for activations and graphs.")
         current = cfg.schedule_conservativeness
         return (sentence + " Admitting less at once avoids running the pool out.",
                 Change("admission", f"{round(max(1.3, current * 1.3), 1):g}"), f"{current:g}",

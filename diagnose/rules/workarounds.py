@@ -114,5 +114,5 @@ def _graph_capture(config: ServerConfig, texts: Sequence[str]) -> Workaround | N
     return Workaround(
         Change("graphs_off", True), "graphs on",
         "Without CUDA graphs small decode batches run slower (every kernel launched from Python); turn them back "
-        f"on once the capture works (a fix, a smaller {flag(config, 'graph_max_bs')}).",
+        "on once the capture works" + ("." if config.vllm else f" (a fix, a smaller {flag(config, 'graph_max_bs')})."),
         None, f"The traceback runs through CUDA graph capture ({', '.join(frames)}).", {"frames": ", ".join(frames)})

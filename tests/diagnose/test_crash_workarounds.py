@@ -327,6 +327,49 @@ def test_requests_swapped_out_on_half_the_stats_lines_ask_for_more_kv_memory(swa
         assert f.evidence.facts["max_swapped"] == max(swapped)
 
 
+@pytest.mark.parametrize("lines,count", [
+    ((1001, 1, 1051), 52),  # engine A at 1,001 and 1,051, engine B at 1: 51 + 1
+    ((1, 1, 51, 51), 102),  # two engines warning at their 1st and 51st
+    ((1, None, 51), 52),  # a line cut before its counter counts one of its own
+])
+def test_v0_counters_of_interleaved_engines_count_each_engines_growth(lines: tuple[int | None, ...],
+                                                                      count: int) -> None:
+    from toolkit.diagnose.rules.retraction import per_rank_rates
+
+    log = VllmLog()
+    for n in lines:
+        text = PREEMPTED.format(n=n) if n is not None else PREEMPTED.format(n=0).split(" total_num")[0]
+        log.add(text, dt=20, level="WARNING", file="scheduler.py:1484")
+    d = analyze(lines=log.lines)
+    from toolkit.diagnose.rules.context import Context
+
+    assert sum(n for n, _ in per_rank_rates(Context(d.timeline)).values()) == count
+
+
+def test_v1_stats_preemptions_are_counted_beside_a_resumed_line() -> None:
+    """360 preemptions in V1's stats lines and one `Preempted request ... resumed` line: frequent, not the one line."""
+    log = VllmLog().start()
+    for _ in range(12):
+        log.add(lf.vllm_stats(running=64, waiting=10, usage=0.95, gen=900.0, preemptions=30), dt=10)
+    log.add(lf.vllm_resumed("cmpl-1"), dt=1, process="EngineCore_DP0", pid=9, file="scheduler.py:500")
+    assert "retraction.frequent" in {f.id for f in analyze(lines=log.lines).findings}
+
+
+def test_swapped_lines_are_a_share_of_the_busy_ones_and_more_memory_only_below_the_ceiling() -> None:
+    """30 idle lines then 20 with requests swapped out: 20 of 20 busy lines. At 0.98 already, fewer sequences."""
+    log = VllmLog()
+    idle = V0_STATS.replace("Running: 34", "Running: 0")
+    for _ in range(30):
+        log.add(idle.format(swapped=0), dt=5, file="metrics.py:341")
+    for _ in range(20):
+        log.add(V0_STATS.format(swapped=100), dt=5, file="metrics.py:341")
+    (f,) = [f for f in analyze(lines=log.lines).findings if f.id == "retraction.swapped"]
+    assert f.evidence.count == 20 and f.evidence.total == 20 and f.flag == "--gpu-memory-utilization"
+    args = "(APIServer pid=1) INFO 06-16 21:24:00 [utils.py:233] non-default args: {'gpu_memory_utilization': 0.98}"
+    (f,) = [f for f in analyze(lines=[args, *log.lines]).findings if f.id == "retraction.swapped"]
+    assert f.flag == "--max-num-seqs" and f.suggested.startswith("lower")
+
+
 def test_frequent_preemptions_are_said_once_not_again_as_swapped() -> None:
     log = VllmLog()
     for n in (1, 51):

@@ -85,9 +85,32 @@ def test_a_chunk_at_the_maximum_or_prompts_that_fit_get_nothing() -> None:
 
 
 def test_too_few_prefill_lines_cannot_be_judged() -> None:
-    d = analyze(lines=log_of(chunked_steps([1000] * 1, chunk=256), chunk=256, queue=0).lines)
-    assert "prefill_chunk.too_small" not in {f.id for f in d.findings}
+    d = analyze(lines=log_of(chunked_steps([4000] * 1, chunk=1024), chunk=1024, queue=0).lines)
+    assert not {"prefill_chunk.too_small", "prefill_chunk.tiny"} & {f.id for f in d.findings}
     assert ("prefill_chunk", "4 prefill lines (needs 5)") in d.unjudged
+
+
+def test_a_tiny_chunk_is_advised_instead_of_saying_the_load_could_not_be_judged() -> None:
+    d = analyze(lines=log_of(chunked_steps([1000] * 1, chunk=256), chunk=256, queue=0).lines)
+    assert "prefill_chunk.tiny" in {f.id for f in d.findings}
+    assert not [why for rule, why in d.unjudged if rule == "prefill_chunk"]
+
+
+@pytest.mark.parametrize("pool,max_prefill,suggested,companion", [(665690, 16384, "2048", None),
+                                                                  (1500, 16384, "1024", None),
+                                                                  (600, 16384, "512", None),
+                                                                  (300, 16384, None, None),
+                                                                  (665690, 1024, "2048", "2048")])
+def test_the_tiny_chunks_advice_fits_the_pool_and_raises_a_lower_prefill_budget(
+        pool: int, max_prefill: int, suggested: str | None, companion: str | None) -> None:
+    """A pool of 1,500 tokens holds no 2,048-token chunk (1,024 then), of 600 one of 512, of 300 none above the 256
+    it has (no advice); a `--max-prefill-tokens` below the advice comes along with it."""
+    log = Log(ERA).start(Startup(chunk=256, max_total=pool, max_prefill=max_prefill),
+                         **{**ARGS, "chunked_prefill_size": 256, "max_prefill_tokens": max_prefill})
+    found = [f for f in analyze(lines=log.lines).findings if f.id == "prefill_chunk.tiny"]
+    assert [f.change.value for f in found] == ([suggested] if suggested else [])
+    if found:
+        assert [c.value for c in found[0].change.companions] == ([companion] if companion else [])
 
 
 @pytest.mark.parametrize("chunk,fires", [(64, True), (511, True), (512, False)])

@@ -143,6 +143,16 @@ def test_a_capture_that_failed_leaves_nothing_to_call_unused(failure: str | None
     assert [f.id for f in d.findings if f.id.startswith("gpu_memory")] == ([found] if found else [])
 
 
+def test_an_error_after_the_server_ran_is_no_failed_capture() -> None:
+    """Capture began (its end cut from the log), the server decoded, then an unrelated traceback: the capture did
+    not fail, so 30 GB at its start still leaves at least 26 GB unused."""
+    lines = [line for line in base(Startup(available=29.19)).decode_series(20).lines
+             if "Capture cuda graph end" not in line and "max_total_num" not in line]
+    crash = ["Scheduler hit an exception: Traceback (most recent call last):", "ValueError: bad request"]
+    d = analyze(lines=lines + crash)
+    assert "gpu_memory.too_much" in {f.id for f in d.findings}
+
+
 def test_available_cpu_memory_is_not_judged() -> None:
     d = analyze(lines=base(Startup(available=40.0, device="cpu")).decode_series(5).lines)
     assert not [f for f in d.findings if f.id.startswith("gpu_memory")]
