@@ -192,7 +192,10 @@ def glued_records(line: str) -> list[str]:
     line. A record starts at a whole vLLM prefix after a space, past the prefix of the record before, with no quote
     in the text of the record before (a prompt may quote a log line). A line with an SGLang stamp is SGLang's: one
     record (`stamped_message_start` and `read_prefix` read it so)."""
-    first = _VLLM.search(line) if _VLLM_CLOCK.search(line) is not None else None
+    clock = _VLLM_CLOCK.search(line)
+    if clock is None or _VLLM_CLOCK.search(line, clock.end()) is None:
+        return [line]  # NOTE: a quick test: every vLLM prefix holds a clock, so two records hold two
+    first = _VLLM.search(line)
     if first is None or _closest_stamp(line) is not None:
         return [line]
     starts, at = [0], first.end()
