@@ -212,7 +212,8 @@ def _readable_batch(kind: str, text: str) -> bool:
     """A batch line prints its counts: `#running-req`; a prefill line, `#queue-req` and its own counts instead (a
     PD prefill server prints `#unbootstrapped-req` / `#bootstrap-req` and no running count, docs/log-formats.md
     §3; a line clipped at a fixed width may lose it, sglang#25960)."""
-    counted = "running" in text or (kind == "prefill" and QUEUE in text and ("bootstrap" in text or "new-token" in text))
+    own = "bootstrap" in text or "new-token" in text
+    counted = "running" in text or (kind == "prefill" and QUEUE in text and own)
     return counted and ": " in text
 
 

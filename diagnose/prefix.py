@@ -35,9 +35,8 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
-                                                SGLANG_STAMP_CUT, SYSLOG_STAMP, TIME, VLLM_STAMP,
-                                                VLLM_DEFAULT_YEAR, VLLM_LEVELS, VLLM_MONTH_DAY, VLLM_PREFIX, VLLM_PROCESS,
-                                                YEAR,
+                                                SGLANG_STAMP_CUT, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR, VLLM_LEVELS,
+                                                VLLM_MONTH_DAY, VLLM_PREFIX, VLLM_PROCESS, VLLM_STAMP, YEAR,
                                                 days_since_epoch, gpu_rank, is_date, month_number, process_rank,
                                                 rank_name, time_of_day, tp_rank)
 

@@ -114,9 +114,10 @@ STARTS: dict[str, str] = {
     "leak": r"(?:KV cache pool leak|[\w.]{0,80}(?:pool|allocator)\w{0,40} memory leak) detected"
             r"|Warning: available_size=",
     "watchdog": r"(?:\w{1,40} )?[Ww]atchdog timeout",
+    # NOTE: V0's `Error executing method ...` comes right before the traceback of the method a worker ran
     "exception": r"\w{1,40} hit an exception|Traceback \(most recent call last\)|EngineCore (?:encountered a fatal "
-                 r"error|failed to start)|Engine core initialization failed|Error executing method \w{1,80}\. This might "
-                 r"cause deadlock",  # NOTE: V0's worker, right before the traceback of the method it ran
+                 r"error|failed to start)|Engine core initialization failed"
+                 r"|Error executing method \w{1,80}\. This might cause deadlock",
     "sigquit": r"Received sigquit",
     # load shedding and clients giving up (§6.4): `toolkit serve`'s lines, SGLang's disconnect wording
     "shed": r"Shed \d+ requests? (?:in the last \d+ s )?\(503",

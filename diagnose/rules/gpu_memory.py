@@ -89,7 +89,8 @@ def _vllm_graph_room(ctx: Context) -> list[Finding]:
     e = profiles[-1]
     if any(g.source == e.source and g.line > e.line for g in ctx.timeline.kind("graph_captured")):
         return []  # NOTE: the log shows the capture done: it fitted
-    total, util = float(e.fields["total_gpu_memory_gb"]), float(e.fields["gpu_memory_utilization"])  # type: ignore[arg-type]
+    total = float(e.fields["total_gpu_memory_gb"])  # type: ignore[arg-type]
+    util = float(e.fields["gpu_memory_utilization"])  # type: ignore[arg-type]
     outside = total * (1 - util)
     if outside >= GRAPH_ROOM_GB:
         return []

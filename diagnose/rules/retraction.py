@@ -15,8 +15,8 @@ Below the trigger, retractions are occasional and fine: a note, no finding. V0 w
 preemption: its lines count by their counter (`_engine_counts`).
 
 `retraction.swapped` (vLLM V0), where `retraction.frequent` has nothing to say: at least SWAPPED_SHARE of the busy
-stats lines (requests running or swapped out) show requests swapped out to CPU memory (`Swapped: N reqs` > 0): more KV memory (or fewer sequences), at the
-confidence of those lines.
+stats lines (requests running or swapped out) show requests swapped out to CPU memory (`Swapped: N reqs` > 0):
+more KV memory (or fewer sequences), at the confidence of those lines.
 """
 from __future__ import annotations
 
@@ -194,7 +194,8 @@ def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
         rate = timed[rank]
         groups = group_rates(ctx)
         where = f" on {rank}" if rank else ""
-        how = f"{count} {word} on {len(rates)} rank{'s' if len(rates) != 1 else ''}, up to {rate:.1f} per busy minute{where}"
+        ranks = f"{len(rates)} rank{'s' if len(rates) != 1 else ''}"
+        how = f"{count} {word} on {ranks}, up to {rate:.1f} per busy minute{where}"
         if len(rates) > 1 and groups:
             g, (events, g_rate) = max(groups.items(), key=lambda kv: kv[1][1])
             how += f" ({events} distinct seconds with one in {g}: {g_rate:.1f} per minute for the group)"
