@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
                                                 SGLANG_STAMP_CUT, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR, VLLM_LEVELS,
-                                                VLLM_MONTH_DAY, VLLM_PREFIX, VLLM_PROCESS, VLLM_STAMP, YEAR,
+                                                VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS, VLLM_STAMP, YEAR,
                                                 days_since_epoch, gpu_rank, is_date, month_number, process_rank,
                                                 rank_name, time_of_day, tp_rank)
 
@@ -168,7 +168,7 @@ def _vllm(line: str) -> Prefix | None:
     m = _VLLM.search(line) if _VLLM_CLOCK.search(line) is not None else None
     if m is None or not _unquoted(line[: m.start()]):
         return None
-    clock = _clock(None, *m.group(*VLLM_MONTH_DAY), m.group(4), m.group(5), m.group(6), m.group(7), VLLM_DEFAULT_YEAR)
+    clock = _clock(None, *m.group(*VLLM_CLOCK_GROUPS), VLLM_DEFAULT_YEAR)
     time, period = clock if clock is not None else (None, None)
     return Prefix(time, process_rank(m.group(1) or ""), m.end(), period, vllm=True)
 

@@ -25,7 +25,8 @@ VLLM_PROCESS = r"\(([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,6
 VLLM_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 VLLM_STAMP = r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?"  # after the level
 VLLM_PREFIX = r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS + r" " + VLLM_STAMP
-VLLM_MONTH_DAY = (2, 3)  # the groups of VLLM_PREFIX's month and day (after its process's)
+VLLM_CLOCK_GROUPS = (2, 3, 4, 5, 6, 7)  # VLLM_PREFIX's month, day, hour, minute, second, fraction (after its process)
+VLLM_MONTH_DAY = VLLM_CLOCK_GROUPS[:2]
 # NOTE: the first `[` that opens a whole SGLang stamp, only unquoted text before it (what `prefix._FIRST_SGLANG`
 # matches, the lazy form), written so that a regex engine skips the text before it without trying a stamp at
 # every character; its year, month and day groups

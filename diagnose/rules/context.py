@@ -3,11 +3,13 @@ rule says it could not judge (the verdict lists those, so "OK" is said only when
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
 from toolkit.diagnose.bench_input import BenchInput
 from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.messages import BATCH_KINDS
 from toolkit.diagnose.metrics_input import Metrics
 from toolkit.diagnose.series import Rows
@@ -89,3 +91,15 @@ def first_load_after(ctx: Context, line: int, source: int) -> int | None:
             if len(later):
                 first = int(later.min()) if first is None else min(first, int(later.min()))
     return first
+
+
+def capturing_at(ctx: Context, e: Event) -> bool:
+    """Whether CUDA graphs were being captured when `e` was printed: the last capture line of its source before it
+    is a `Capture cuda graph begin` (its end not printed), and the server ran no batch since."""
+    marks = [x for kind in ("graph_begin", "graph_end") for x in ctx.timeline.kind(kind)
+             if x.source == e.source and x.line < e.line]
+    last = max(marks, key=attrgetter("line")) if marks else None
+    if last is None or last.kind != "graph_begin":
+        return False
+    ran = first_load_after(ctx, last.line, e.source)
+    return ran is None or ran > e.line

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding, evidence_events
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import Context, first_load_after
+from toolkit.diagnose.rules.context import Context, capturing_at
 
 LOW_GB = 5.0
 GOOD_GB = 8.0
@@ -121,15 +121,9 @@ def _left(after_graphs: float | None, before_graphs: float | None, failed: bool)
 
 
 def _capture_failed(ctx: Context) -> bool:
-    """An error after the last `Capture cuda graph begin` and before the server ran: the capture failed (a crash
-    rule says why)."""
-    began = ctx.timeline.kind("graph_begin")
-    if not began:
-        return False
-    last = began[-1]
-    ran = first_load_after(ctx, last.line, last.source)
-    return any(e.source == last.source and last.line < e.line < (ran or e.line + 1)
-               for kind in ("graph_failed", "oom", "exception") for e in ctx.timeline.kind(kind))
+    """An error while CUDA graphs were being captured (`capturing_at`): the capture failed (a crash rule says why)."""
+    errors = (e for kind in ("graph_failed", "oom", "exception") for e in ctx.timeline.kind(kind))
+    return any(capturing_at(ctx, e) for e in errors)
 
 
 def _startup_lines(ctx: Context) -> tuple[int, ...]:

@@ -34,7 +34,7 @@ from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.messages import error_line
-from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, first_load_after
+from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 
 PREFILL_TARGET = 4096
@@ -60,7 +60,7 @@ def check(ctx: Context) -> list[Finding]:
     if "decode" in by_phase:
         out.append(_decode(ctx, by_phase.pop("decode")))
     other = [e for rows in by_phase.values() for e in rows]
-    capture = [e for e in other if _CAPTURE.search(_around(ctx, e)) or _capturing(ctx, e)]
+    capture = [e for e in other if _CAPTURE.search(_around(ctx, e)) or capturing_at(ctx, e)]
     if capture:
         out.append(_capture(ctx, capture))
     loading = [e for e in other if e not in capture and _LOADING.search(_around(ctx, e, after=True))]
@@ -149,17 +149,6 @@ def _loading(ctx: Context, rows: list[Event]) -> Finding:
         Change("tp", direction=1), str(cfg.tp_size) if cfg.parallelism_source != "default" else None,
         "More GPUs per replica: fewer replicas on the same machines; a quantized model can cost accuracy.",
         tuple(sorted({e.rank for e in rows if e.rank})), (Change("quantization"),))
-
-
-def _capturing(ctx: Context, e: Event) -> bool:
-    """SGLang began capturing graphs before the OOM, did not say it finished, and served no batch since."""
-    marks = [x for kind in ("graph_begin", "graph_end") for x in ctx.timeline.kind(kind)
-             if x.source == e.source and x.line < e.line]
-    last = max(marks, key=lambda x: x.line) if marks else None
-    if last is None or last.kind != "graph_begin":
-        return False
-    served = (ctx.timeline.series(kind)["line"] for kind in ("decode", "prefill"))
-    return not any(((lines > last.line) & (lines < e.line)).any() for lines in served)
 
 
 def _startup(ctx: Context, rows: list[Event]) -> Finding:
