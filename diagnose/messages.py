@@ -20,10 +20,11 @@ _ERROR_LINE = re.compile(r"^\s*[\w.]{0,80}(?:Error|Exception|Warning): (.*)$", r
 # what an error line can name: the cause of the exception it ends (each has a rule of its own)
 _ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory", "graph_failed"})
 # An error line on its own (no traceback open): `ValueError: ...`, in backticks, or a repr `Error('...`.
-_ERROR_START = re.compile(r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])")
+ERROR_START = r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])"
+_ERROR_START = re.compile(ERROR_START)
 # NOTE: a lookahead that fails at a message `line_kind` may read as an event: one `kind_of` reads, or any error
 # line (`line_kind` reads only some as events: it errs toward "maybe an event")
-NO_EVENT = "(?!" + "|".join(f"(?:{pattern})" for pattern in STARTS.values()) + ")(?!" + _ERROR_START.pattern + ")"
+NO_EVENT = "(?!" + "|".join(f"(?:{pattern})" for pattern in STARTS.values()) + ")(?!" + ERROR_START + ")"
 
 
 def kind_of(line: str, start: int = 0) -> str | None:

@@ -1,16 +1,26 @@
 """Plain lines told from their bytes: the range workers' quick answer to `lines.is_plain` for the commonest plain
 lines (a printable ASCII line behind an SGLang stamp or a vLLM prefix whose message is no event), without decoding
-them. It answers True only where `is_plain` of the decoded line does (tests/diagnose/test_log_format_differential.py
-checks it on every sample, real and benchmark line and on lines changed at random); False means "ask `is_plain`".
+them. Both readers answer True only where `is_plain` of the decoded line does (tests/diagnose/
+test_log_format_differential.py checks them on every sample, real and benchmark line and on lines changed at random);
+False means "ask `is_plain`".
+
+- `surely_plain(raw)`: one line's bytes, its prefix read by the per-line grammar;
+- `stamped_plain(...)`: a chunk's slow lines whose stamp the scanner has read (`scan.StampedLines`), the same
+  answer as `surely_plain` with the stamp's part done in word operations: only the message start is matched.
 """
 from __future__ import annotations
 
 import functools
 import re
+from itertools import repeat
 
-from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, VLLM_DEFAULT_YEAR,
-                                                VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
-from toolkit.diagnose.messages import NO_EVENT
+import numpy as np
+
+from toolkit.diagnose.fastpath.scan import StampedLines
+from toolkit.diagnose.log_format.messages import STARTS
+from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
+                                                VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
+from toolkit.diagnose.messages import ERROR_START, NO_EVENT
 
 # NOTE: `is_plain` of a printable ASCII line (tabs too), matched on its bytes: on ASCII text a bytes pattern and a
 # str pattern match alike (`\s`, `\w`, `\d`, case folding), and decoding it removes nothing (no CR, no escape
@@ -22,6 +32,9 @@ _PLAIN_VLLM = re.compile(("(?!" + FIRST_STAMP + ")(?>" + VLLM_PREFIX + ")" + NO_
                           + ")").encode("ascii"))
 _VLLM_DATE = tuple(re.compile(FIRST_STAMP).groups + g for g in VLLM_MONTH_DAY)
 _NOT_PRINTABLE = bytes(sorted(set(range(256)) - {ord("\t")} - set(range(0x20, 0x7F))))
+_NOT_PRINTABLE_NOR_NEWLINE = _NOT_PRINTABLE.replace(b"\n", b"")
+_UNPRINTABLE = np.zeros(256, bool)  # by byte value: `_NOT_PRINTABLE_NOR_NEWLINE`
+_UNPRINTABLE[list(_NOT_PRINTABLE_NOR_NEWLINE)] = True
 
 
 def surely_plain(raw: bytes | bytearray) -> bool:
@@ -41,3 +54,38 @@ def surely_plain(raw: bytes | bytearray) -> bool:
 def _is_calendar_date(year: bytes | int | None, month: bytes | None, day: bytes | None) -> bool:
     """A stamp without a date is a time of day (`stamped_message_start` takes it)."""
     return month is None or bool(is_date(int(year or 0), int(month), int(day or 0)))
+
+
+def stamped_plain(data: bytearray, starts: np.ndarray, ends: np.ndarray, stamped: StampedLines) -> np.ndarray:
+    """Per line of `stamped` (the chunk's lines are `data[starts[i]:ends[i]]`): `surely_plain` of its bytes. A
+    line behind a whole dated SGLang stamp, before any other `[` (the scanner's outer prefixes hold none that opens
+    a stamp, and no quote), is `FIRST_STAMP` up to its message; it is plain where it is printable ASCII and no
+    piece of `_not_plain_at` matches at its message's start."""
+    plain = stamped.dated.copy()
+    rows = np.flatnonzero(plain)
+    begin, end = starts[stamped.index[rows]], ends[stamped.index[rows]]
+    view = memoryview(data)
+    joined = b"\n".join([view[a:b] for a, b in zip(begin.tolist(), end.tolist())])
+    if len(joined.translate(None, _NOT_PRINTABLE_NOR_NEWLINE)) != len(joined):
+        plain[rows[_unprintable(joined, end - begin)]] = False
+    rows = np.flatnonzero(plain)
+    found = map(_NOT_PLAIN_AT.match, repeat(data), stamped.message[rows].tolist(), ends[stamped.index[rows]].tolist())
+    plain[rows] = np.fromiter((m is None for m in found), bool, len(rows))
+    return plain
+
+
+def _unprintable(joined: bytes, lengths: np.ndarray) -> np.ndarray:
+    """Which of the lines joined (by newlines, `lengths` bytes each) hold a byte that is not printable ASCII."""
+    bad = np.flatnonzero(_UNPRINTABLE[np.frombuffer(joined, np.uint8)])
+    begins = np.concatenate(([0], np.cumsum(lengths[:-1] + 1)))
+    found = np.zeros(len(lengths), bool)
+    found[np.searchsorted(begins, bad, side="right") - 1] = True
+    return found
+
+
+# NOTE: what, at a message's start, makes its line other than plain: a prefix that may follow the stamp
+# (`NOTHING_MORE` fails there) or an event's or an error's start (`NO_EVENT` fails); each lookahead fails where one
+# of its pieces matches. One pattern: narrowing it by the message's first byte (as `kind_of` does) saves less per
+# line than a worker spends compiling each narrowed pattern.
+_NOT_PLAIN_AT = re.compile("|".join(f"(?:{piece})" for piece in (*PREFIXES_AFTER_STAMP, *STARTS.values(), ERROR_START))
+                           .encode("ascii"))

@@ -21,8 +21,8 @@ import numpy as np
 
 from toolkit.diagnose.fastpath.fields import read_pieces
 from toolkit.diagnose.fastpath.outer import BEFORE_ACCESS, outer_lengths
-from toolkit.diagnose.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather, is_literal,
-                                             parse_digits, two_digits, window, word_at)
+from toolkit.diagnose.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather,
+                                             is_literal, parse_digits, two_digits, window, word_at)
 from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, PREFILL_LABEL
 from toolkit.diagnose.log_format.messages import ACCESS_DASH, SGLANG_BATCH_KINDS, UVICORN_ACCESS
 from toolkit.diagnose.log_format.prefix import (DAY, RANK_TAGS, SGLANG_STAMP_LAYOUT, days_since_epoch, is_date,
@@ -97,15 +97,27 @@ class AccessLines:
 
 
 @dataclass(slots=True)
+class StampedLines:
+    """Slow lines that start (after an outer prefix) with a whole dated SGLang stamp, `[date time( TAGn)*] `, in
+    line order: index in the chunk, offset in the chunk of the message after the stamp, and whether the date is a
+    calendar date. The per-line parser's `FIRST_STAMP` ends where each message starts (`plain.stamped_plain`)."""
+
+    index: np.ndarray
+    message: np.ndarray
+    dated: np.ndarray
+
+
+@dataclass(slots=True)
 class ScannedChunk:
-    """A chunk's `lines` line bounds, which are `slow`, its hot batch lines, and its hot access lines (only
-    counted by the analysis; `--export` reads their fields)."""
+    """A chunk's `lines` line bounds, which are `slow`, its hot batch lines, its hot access lines (only
+    counted by the analysis; `--export` reads their fields), and the slow lines behind a whole SGLang stamp."""
 
     starts: np.ndarray
     ends: np.ndarray
     slow: np.ndarray
     batch: BatchLines
     access_lines: AccessLines
+    stamped: StampedLines
 
     @property
     def access(self) -> int:
@@ -137,6 +149,8 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
         stamped = np.flatnonzero(stamped)
         rows, at, head = rows[stamped], at[stamped], head[:, stamped]
     layout = _layouts(words, head, at)
+    whole = np.flatnonzero(layout.message >= 0)
+    whole_rows, whole_message, whole_head = rows[whole], at[whole] + layout.message[whole], head[:2, whole]
     kind, close, rank = layout.kind, layout.close, layout.rank
     if not layout.hot.all():
         hot = np.flatnonzero(layout.hot)
@@ -155,7 +169,24 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     if len(timeless):
         slow[timeless] = False
         access_lines = _with_timeless(access_lines, timeless, client, layout.ranks)
-    return ScannedChunk(starts, ends, slow, lines, access_lines)
+    return ScannedChunk(starts, ends, slow, lines, access_lines, _stamped(whole_rows, whole_message, whole_head, slow))
+
+
+def _stamped(rows: np.ndarray, message: np.ndarray, head: np.ndarray, slow: np.ndarray) -> StampedLines:
+    """The slow ones of the lines behind a whole stamp, with their message offsets and whether their date is a
+    calendar date (worked out per distinct date)."""
+    keep = np.flatnonzero(slow[rows])
+    rows, message, w0, w1 = rows[keep], message[keep], head[0][keep], head[1][keep]
+    if len(rows) == 0:
+        return StampedLines(rows, message, np.zeros(0, bool))
+    date = [w0, w1 & _DATE]
+    codes, first = _distinct(date)
+    _, good = _midnight(w0[first], w1[first])
+    dated = good[codes] & (w0 == w0[first][codes]) & (date[1] == date[1][first][codes])
+    other = np.flatnonzero(~dated)
+    if len(other):
+        dated[other] = _midnight(w0[other], w1[other])[1]
+    return StampedLines(rows, message, dated)
 
 
 # -- layouts: a chunk's lines share a few (stamp form, rank tag, label) ---------------------------------
@@ -163,13 +194,15 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
 @dataclass(slots=True)
 class Layout:
     """Per line: hot (a batch or access line with a rank tag), kind, offset of its `]`, rank (index into
-    `ranks`)."""
+    `ranks`), offset of its message where the stamp up to that `]` is a whole SGLang stamp (rank tags, at most
+    MAX_TAG bytes of them), else -1."""
 
     hot: np.ndarray
     kind: np.ndarray
     close: np.ndarray
     rank: np.ndarray
     ranks: list[str]
+    message: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +216,7 @@ class _Template:
     kind: int
     close: int
     rank: str
+    message: int
 
     def matches(self, head: np.ndarray) -> np.ndarray:
         """Which lines match, from their head words 2 on (the stamp's fixed bytes before byte 20 are checked
@@ -215,8 +249,10 @@ def _layouts(words: Words, head: np.ndarray, at: np.ndarray) -> Layout:
         first = int(code.argmin())
     left = np.flatnonzero(code == 0) if matched < n else np.zeros(0, np.int64)
     ranks = list(dict.fromkeys(t.rank for t in templates))
-    table = np.array([(0, 0, 0, 0)] + [(t.hot, t.kind, t.close, ranks.index(t.rank)) for t in templates], np.int64)
-    layout = Layout(table[:, 0].astype(bool)[code], table[:, 1][code], table[:, 2][code], table[:, 3][code], ranks)
+    table = np.array([(0, 0, 0, 0, -1)] + [(t.hot, t.kind, t.close, ranks.index(t.rank), t.message)
+                                            for t in templates], np.int64)
+    layout = Layout(table[:, 0].astype(bool)[code], table[:, 1][code], table[:, 2][code], table[:, 3][code], ranks,
+                    table[:, 4][code])
     if len(left):
         rest = _classify(words, head[:, left], at[left])
         for name in rest.ranks:
@@ -224,7 +260,7 @@ def _layouts(words: Words, head: np.ndarray, at: np.ndarray) -> Layout:
                 ranks.append(name)
         codes = np.array([ranks.index(name) for name in rest.ranks] or [0], np.int64)
         layout.hot[left], layout.kind[left], layout.close[left] = rest.hot, rest.kind, rest.close
-        layout.rank[left] = codes[rest.rank]
+        layout.rank[left], layout.message[left] = codes[rest.rank], rest.message
     return layout
 
 
@@ -242,7 +278,7 @@ def _template(words: Words, head: np.ndarray, at: np.int64) -> _Template:
     if template is None:
         one = _classify(words, head[:, None], np.array([at]))
         template = _Template(_as_words(region), _as_words(mask), bool(one.hot[0]), int(one.kind[0]),
-                             int(one.close[0]), one.ranks[one.rank[0]] if one.ranks else "")
+                             int(one.close[0]), one.ranks[one.rank[0]] if one.ranks else "", int(one.message[0]))
         if len(_TEMPLATES) < 4096:
             _TEMPLATES[key] = template
     return template
@@ -257,9 +293,19 @@ def _classify(words: Words, head: np.ndarray, at: np.ndarray) -> Layout:
     _, tag = _stamp_layout(head)
     close = _close_bracket(head)
     kind = _labels(gather(words, at + np.minimum(close, HEAD), LABEL))
-    hot = (close - tag <= MAX_TAG) & (kind >= 0)
+    fits = close - tag <= MAX_TAG
+    hot = fits & (kind >= 0)
     rank, ranks, named = _ranks(words, head, at, tag, np.where(hot, close, tag))
-    return Layout(hot & named, kind.astype(np.int64), close, rank, ranks)
+    return Layout(hot & named, kind.astype(np.int64), close, rank, ranks, _message(words, head, at, tag, close, fits))
+
+
+def _message(words: Words, head: np.ndarray, at: np.ndarray, tag: np.ndarray, close: np.ndarray,
+             fits: np.ndarray) -> np.ndarray:
+    """Offset of each line's message where its stamp up to `close` is a whole SGLang stamp (`\\] ?` after rank
+    tags that fit), else -1."""
+    _, _, tags = _ranks(words, head, at, tag, np.where(fits, close, tag))
+    after = words.bytes[at + np.minimum(close, HEAD) + 1]
+    return np.where(fits & tags, close + 1 + (after == ord(" ")), -1)
 
 
 _SCRATCH = threading.local()

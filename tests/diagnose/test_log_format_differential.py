@@ -9,6 +9,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from toolkit.diagnose.fastpath.scan import scan_chunk
@@ -249,14 +250,10 @@ def _mutations(lines: list[bytes], count: int, seed: int) -> list[bytes]:
     return out
 
 
-def test_a_line_told_plain_from_its_bytes_is_plain_once_decoded(tmp_path) -> None:
-    """`surely_plain` (the workers' read of a slow line's bytes) says True only where `is_plain` of the decoded
-    line does: on every sample and real line, the benchmark's realistic log, stamp-like cases, and 60,000 of those
-    lines changed at random (seeded); and it says True for most plain lines (else it saves nothing)."""
+def _plain_cases(tmp_path) -> tuple[list[bytes], list[bytes]]:
+    """(every sample and real line, the benchmark's realistic log, stamp-like cases; 60,000 of those lines changed
+    at random, seeded)."""
     from benchmarks.diagnose_parse import write_log
-    from toolkit.diagnose.fastpath.plain import surely_plain
-    from toolkit.diagnose.lines import is_plain
-    from toolkit.diagnose.source import decode_line
 
     path = tmp_path / "realistic.log"
     write_log(str(path), 12000, mix="realistic")
@@ -265,9 +262,25 @@ def test_a_line_told_plain_from_its_bytes_is_plain_once_decoded(tmp_path) -> Non
     lines += [line for log in REAL_LOGS for line in log.read_bytes().split(b"\n")]
     lines += [b"[2025-02-30 04:06:27] x", b"[2025-13-01 04:06:27] x", b"[0000-01-01 04:06:27] x", b"[12:34:56] x",
               b"(APIServer pid=1) INFO 02-31 04:06:27 [a.py:1] x", b"\"quoted\" [2025-11-11 04:06:27] x",
-              b"[2025-11-11 04:06:27 TP0]\r x", b"[2025-11-11 04:06:27] \x1b[31mx", b"[2025-11-11 04:06:27] caf\xc3\xa9",
-              (STAMP + STAMP + "x").encode(), (STAMP + "[gpu=1] x").encode(), b"INFO 03-10 08:07:20 [a.py:1] [12:00:00] x"]
-    mutated = _mutations(lines, 60_000, seed=0)
+              b"[2025-11-11 04:06:27 TP0]\r x", b"[2025-11-11 04:06:27] \x1b[31mx",
+              b"[2025-11-11 04:06:27] caf\xc3\xa9", (STAMP + STAMP + "x").encode(), (STAMP + "[gpu=1] x").encode(),
+              b"INFO 03-10 08:07:20 [a.py:1] [12:00:00] x",
+              b"[2025-11-11 04:06:27.250 TP0 ] x" + b"y" * 40, b"[2025-11-11 04:06:27.250123 TP0] " + b"y" * 40,
+              b"[2025-11-11 04:06:27Z TP0] " + b"y" * 40, b"[2025-11-11 04:06:27 " + b"TP0 " * 8 + b"] " + b"y" * 40,
+              b"sglang-1  | [2025-11-11 04:06:27 TP0]  ValueError: x" + b"y" * 40,
+              b"Nov 11 04:06:27 node python[42]: [2025-11-11 04:06:27 TP0] Traceback (most recent call last):"]
+    return lines, _mutations(lines, 60_000, seed=0)
+
+
+def test_a_line_told_plain_from_its_bytes_is_plain_once_decoded(tmp_path) -> None:
+    """`surely_plain` (the workers' read of a slow line's bytes) says True only where `is_plain` of the decoded
+    line does: on every sample and real line, the benchmark's realistic log, stamp-like cases, and 60,000 of those
+    lines changed at random (seeded); and it says True for most plain lines (else it saves nothing)."""
+    from toolkit.diagnose.fastpath.plain import surely_plain
+    from toolkit.diagnose.lines import is_plain
+    from toolkit.diagnose.source import decode_line
+
+    lines, mutated = _plain_cases(tmp_path)
     for line in lines + mutated:
         if surely_plain(line):
             assert is_plain(decode_line(line)), line
@@ -275,3 +288,34 @@ def test_a_line_told_plain_from_its_bytes_is_plain_once_decoded(tmp_path) -> Non
     told = sum(surely_plain(line) for line in lines)
     assert told > 0.9 * plain, (told, plain)
     assert sum(map(surely_plain, mutated)) > 5_000, "the changed lines include plain ones"
+
+
+def test_a_chunk_tells_its_stamped_lines_plain_as_surely_plain_does(tmp_path) -> None:
+    """The workers' classification of a chunk's slow lines: `stamped_plain` (the lines behind a stamp the scanner
+    read, told in word operations and one match at the message) says what `surely_plain` says of each of them, and
+    `ahead._plain` is `is_plain` of every slow line; on the cases above, in chunks of 3,000 lines, the lines in
+    order and shuffled (seeded)."""
+    from toolkit.diagnose.fastpath.ahead import _LineTexts, _plain
+    from toolkit.diagnose.fastpath.plain import stamped_plain, surely_plain
+    from toolkit.diagnose.lines import is_plain
+    from toolkit.diagnose.source import decode_line
+
+    lines, mutated = _plain_cases(tmp_path)
+    shuffled = lines + mutated
+    random.Random(1).shuffle(shuffled)
+    stamped = plain = 0
+    for every in (lines, mutated, shuffled):
+        for at in range(0, len(every), 3000):
+            part = every[at: at + 3000]
+            data = b"\n".join(part)
+            buf = bytearray(data + bytes(PAD))
+            scanned = scan_chunk(buf, len(data))
+            assert scanned.lines == len(part)
+            told = stamped_plain(buf, scanned.starts, scanned.ends, scanned.stamped)
+            assert told.tolist() == [surely_plain(part[i]) for i in scanned.stamped.index.tolist()]
+            stamped, plain = stamped + len(told), plain + int(told.sum())
+            found = _plain(buf, scanned, scanned.slow, _LineTexts(buf, scanned.starts, scanned.ends))
+            slow = np.flatnonzero(scanned.slow).tolist()
+            assert found[slow].tolist() == [is_plain(decode_line(part[i])) for i in slow]
+            assert not found[~scanned.slow].any()
+    assert stamped > 20_000 and plain > 10_000, (stamped, plain)
