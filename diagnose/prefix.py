@@ -35,9 +35,9 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
-                                                SGLANG_STAMP_CUT, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR, VLLM_LEVELS,
-                                                VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS, VLLM_STAMP, YEAR,
-                                                days_since_epoch, gpu_rank, is_date, month_number, process_rank,
+                                                SGLANG_STAMP_CUT, STERN, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR,
+                                                VLLM_LEVELS, VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS, VLLM_STAMP,
+                                                YEAR, days_since_epoch, gpu_rank, is_date, month_number, process_rank,
                                                 rank_name, time_of_day, tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
@@ -49,6 +49,7 @@ _STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's 
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
+_VLLM_PROCESS_FIRST = re.compile(STERN + "?" + VLLM_PROCESS)  # at the line's start: after stern's names, if any
 _PYLOG = re.compile(PYTHON_LOGGING)
 _PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})? - | \| )")  # NOTE: every Python logging prefix holds it: a quick test
 _START = re.compile(LINE_START)
@@ -243,7 +244,7 @@ def read_prefix(line: str) -> Prefix:
     fork = _PID_FILE.match(line)
     if fork is not None:
         return _on_clock(_clock(*fork.groups()[:7]), rank_name(fork.group(8)), fork.end())
-    process = _VLLM_PROCESS.match(line)
+    process = _VLLM_PROCESS_FIRST.match(line)
     at = process.end() if process else 0
     m = _START.match(line, at)
     if m is None:

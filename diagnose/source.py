@@ -24,6 +24,10 @@ MAX_LINE = 1 << 20
 PAD = 128
 # NOTE: no sequence spans a newline, so a chunk's lines and each line decoded alone read the same
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
+# NOTE: colour codes whose ESC a paste dropped (`[2m2025-05-13T13:47:38.880Z[0m [32m INFO[0m`): read as colour
+# codes on a line that holds the reset code `[0m` (the fast path leaves such lines to this reader)
+PASTED_RESET = "[0m"
+_PASTED_COLOURS = re.compile(r"\[[0-9;]{1,12}m")
 
 
 class LogError(OSError):
@@ -149,4 +153,11 @@ def decode_line(data: bytes | bytearray | memoryview) -> str:
         text = text.replace("\r", "")
     if "\x1b" in text:
         text = _ANSI.sub("", text)
+    if PASTED_RESET in text:
+        text = "\n".join(_without_pasted_colours(line) for line in text.split("\n"))
     return text
+
+
+def _without_pasted_colours(line: str) -> str:
+    """A line's colour codes whose ESC a paste dropped, removed where the line holds the reset code."""
+    return _PASTED_COLOURS.sub("", line) if PASTED_RESET in line else line

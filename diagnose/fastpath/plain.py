@@ -21,6 +21,7 @@ from toolkit.diagnose.log_format.messages import STARTS
 from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
                                                 VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
 from toolkit.diagnose.messages import ERROR_START, NO_EVENT
+from toolkit.diagnose.source import PASTED_RESET
 
 # NOTE: `is_plain` of a printable ASCII line (tabs too), matched on its bytes: on ASCII text a bytes pattern and a
 # str pattern match alike (`\s`, `\w`, `\d`, case folding), and decoding it removes nothing (no CR, no escape
@@ -32,6 +33,7 @@ _PLAIN_VLLM = re.compile(("(?!" + FIRST_STAMP + ")(?>" + VLLM_PREFIX + ")" + NO_
                           + ")").encode("ascii"))
 _VLLM_DATE = tuple(re.compile(FIRST_STAMP).groups + g for g in VLLM_MONTH_DAY)
 _NOT_PRINTABLE = bytes(sorted(set(range(256)) - {ord("\t")} - set(range(0x20, 0x7F))))
+_PASTED_RESET = PASTED_RESET.encode()  # decoding removes the colour codes of a line that holds it
 _NOT_PRINTABLE_NOR_NEWLINE = _NOT_PRINTABLE.replace(b"\n", b"")
 _UNPRINTABLE = np.zeros(256, bool)  # by byte value: `_NOT_PRINTABLE_NOR_NEWLINE`
 _UNPRINTABLE[list(_NOT_PRINTABLE_NOR_NEWLINE)] = True
@@ -41,7 +43,7 @@ def surely_plain(raw: bytes | bytearray) -> bool:
     """True only for a line (its bytes, no newline) that `is_plain` reads as plain once decoded: a printable ASCII
     line behind an SGLang stamp or a vLLM prefix, the commonest plain lines, told without decoding; False: ask
     `is_plain`."""
-    if len(raw.translate(None, _NOT_PRINTABLE)) != len(raw):
+    if len(raw.translate(None, _NOT_PRINTABLE)) != len(raw) or _PASTED_RESET in raw:
         return False
     m = _PLAIN_SGLANG.match(raw)
     if m is not None:

@@ -4,8 +4,8 @@ A hot line starts `[YYYY-mm-dd HH:MM:SS(.fff)( TAGn)*] ` (SGLang's logger since 
 directly or after an outer prefix (docker compose, CRI, Ray, journald: `outer`, read past before anything else),
 and its message is a decode or prefill line whose pieces the field reader reads completely, or an HTTP access
 line (counted only: the analysis keeps no access events), also vLLM's API server's access line after its process
-prefix alone (no time). Every other line (any other prefix, era, kind, garbled, non-ASCII or with CR or escape
-codes) is `slow`: the per-line parser reads it, in order.
+prefix alone (no time). Every other line (any other prefix, era, kind, garbled, non-ASCII or with CR, escape
+codes or pasted colour codes) is `slow`: the per-line parser reads it, in order.
 
 Each line's first `HEAD` bytes and the `LABEL` bytes at its `]` are gathered once, as rows of 64-bit words, and
 read at fixed offsets. What a chunk repeats is worked out once per distinct value: a rank tag per distinct tag
@@ -27,6 +27,7 @@ from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, PREFILL_
 from toolkit.diagnose.log_format.messages import ACCESS_DASH, SGLANG_BATCH_KINDS, UVICORN_ACCESS
 from toolkit.diagnose.log_format.prefix import (DAY, RANK_TAGS, SGLANG_STAMP_LAYOUT, days_since_epoch, is_date,
                                                 rank_name, time_of_day)
+from toolkit.diagnose.source import PASTED_RESET
 
 DECODE, PREFILL, ACCESS = 0, 1, 2  # kind codes: SGLANG_BATCH_KINDS[code], then access lines
 assert SGLANG_BATCH_KINDS[DECODE] == "decode" and SGLANG_BATCH_KINDS[PREFILL] == "prefill"
@@ -44,6 +45,7 @@ _ACCESS_LEN = len(_ACCESS)
 _DASH = ACCESS_DASH.encode()
 assert max(len(_DECODE), len(_PREFILL)) + 2 <= LABEL and len(_ACCESS) <= LABEL, "labels fit the bytes read"
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_PASTED_RESET = PASTED_RESET.encode()
 _BYTE = np.uint64(0xFF)
 
 
@@ -134,8 +136,9 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     starts, ends = line_bounds(words, size)
     slow = np.ones(len(starts), bool)
     candidate = (ends - starts) >= 32
-    if words.bytes[:size].max(initial=0) >= 0x80 or b"\r" in data or b"\x1b" in data:
-        candidate &= ~_dirty_lines(words, size, starts)
+    pasted = data.find(_PASTED_RESET, 0, size) >= 0
+    if words.bytes[:size].max(initial=0) >= 0x80 or b"\r" in data or b"\x1b" in data or pasted:
+        candidate &= ~_dirty_lines(words, size, starts, pasted)
     rows = np.flatnonzero(candidate)
     at = starts[rows]
     skip = outer_lengths(words, at)
@@ -343,10 +346,17 @@ def line_bounds(words: Words, size: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
-def _dirty_lines(words: Words, size: int, starts: np.ndarray) -> np.ndarray:
-    """Lines holding a non-ASCII byte, CR or ESC (the per-line reader decodes and cleans those)."""
+def _dirty_lines(words: Words, size: int, starts: np.ndarray, pasted: bool) -> np.ndarray:
+    """Lines holding a non-ASCII byte, CR, ESC or a pasted colour code's reset (the per-line reader decodes and
+    cleans those)."""
     body = words.bytes[:size]
-    bad = np.flatnonzero((body >= 0x80) | (body == 13) | (body == 27))
+    dirty_byte = (body >= 0x80) | (body == 13) | (body == 27)
+    if pasted:
+        reset = np.ones(max(size - len(_PASTED_RESET) + 1, 0), bool)
+        for k, byte in enumerate(_PASTED_RESET):
+            reset &= body[k: size - len(_PASTED_RESET) + 1 + k] == byte
+        dirty_byte[: len(reset)] |= reset
+    bad = np.flatnonzero(dirty_byte)
     dirty = np.zeros(len(starts), bool)
     dirty[np.searchsorted(starts, bad, side="right") - 1] = True
     return dirty

@@ -49,11 +49,19 @@ MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", 
 SYSLOG_STAMP = r"(" + "|".join(MONTHS) + r") {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?"
 SYSLOG_SOURCE = r"[^\s:]{1,255} [^\s\[\]:]{1,64}(?:\[\d{1,10}\])?:"
 COMPOSE = r"[A-Za-z0-9][\w.-]{0,63} +\| "  # docker compose's `service-1  | ` before each line of a container
+# Slurm's `srun --label`: the task number before each line of a task (`0: 2025-05-13T13:47:38.880Z ...`)
+TASK_LABEL = r"(?:\d{1,6}: )"
+# Rust's `tracing` format (and loggers that copy it: NVIDIA Dynamo's): after an RFC 3339 stamp, the level padded to
+# five characters and the event's target: `2025-05-13T13:47:38.880Z  INFO metrics.log: `
+TRACING = r" {1,2}(?:TRACE|DEBUG|INFO|WARN|ERROR) [\w.:-]{1,200}:"
+# stern's `pod container ` before each line of a Kubernetes pod (lower-case DNS names), before vLLM's process
+# prefix of a line that prints no time (`vllm-0 vllm (APIServer pid=1) INFO:     ...`)
+STERN = r"(?:[a-z0-9][a-z0-9.-]{0,252} [a-z0-9][a-z0-9-]{0,62} )"
 # NOTE: a line without a stamp or a vLLM prefix (a traceback's lines, print output) starts after any of these
 LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?|" + COMPOSE +
               r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
-              r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)(?: (?:stdout|stderr) [FP]"
-              r"| " + SYSLOG_SOURCE + r")? "
+              r"|" + TASK_LABEL + r"?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
+              r"(?: (?:stdout|stderr) [FP]| " + SYSLOG_SOURCE + "|" + TRACING + r")? "
               r"|(?P<syslog>" + SYSLOG_STAMP + r") " + SYSLOG_SOURCE + r" ")
 VLLM_DEFAULT_YEAR = 2000
 # What a collector writes before SGLang's stamp (docker compose `sglang-1  | `, a container runtime's CRI

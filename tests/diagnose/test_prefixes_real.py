@@ -12,10 +12,11 @@ import pytest
 from toolkit.diagnose import analyze
 from toolkit.diagnose.lines import ParseStats, parse_lines
 from toolkit.diagnose.prefix import clock_text
+from toolkit.diagnose.source import decode_line, decode_lines
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log
 from tests.diagnose.test_fastpath import _same
-from tests.diagnose.test_log_format_differential import _assert_same_events
+from tests.diagnose.test_log_format_differential import _assert_same_events, _hot_lines
 
 STAMP = "[2025-11-26 21:03:11 TP0] "
 VLLM = "INFO 11-26 21:03:11 [loggers.py:123] "
@@ -69,6 +70,10 @@ PREFIXED = [
     # https://github.com/antgroup/sglang/pull/4: an SGLang fork's logger
     ("sglang fork's logger", "2025-11-26 21:03:11 INFO 8900 [ DP15 TP15 EP15 scheduler_metrics_mixin.py:222] "
      + DECODE, "decode", SG_TIME, "DP15 TP15 EP15"),
+    # https://github.com/ai-dynamo/dynamo/issues/1074: Rust `tracing`'s layout (Dynamo), Slurm's task label before it
+    ("tracing layout", "2025-05-13T13:47:39.069Z  INFO metrics.log: " + STATS, "stats", "2025-05-13 13:47:39", "DP0"),
+    ("slurm label then tracing", "0: 2025-05-13T13:47:39.069Z  INFO metrics.log: " + STATS, "stats",
+     "2025-05-13 13:47:39", "DP0"),
     # 5. two stamps: the engine's (closest to the message) wins
     ("collector stamp then sglang's", "[2025-11-26T21:09:00Z] " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
     ("python stamp then sglang's", "2025-11-26 21:09:00.000 " + STAMP + DECODE, "decode", SG_TIME, "TP0"),
@@ -100,6 +105,54 @@ def test_an_access_line_is_read_through_a_collector_stamp_and_a_vllm_process_pre
     (event,) = parse_lines([line])
     assert event.kind == "access" and event.text.startswith("INFO:") and clock_text(event.time) == when
     assert event.rank == ""  # as on the API server's own access lines: its process names no rank
+
+
+# https://github.com/vllm-project/vllm/issues/39064: stern's `pod container ` before the API server's access line
+@pytest.mark.parametrize("line,kind", [
+    ('vllm-test-fix-39064 vllm (APIServer pid=1) INFO:     127.0.0.1:59892 - "GET /metrics HTTP/1.1" 200 OK', "access"),
+    ('vllm-0 vllm (APIServer pid=1) INFO:     127.0.0.1:59892 - "GET /metrics HTTP/1.1" 200 OK', "access"),
+    # not stern's: a capital letter, or three words, before the process prefix
+    ('Vllm-0 vllm (APIServer pid=1) INFO:     127.0.0.1:59892 - "GET /metrics HTTP/1.1" 200 OK', None),
+    ('my vllm pod (APIServer pid=1) INFO:     127.0.0.1:59892 - "GET /metrics HTTP/1.1" 200 OK', None),
+])
+def test_an_access_line_is_read_through_sterns_pod_and_container(line: str, kind: str | None) -> None:
+    events = parse_lines([line])
+    assert [e.kind for e in events] == ([kind] if kind else [])
+
+
+@pytest.mark.parametrize("text,cleaned", [
+    ("[2m2025-05-13T13:47:39Z[0m [32m INFO[0m x", "2025-05-13T13:47:39Z  INFO x"),
+    ("[2025-05-13 13:47:39] [1;31mred[0m", "[2025-05-13 13:47:39] red"),
+    # without the reset code the brackets are text (an index, a list), kept
+    ("[2025-05-13 13:47:39] item [2m of [32m", "[2025-05-13 13:47:39] item [2m of [32m"),
+    ("a [0m\nb [2m", "a \nb [2m"),  # line by line: a chunk decodes as its lines one by one
+])
+def test_colour_codes_a_paste_lost_the_esc_of_are_removed_where_the_line_resets(text: str, cleaned: str) -> None:
+    assert decode_line(text.encode()) == cleaned
+    assert decode_lines(text.encode()) == [decode_line(line.encode()) for line in text.split("\n")]
+
+
+def test_a_stats_line_with_pasted_colour_codes_is_read(tmp_path) -> None:
+    # https://github.com/ai-dynamo/dynamo/issues/1074 (a file's lines are decoded, colour codes removed, then read)
+    log = tmp_path / "dynamo.log"
+    log.write_text("0: [2m2025-05-13T13:47:39.069Z[0m [32m INFO[0m [2mmetrics.log[0m[2m:[0m Avg prompt throughput: "
+                   "0.0 tokens/s, Avg generation throughput: 30273.6 tokens/s, Running: 8 reqs, Swapped: 0 reqs, "
+                   "Pending: 0 reqs, GPU KV cache usage: 1.4%, CPU KV cache usage: 0.0%.   \n")
+    d = analyze([log])
+    assert d.stats.kinds["stats"] == 1 and d.stats.unread == 0
+    load = d.timeline.load()
+    assert load["running_req"].tolist() == [8] and load["token_usage"].tolist() == pytest.approx([0.014])
+
+
+def test_a_decode_line_with_pasted_colour_codes_reads_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+    """The fast path leaves a line holding `[0m` to the per-line reader, which removes the codes first."""
+    lines = [STAMP + DECODE, "[2m" + STAMP + "[0m" + DECODE, STAMP + DECODE.replace("Decode", "[32mDecode[0m"),
+             STAMP + DECODE + " [0m"] * 40
+    data = "\n".join(lines).encode()
+    _assert_same_events(tmp_path, monkeypatch, data, 4096)
+    assert _hot_lines(data) == 40  # the clean lines only
+    events = list(parse_lines(decode_lines(data)))
+    assert [e.kind for e in events] == ["decode"] * len(lines)
 
 
 def test_a_journald_traceback_stays_one_record() -> None:
