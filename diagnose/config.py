@@ -224,6 +224,13 @@ def _rank_sizes(ranks: Iterable[str]) -> tuple[int | None, int | None]:
     return tp, dp
 
 
+def _capture_began(events: Mapping[str, list[Event]]) -> list[Event]:
+    """The lines that say a CUDA-graph capture began or is under way, in line order: `Capture cuda graph begin`
+    and the capture's progress bars (`Capturing batches (avail_mem=X GB)`, the only such line of some pastes)."""
+    began = [*events.get("graph_begin", []), *events.get("graph_progress", [])]
+    return sorted(began, key=lambda e: (e.source, e.line))
+
+
 def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
     args = _first(events, "server_args")
     pool = _first(events, "pool")
@@ -239,7 +246,7 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
     before_graphs = None
     if avail is None:
         captured = [_num(g.get("avail_mem")) for g in graph_end if not g.get("draft")]
-        began = [_num(b.get("avail_mem")) for b in _all(events, "graph_begin")]
+        began = [_num(b.fields.get("avail_mem")) for b in _capture_began(events)]
         if captured:
             avail = captured[-1]
         elif began:  # NOTE: a capture begun without its end in the log (cut, or failed): what it leaves is unknown

@@ -222,6 +222,30 @@ def _message(text: str) -> dict[str, Value]:
     return {"message": text.strip()}
 
 
+# vLLM V1 (0.10+): `Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9,
+# 3.6 GiB)`: another process holds GPU memory, or the utilization asks for more than the device has free
+_FREE_ON_DEVICE = re.compile(r"Free memory on device \(([\d.]{1,12})/([\d.]{1,12}) GiB\) on startup is less than "
+                             r"desired GPU memory utilization \(([\d.]{1,12}), ([\d.]{1,12}) GiB\)")
+
+
+def _not_enough_memory(text: str) -> dict[str, Value]:
+    out: dict[str, Value] = {"message": text.strip()}
+    m = _FREE_ON_DEVICE.search(text)
+    if m is not None:
+        for name, number in zip(("free_gb", "total_gpu_memory_gb", "gpu_memory_utilization", "asked_gb"), m.groups()):
+            out[name] = value(number)
+    return out
+
+
+_AVAIL_MEM = re.compile(r"avail_mem=(\d{1,6}(?:\.\d{1,4})?) GB")
+
+
+def _progress(text: str) -> dict[str, Value]:
+    """`Capturing batches (bs=4 avail_mem=18.72 GB):  33%|...`: the memory free at the first bar of the line."""
+    m = _AVAIL_MEM.search(text)
+    return {"avail_mem": float(m.group(1))} if m else {}
+
+
 # -- load shedding and clients giving up (docs/log-formats.md §6.4) -----------------------------------
 
 _SHED = re.compile(r"Shed (\d{1,20}) requests? (?:in the last (\d{1,20}) s )?\(503, Retry-After (\d{1,10}) s\): ?(.*)")
@@ -445,7 +469,8 @@ _READERS = {
     "graph_begin": _graph,
     "graph_end": _graph,
     "graph_failed": _message,
-    "not_enough_memory": _message,
+    "graph_progress": _progress,
+    "not_enough_memory": _not_enough_memory,
     "sigquit": _message,
     "shed": _shed,
     "queue_timeout": _queue_timeout,

@@ -120,14 +120,14 @@ class LineParser:
         prefix = read_prefix(line)
         if prefix.time is not None:
             self.stamped = True
-        kind = line_kind(line, prefix.start)
+        kind, start = message_kind(line, prefix)
         if kind is None:
             if "\ufffd" in line or "\x00" in line:
                 self.stats.note_unread(no, line)
             else:
                 self.stats.other += 1
             return None
-        time, text = self._clock(prefix), line[prefix.start:]
+        time, text = self._clock(prefix), line[start:]
         self.stats.vllm_events += prefix.vllm
         if kind in OPENERS:
             self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text))
@@ -202,7 +202,21 @@ def is_plain(line: str) -> bool:
 def opens_record(line: str) -> bool:
     """Whether `feed` opens a multi-line record at `line` (read while none is open; at any of its glued records):
     only the next `RECORD_REACH` lines can then be read as part of it, or close it."""
-    return any(line_kind(part, read_prefix(part).start) in OPENERS for part in glued_records(line))
+    return any(message_kind(part, read_prefix(part))[0] in OPENERS for part in glued_records(line))
+
+
+def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
+    """The kind of the message after `prefix` (`line_kind`) and where the message starts. A line without any
+    prefix may be indented by the paste (` Sequence group 221 is preempted ...`, limo#29): where its first
+    character is blank and no event starts there, the message starts at its first other character. (A record's
+    indented lines are read by the record first: they continue it.)"""
+    kind = line_kind(line, prefix.start)
+    if kind is None and prefix.start == 0 and prefix.time is None and line[:1].isspace():
+        start = len(line) - len(line.lstrip())
+        kind = line_kind(line, start)
+        if kind is not None:
+            return kind, start
+    return kind, prefix.start
 
 
 RECORD_REACH = MAX_RECORD_LINES  # a record holds its first line and at most MAX_RECORD_LINES - 1 more; one closes it

@@ -36,9 +36,9 @@ from typing import NamedTuple
 
 from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
                                                 SGLANG_STAMP_CUT, STERN, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR,
-                                                VLLM_LEVELS, VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS, VLLM_STAMP,
-                                                YEAR, days_since_epoch, gpu_rank, is_date, month_number, process_rank,
-                                                rank_name, time_of_day, tp_rank)
+                                                VLLM_LEVELS, VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS,
+                                                VLLM_PROCESS_BODY, VLLM_STAMP, YEAR, days_since_epoch, gpu_rank,
+                                                is_date, month_number, process_rank, rank_name, time_of_day, tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
 _SGLANG_CUT = re.compile(SGLANG_STAMP_CUT)
@@ -49,7 +49,9 @@ _STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's 
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
-_VLLM_PROCESS_FIRST = re.compile(STERN + "?" + VLLM_PROCESS)  # at the line's start: after stern's names, if any
+# at the line's start: after stern's names, if any; its `(` lost where a paste began right after it
+_VLLM_PROCESS_FIRST = re.compile(STERN + r"?\(?" + VLLM_PROCESS_BODY)
+_CODE_SPAN = re.compile(r"`[^`]+`\s*")  # a whole line pasted as inline code (markdown)
 _PYLOG = re.compile(PYTHON_LOGGING)
 _PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})? - | \| )")  # NOTE: every Python logging prefix holds it: a quick test
 _START = re.compile(LINE_START)
@@ -226,6 +228,9 @@ def stamped_message_start(line: str) -> int | None:
 
 def read_prefix(line: str) -> Prefix:
     """The time, rank and message start of `line`; `NO_PREFIX` parts where it has none."""
+    if line.startswith("`") and _CODE_SPAN.fullmatch(line):
+        inner = read_prefix(line[1:])  # NOTE: the span's backticks are markdown, not a quote inside the line
+        return inner._replace(start=inner.start + 1)
     found = _sglang(line) if "[" in line else None
     if found is not None:
         return _vllm_inside(line, found)

@@ -22,6 +22,7 @@ Kind = Literal[
     "graph_begin",       # Capture cuda graph begin ...
     "graph_end",         # Capture cuda graph end ...
     "graph_failed",      # Capture cuda graph failed: ...
+    "graph_progress",    # Capturing batches (bs=N avail_mem=X GB): P%|...| (the capture's progress bar, 0.4.5+)
     "dist_init",         # Init torch distributed begin/ends
     "server_args",       # server_args=ServerArgs(...)
     "tokens_capped",     # max_total_tokens=X is larger than the profiled value Y
@@ -60,9 +61,9 @@ SGLANG_BATCH_KINDS = ("decode", "prefill")  # the fast path's kinds, in its code
 BATCH_KINDS = (*SGLANG_BATCH_KINDS, "stats")  # the time series: kept as columns, not as events
 # Messages only one engine prints (an access line, an OOM, an exception can be either's).
 SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end", "kv_alloc", "pool_end",
-                          "graph_begin", "graph_end", "graph_failed", "dist_init", "server_args", "tokens_capped",
-                          "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout", "client_gone",
-                          "kv_transfer_failed", "input_too_long"})
+                          "graph_begin", "graph_end", "graph_failed", "graph_progress", "dist_init", "server_args",
+                          "tokens_capped", "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout",
+                          "client_gone", "kv_transfer_failed", "input_too_long"})
 VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
                         "gpu_blocks", "kv_memory", "memory_profile", "weights_loaded", "graph_captured",
                         "engine_config", "engine_args", "scheduler_config"})
@@ -99,6 +100,7 @@ STARTS: dict[str, str] = {
     "graph_failed": r"Capture (?:cuda|CUDA) graph failed",
     "graph_begin": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph begin",
     "graph_end": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph end",
+    "graph_progress": r"Capturing batches \((?:bs=\d{1,6} )?avail_mem=",
     "dist_init": r"Init torch distributed (?:begin|ends?)",
     "server_args": r"server_args=",
     "tokens_capped": r"max_total_tokens=-?\d+ is larger than the profiled",
@@ -108,7 +110,7 @@ STARTS: dict[str, str] = {
            r"|CUDA out of memory",
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
-                         r"number of tokens|Failed to load model - not enough GPU memory",
+                         r"number of tokens|Failed to load model - not enough GPU memory|Free memory on device \(",
     # NOTE: a pool or allocator names the leak (`token_to_kv_pool_allocator`, `req_to_token_pool`, 0.5's `pool`):
     # another program's `Potential memory leak detected!` is not the KV pool's
     "leak": r"(?:KV cache pool leak|[\w.]{0,80}(?:pool|allocator)\w{0,40} memory leak) detected"

@@ -95,11 +95,12 @@ def first_load_after(ctx: Context, line: int, source: int) -> int | None:
 
 def capturing_at(ctx: Context, e: Event) -> bool:
     """Whether CUDA graphs were being captured when `e` was printed: the last capture line of its source before it
-    is a `Capture cuda graph begin` (its end not printed), and the server ran no batch since."""
-    marks = [x for kind in ("graph_begin", "graph_end") for x in ctx.timeline.kind(kind)
+    is a `Capture cuda graph begin` or a capture's progress bar (its end not printed), and the server ran no batch
+    since."""
+    marks = [x for kind in ("graph_begin", "graph_progress", "graph_end") for x in ctx.timeline.kind(kind)
              if x.source == e.source and x.line < e.line]
     last = max(marks, key=attrgetter("line")) if marks else None
-    if last is None or last.kind != "graph_begin":
+    if last is None or last.kind == "graph_end":
         return False
     ran = first_load_after(ctx, last.line, e.source)
     return ran is None or ran > e.line

@@ -127,7 +127,7 @@ def _capture_failed(ctx: Context) -> bool:
 
 
 def _startup_lines(ctx: Context) -> tuple[int, ...]:
-    for kind in ("pool", "graph_end", "pool_end"):
+    for kind in ("pool", "graph_end", "pool_end", "graph_begin", "graph_progress"):
         rows = ctx.timeline.kind(kind)
         if rows:
             return (rows[0].line,)

@@ -152,6 +152,9 @@ def _loading(ctx: Context, rows: list[Event]) -> Finding:
 
 
 def _startup(ctx: Context, rows: list[Event]) -> Finding:
+    short = next((e for e in rows if isinstance(e.fields.get("free_gb"), (int, float))), None)
+    if short is not None:
+        return _less_free_than_asked(ctx, rows, short.fields)
     fit = next((f for e in rows if (f := kv_fit(e.text)) is not None), None)
     if fit is not None:
         return _context_fit(ctx, rows, fit)
@@ -170,6 +173,24 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
         "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
         change, quoted,
         "Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller dtype.")
+
+
+def _less_free_than_asked(ctx: Context, rows: list[Event], said: dict) -> Finding:
+    """vLLM refused to start: less GPU memory was free than `--gpu-memory-utilization` x the device asks for. The
+    share that fits what was free, rounded down to a hundredth (vLLM's check is `free < utilization x total`)."""
+    free, total = float(said["free_gb"]), float(said["total_gpu_memory_gb"])
+    util = float(said["gpu_memory_utilization"])
+    fits = int(free / total * 100) / 100 if total > 0 else 0.0
+    change = Change("kv_memory", f"{fits:.2f}") if 0 < fits < util else Change("kv_memory", direction=-1)
+    name = flag(ctx.config, "kv_memory")
+    return Finding(
+        "oom.startup", "critical", "Less GPU memory free than the engine asks for at start-up",
+        f"{free:g} of {total:g} GiB were free when the engine started, and {name} {util:g} asks for "
+        f"{said['asked_gb']} GiB: another process holds GPU memory (or the device is shared), so the engine refused "
+        "to start.", evidence_events(rows, free_gb=free, total_gpu_memory_gb=total, gpu_memory_utilization=util),
+        change, f"{util:g}",
+        "A smaller share leaves a smaller KV cache (fewer concurrent requests); freeing what the other process holds "
+        "keeps the share.")
 
 
 def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:

@@ -187,8 +187,10 @@ def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
         frequent = decode_lines > 0 and count / decode_lines > 1 / PER_DECODE_LINES
         rate, how = None, f"{count} {word} in {decode_lines} decode lines"
         if decode_lines == 0:
-            ctx.cannot_judge(f"{count} {word} without timestamps or decode lines to rate them by")
-            return [], None
+            counted = _counted_only(ctx, rows)
+            if counted is None:
+                ctx.cannot_judge(f"{count} {word} without timestamps or decode lines to rate them by")
+            return ([counted] if counted else []), None
     else:
         rank = max(timed, key=timed.get)  # type: ignore[arg-type]
         rate = timed[rank]
@@ -231,6 +233,28 @@ def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
         tradeoff="A higher value admits fewer requests at once: lower peak batch and throughput, fewer retractions.",
         ranks=tuple(sorted(rates)),
     )], None
+
+
+def _counted_only(ctx: Context, rows: list[Event]) -> Finding | None:
+    """vLLM V0's counter where nothing rates the preemptions (no time, no load lines: a pasted warning, limo#29's
+    `total_num_cumulative_preemption=101`): from its second warning on (more than V0_WARN_EVERY preemptions since
+    the engine started) an info at low confidence, more KV memory; the excerpt cannot say over how long."""
+    counters = [c for e in rows if isinstance(c := e.fields.get("cumulative_preemptions"), int)
+                and not isinstance(c, bool)]
+    if not counters or max(counters) <= V0_WARN_EVERY:
+        return None
+    most = max(counters)
+    more = more_kv_memory(ctx.config)
+    return Finding(
+        "retraction.counted", "info", "Preemptions counted, not timed",
+        f"vLLM's counter says {most} preemptions since the engine started (total_num_cumulative_preemption), and the "
+        "excerpt shows no time to rate them by. If they came within the run you care about, the KV cache is too "
+        "small for the running batch: each preempted request is recomputed later.",
+        evidence_events(rows, preemptions=most), more or Change("running_cap", direction=-1),
+        memory_fraction(ctx.config)[1] if more else None,
+        "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM." if more else
+        "A smaller batch: lower throughput at peak.", tuple(sorted({e.rank for e in rows if e.rank})),
+        confidence="low")
 
 
 def _int(v: Value) -> int:

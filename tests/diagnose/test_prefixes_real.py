@@ -341,6 +341,39 @@ def test_a_glued_record_that_opens_a_traceback_reads_the_same_in_both_paths(tmp_
     _same(tmp_path, monkeypatch, data, chunk=64 * 1024, processes=True)
 
 
+def test_an_indented_paste_that_opens_a_traceback_reads_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+    """A line without a prefix indented by the paste (limo#29, vllm#5079) is read from its first other character:
+    ` Traceback (most recent call last):` amid thousands of plain lines opens a record, and the range workers send
+    the lines after it (`opens_record` reads it so too); its own indented lines continue it."""
+    plain = "[2025-11-26 21:03:11 TP0] Cache flushed successfully! {}"
+    lines = [plain.format(i) for i in range(3000)] + [" Traceback (most recent call last):",
+                                                      '   File "/x/scheduler.py", line 1, in event_loop',
+                                                      "     self.run()", " RuntimeError: boom"]
+    lines += [plain.format(i) for i in range(3000, 6000)]
+    data = ("\n".join(lines) + "\n").encode()
+    _same(tmp_path, monkeypatch, data, chunk=1 << 20, processes=True)
+    _same(tmp_path, monkeypatch, data, chunk=64 * 1024, processes=True)
+    (event,) = [e for e in parse_lines(lines) if e.kind == "exception"]
+    assert event.text.startswith("Traceback") and event.text.endswith("RuntimeError: boom")
+
+
+@pytest.mark.parametrize("line,kind", [
+    (" Sequence group 221 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
+     "preempt"),
+    ("   ValueError: No available memory for the cache blocks.", "not_enough_memory"),
+    ('  File "/x/engine.py", line 1, in step', None),  # a traceback's line outside its record is no event
+    ("EngineCore_0 pid=1597554) ValueError: No available memory for the cache blocks.", "not_enough_memory"),
+    ("EngineCore_0 pid=1597554 ValueError: No available memory for the cache blocks.", None),  # no process prefix
+    # https://github.com/sgl-project/sglang/issues/10088: a whole line pasted as inline code
+    ("`[2025-09-05 20:48:29 TP0] Capture cuda graph end. Time elapsed: 12.11 s. mem usage=0.54 GB. avail mem=16.74 "
+     "GB.`", "graph_end"),
+    ("the log says `[2025-09-05 20:48:29 TP0] Capture cuda graph end. avail mem=16.74 GB.`", None),  # prose quoting
+    ("`[2025-09-05 20:48:29 TP0] Capture cuda graph end. avail mem=16.74 GB.", None),  # no closing backtick: a quote
+])
+def test_a_paste_indented_begun_after_a_paren_or_in_inline_code_is_read(line: str, kind: str | None) -> None:
+    assert [e.kind for e in parse_lines([line])] == ([kind] if kind else [])
+
+
 def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
     """A glued line among plain ones is not plain (the workers send it to the per-line parser), in every chunking."""
     plain = "(APIServer pid=1) INFO 10-14 17:02:{s:02d} [async_llm.py:261] Added request chatcmpl-{s}."

@@ -30,7 +30,9 @@ MAX_SEQ_V1 = ("ValueError: To serve at least one request with the models's max s
 NO_BLOCKS = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`."
 PREFIXES = ["", "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ", "> ERROR 04-05 01:12:55 [core.py:390] ",
             "[2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] ", "[rank0]: ",
-            "2024-04-27 10:13:05 | ERROR | stderr | ", "(EngineCore_DP0 pid=7) ERROR 11-21 23:10:29 [core.py:700] "]
+            "2024-04-27 10:13:05 | ERROR | stderr | ", "(EngineCore_DP0 pid=7) ERROR 11-21 23:10:29 [core.py:700] ",
+            # a paste indented by a space (vllm#5079), or begun after a process prefix's `(` (haydeniw/dynamo#165)
+            " ", "EngineCore_0 pid=1597554) "]
 VLLM_FILE = '  File "/usr/lib/python3/dist-packages/vllm/v1/{}", line 30, in {}'
 CUDA_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 
@@ -334,6 +336,15 @@ def test_findings_on_enough_lines_or_printed_errors_have_high_confidence() -> No
     ("sglang/sglang-14972-tiny-pool-full", "capacity.pool_bound", "--mem-fraction-static",
      "higher (or --kv-cache-dtype fp8_e5m2)", "medium"),
     ("vllm/vllm-43295-v1-mtp-kv-full", "capacity.pool_bound", "--gpu-memory-utilization", "0.95", "medium"),
+    # held-out batch 7
+    ("downstream/haydeniw-dynamo-165-v1-128k-fits-56704-br", "oom.startup", "--max-model-len",
+     "56704 (or --gpu-memory-utilization 0.95)", "high"),
+    ("vllm/vllm-5079-max-seq-len-8192-kv-4688", "oom.startup", "--max-model-len",
+     "4608 (or --gpu-memory-utilization 0.95)", "high"),
+    ("vllm/vllm-25837-v1-free-memory-below-utilization", "oom.startup", "--gpu-memory-utilization", "0.80", "high"),
+    ("sglang/sglang-5335-dp-attn-capture-0-21-gb", "gpu_memory.too_little", "--mem-fraction-static", "lower",
+     "high"),
+    ("downstream/limo-29-v0-preempted-101", "retraction.counted", "--gpu-memory-utilization", "0.95", "low"),
 ])
 def test_corpus_excerpts_get_the_advice_an_expert_gives(name: str, rule: str, flag: str, suggested: str,
                                                         confidence: str) -> None:
@@ -405,3 +416,55 @@ def test_a_capture_the_log_shows_done_fitted() -> None:
     profile = PROFILE.format(total=80.0, util=0.99, used=79.2)
     assert found([profile], "gpu_memory.no_room_for_graphs")
     assert not found([profile, graphs], "gpu_memory.no_room_for_graphs")
+
+
+# -- held-out batch 7: a capture's progress bar, less free memory than asked, a counter without time -----------
+
+PROGRESS = "Capturing batches ({}avail_mem={} GB):   0%|          | 0/4 [00:02<?, ?it/s]"
+
+
+@pytest.mark.parametrize("bs", ["", "bs=4 "])
+@pytest.mark.parametrize("avail,rule", [(0.21, "gpu_memory.too_little"), (4.99, "gpu_memory.too_little"),
+                                        (5.0, None), (12.0, None), (12.01, "gpu_memory.too_much")])
+def test_a_capture_progress_bar_says_what_capture_began_with(bs: str, avail: float, rule: str | None) -> None:
+    """SGLang 0.4.5+ prints its capture's progress (sglang#5335: the only capture line of the paste): too little is
+    judged on it, too much on it less the graphs' allowance (4 GB), as on `Capture cuda graph begin`."""
+    d = analyze(lines=[PROGRESS.format(bs, avail)])
+    assert d.stats.kinds["graph_progress"] == 1 and d.config.engine == "sglang"
+    assert d.config.before_graphs_gb == avail
+    assert [f.id for f in d.findings if f.id.startswith("gpu_memory")] == ([rule] if rule else [])
+
+
+def test_an_oom_after_a_capture_progress_bar_is_an_oom_in_capture() -> None:
+    lines = [PROGRESS.format("bs=8 ", 6.5), "[2025-04-13 02:02:20 TP0] " + CUDA_OOM]
+    assert [f.id for f in analyze(lines=lines).findings if f.id.startswith("oom")] == ["oom.graph_capture"]
+
+
+@pytest.mark.parametrize("free,total,util,suggested", [(3.22, 4.0, 0.9, "0.80"), (70.0, 79.1, 0.9, "0.88"),
+                                                       (0.5, 80.0, 0.9, "0.00")])
+def test_less_free_memory_than_the_utilization_asks_for_advises_the_share_that_fits(
+        free: float, total: float, util: float, suggested: str) -> None:
+    """vLLM V1 refuses to start where less is free than utilization x total (vllm#25837): the share of the total
+    that was free, rounded down to a hundredth; only the direction where not even a hundredth was free."""
+    line = (f"(EngineCore_DP0 pid=17374) ERROR 09-28 15:47:24 [core.py:718] ValueError: Free memory on device "
+            f"({free}/{total} GiB) on startup is less than desired GPU memory utilization ({util}, "
+            f"{round(util * total, 2)} GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+            "processes.")
+    (f,) = found([line], "oom.startup")
+    want = "lower" if suggested == "0.00" else suggested
+    assert (f.flag, f.suggested, f.current) == ("--gpu-memory-utilization", want, f"{util:g}")
+    assert f.evidence.facts["free_gb"] == free
+
+
+@pytest.mark.parametrize("counter,rule", [(1, None), (50, None), (51, "retraction.counted"),
+                                          (101, "retraction.counted")])
+def test_a_v0_preemption_counter_without_time_is_advice_at_low_confidence(counter: int, rule: str | None) -> None:
+    """limo#29 pasted one warning, no prefix, at `total_num_cumulative_preemption=101`: from V0's second warning
+    on (more than 50 preemptions) an info at low confidence; with stamps the rate decides (`retraction.frequent`)."""
+    line = (" Sequence group 221 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache "
+            "space. This can affect the end-to-end performance. Increase gpu_memory_utilization or "
+            f"tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={counter}")
+    d = analyze(lines=[line])
+    assert d.stats.kinds["preempt"] == 1
+    findings = [f for f in d.findings if f.id.startswith("retraction")]
+    assert [(f.id, f.severity, f.confidence) for f in findings] == ([(rule, "info", "low")] if rule else [])
