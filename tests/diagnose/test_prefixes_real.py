@@ -144,15 +144,16 @@ def test_a_stats_line_with_pasted_colour_codes_is_read(tmp_path) -> None:
     assert load["running_req"].tolist() == [8] and load["token_usage"].tolist() == pytest.approx([0.014])
 
 
-def test_a_decode_line_with_pasted_colour_codes_reads_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+def test_lines_with_pasted_colour_codes_read_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
     """The fast path leaves a line holding `[0m` to the per-line reader, which removes the codes first."""
+    access = '[2025-11-26 21:03:11] INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK'
     lines = [STAMP + DECODE, "[2m" + STAMP + "[0m" + DECODE, STAMP + DECODE.replace("Decode", "[32mDecode[0m"),
-             STAMP + DECODE + " [0m"] * 40
+             STAMP + DECODE + " [0m", access + "[0m"] * 40  # NOTE: an access line's layout ends at ` - "`
     data = "\n".join(lines).encode()
     _assert_same_events(tmp_path, monkeypatch, data, 4096)
     assert _hot_lines(data) == 40  # the clean lines only
     events = list(parse_lines(decode_lines(data)))
-    assert [e.kind for e in events] == ["decode"] * len(lines)
+    assert [e.kind for e in events] == ["decode", "decode", "decode", "decode", "access"] * 40
 
 
 def test_a_journald_traceback_stays_one_record() -> None:
