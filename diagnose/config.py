@@ -12,10 +12,10 @@ from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_po
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value, parse_fields
 from toolkit.diagnose.log_format.eras import era_of
-from toolkit.diagnose.log_format.messages import SGLANG_KINDS, VLLM_KINDS
+from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN, SGLANG_KINDS, VLLM_FREE_MEMORY, VLLM_KINDS
 
 # Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
-_VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]")
+_VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]|" + VLLM_FREE_MEMORY)
 _SGLANG_TEXT = re.compile(r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]")
 _TEXT_KINDS = ("not_enough_memory", "oom", "exception")
 VLLM_DEFAULT_CAPTURE_SIZE = 512
@@ -224,11 +224,16 @@ def _rank_sizes(ranks: Iterable[str]) -> tuple[int | None, int | None]:
     return tp, dp
 
 
-def _capture_began(events: Mapping[str, list[Event]]) -> list[Event]:
-    """The lines that say a CUDA-graph capture began or is under way, in line order: `Capture cuda graph begin`
-    and the capture's progress bars (`Capturing batches (avail_mem=X GB)`, the only such line of some pastes)."""
-    began = [*events.get("graph_begin", []), *events.get("graph_progress", [])]
-    return sorted(began, key=lambda e: (e.source, e.line))
+def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, Value]) -> float | None:
+    """What the last CUDA-graph capture began with: its `Capture cuda graph begin` line's free memory; without one,
+    the first of the capture's progress bars (`Capturing batches (avail_mem=X GB)`, the only capture line of some
+    pastes: later bars show less, as graphs are captured); else what the memory pool's end left."""
+    began = [_num(e.fields.get("avail_mem")) for e in events.get("graph_begin", [])]
+    bars = [_num(e.fields.get("avail_mem")) for e in events.get("graph_progress", [])]
+    found = next((v for v in reversed(began) if v is not None), None)
+    if found is None:
+        found = next((v for v in bars if v is not None), None)
+    return found if found is not None else _num(pool_end.get("avail_mem"))
 
 
 def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
@@ -246,11 +251,11 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
     before_graphs = None
     if avail is None:
         captured = [_num(g.get("avail_mem")) for g in graph_end if not g.get("draft")]
-        began = [_num(b.fields.get("avail_mem")) for b in _capture_began(events)]
         if captured:
             avail = captured[-1]
-        elif began:  # NOTE: a capture begun without its end in the log (cut, or failed): what it leaves is unknown
-            before_graphs = next((v for v in reversed(began) if v is not None), _num(pool_end.get("avail_mem")))
+        elif any(events.get(kind) for kind in CAPTURE_BEGAN):
+            # NOTE: a capture begun without its end in the log (cut, or failed): what it leaves is unknown
+            before_graphs = _capture_began_with(events, pool_end)
         else:
             avail = _num(pool_end.get("avail_mem"))
     begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]

@@ -12,7 +12,7 @@ import re
 from typing import Union
 
 from toolkit.diagnose.log_format.batch import BINDING_USAGE, LABELS, MIXED, USAGES
-from toolkit.diagnose.log_format.messages import ACCESS_FIELDS, engine_tag
+from toolkit.diagnose.log_format.messages import ACCESS_FIELDS, VLLM_FREE_MEMORY, engine_tag
 
 Value = Union[int, float, bool, str, None]
 
@@ -222,9 +222,9 @@ def _message(text: str) -> dict[str, Value]:
     return {"message": text.strip()}
 
 
-# vLLM V1 (0.10+): `Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9,
-# 3.6 GiB)`: another process holds GPU memory, or the utilization asks for more than the device has free
-_FREE_ON_DEVICE = re.compile(r"Free memory on device \(([\d.]{1,12})/([\d.]{1,12}) GiB\) on startup is less than "
+# vLLM's start-up refusal (`VLLM_FREE_MEMORY`): another process holds GPU memory, or the utilization asks for more
+# than the device has free
+_FREE_ON_DEVICE = re.compile(VLLM_FREE_MEMORY + r"([\d.]{1,12})/([\d.]{1,12}) GiB\) on startup is less than "
                              r"desired GPU memory utilization \(([\d.]{1,12}), ([\d.]{1,12}) GiB\)")
 
 

@@ -85,7 +85,7 @@ class LineParser:
         events: list[Event] = []
         no = first_line - 1
         for no, line in enumerate(lines, first_line):
-            for i, part in enumerate(glued_records(line)):
+            for i, part in enumerate(glued_records(unwrapped(line))):
                 record = self._record
                 if record is not None:
                     if self._continues(record, part):
@@ -188,6 +188,7 @@ def is_plain(line: str) -> bool:
     """A line `feed` counts as other and nothing more while no record is open: a readable line whose prefix has a
     time (so the log is stamped) and whose message is no event. The fast path's workers classify slow lines with
     it, so that the caller reads only the rest (`LineParser.skip_plain`)."""
+    line = unwrapped(line)
     start = stamped_message_start(line)
     if start is None:
         if len(glued_records(line)) > 1:
@@ -202,7 +203,22 @@ def is_plain(line: str) -> bool:
 def opens_record(line: str) -> bool:
     """Whether `feed` opens a multi-line record at `line` (read while none is open; at any of its glued records):
     only the next `RECORD_REACH` lines can then be read as part of it, or close it."""
-    return any(message_kind(part, read_prefix(part))[0] in OPENERS for part in glued_records(line))
+    return any(message_kind(part, read_prefix(part))[0] in OPENERS for part in glued_records(unwrapped(line)))
+
+
+_CODE_SPAN = re.compile(r"`([^`]+)`\s*")
+
+
+def unwrapped(line: str) -> str:
+    """A whole line pasted as inline code (markdown: a backtick at each end, sglang#10088) is the line inside them;
+    any other line as it is (a backtick inside a line opens a quote)."""
+    if not line.startswith("`"):
+        return line
+    m = _CODE_SPAN.fullmatch(line)
+    return m.group(1) if m is not None else line
+
+
+MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: one)
 
 
 def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
@@ -213,6 +229,8 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     kind = line_kind(line, prefix.start)
     if kind is None and prefix.start == 0 and prefix.time is None and line[:1].isspace():
         start = len(line) - len(line.lstrip())
+        if start > MAX_PASTE_INDENT:
+            return None, prefix.start  # NOTE: a source line of a traceback (4 spaces or more) is no event
         kind = line_kind(line, start)
         if kind is not None:
             return kind, start

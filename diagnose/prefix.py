@@ -49,9 +49,9 @@ _STAMP_OPENS = re.compile(r"\[\d")  # how SGLANG_STAMP begins: `[`, then TIME's 
 _VLLM = re.compile(VLLM_PREFIX)
 _VLLM_CLOCK = re.compile(VLLM_LEVELS + r" \d\d-\d\d ")  # NOTE: every vLLM prefix holds it: a quick test first
 _VLLM_PROCESS = re.compile(VLLM_PROCESS)
-# at the line's start: after stern's names, if any; its `(` lost where a paste began right after it
-_VLLM_PROCESS_FIRST = re.compile(STERN + r"?\(?" + VLLM_PROCESS_BODY)
-_CODE_SPAN = re.compile(r"`[^`]+`\s*")  # a whole line pasted as inline code (markdown)
+# at the line's start, after stern's names if any; or without its `(` where a paste began right after it (vLLM's
+# process names are CamelCase: `EngineCore_0 pid=N) `)
+_VLLM_PROCESS_FIRST = re.compile(r"(?:" + STERN + r"?\(|(?=[A-Z]))" + VLLM_PROCESS_BODY)
 _PYLOG = re.compile(PYTHON_LOGGING)
 _PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})? - | \| )")  # NOTE: every Python logging prefix holds it: a quick test
 _START = re.compile(LINE_START)
@@ -228,9 +228,6 @@ def stamped_message_start(line: str) -> int | None:
 
 def read_prefix(line: str) -> Prefix:
     """The time, rank and message start of `line`; `NO_PREFIX` parts where it has none."""
-    if line.startswith("`") and _CODE_SPAN.fullmatch(line):
-        inner = read_prefix(line[1:])  # NOTE: the span's backticks are markdown, not a quote inside the line
-        return inner._replace(start=inner.start + 1)
     found = _sglang(line) if "[" in line else None
     if found is not None:
         return _vllm_inside(line, found)
@@ -249,7 +246,7 @@ def read_prefix(line: str) -> Prefix:
     fork = _PID_FILE.match(line)
     if fork is not None:
         return _on_clock(_clock(*fork.groups()[:7]), rank_name(fork.group(8)), fork.end())
-    process = _VLLM_PROCESS_FIRST.match(line)
+    process = _VLLM_PROCESS_FIRST.match(line) if "pid=" in line else None
     at = process.end() if process else 0
     m = _START.match(line, at)
     if m is None:

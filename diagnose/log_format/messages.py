@@ -85,6 +85,12 @@ ENGINE = r"Engine (\d{1,4}): |(\d{1,4}) Engines Aggregated: "  # vLLM's stats li
 _ENGINE = re.compile(ENGINE)
 _ITER = r"(?: \[\d+\])?"  # 0.5.5's `Decode batch [51341],`
 
+# vLLM V1 (0.10+) refusing to start: `Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory
+# utilization (0.9, 3.6 GiB)`; later versions name the device (`Free memory on device cuda:0 (...)`)
+VLLM_FREE_MEMORY = r"Free memory on device (?:\S{1,40} )?\("
+# what says CUDA-graph capture began or is under way: its begin line, and its progress bars (SGLang 0.4.5+)
+CAPTURE_BEGAN = ("graph_begin", "graph_progress")
+
 STARTS: dict[str, str] = {
     # batch lines first: they are most of a log
     "decode": re.escape(DECODE_LABEL) + _ITER + f"[{LABEL_ENDS}]|{RUNNING}: \\d",
@@ -110,7 +116,8 @@ STARTS: dict[str, str] = {
            r"|CUDA out of memory",
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
-                         r"number of tokens|Failed to load model - not enough GPU memory|Free memory on device \(",
+                         r"number of tokens|Failed to load model - not enough GPU memory|"
+                         + VLLM_FREE_MEMORY,
     # NOTE: a pool or allocator names the leak (`token_to_kv_pool_allocator`, `req_to_token_pool`, 0.5's `pool`):
     # another program's `Potential memory leak detected!` is not the KV pool's
     "leak": r"(?:KV cache pool leak|[\w.]{0,80}(?:pool|allocator)\w{0,40} memory leak) detected"

@@ -10,7 +10,7 @@ import numpy as np
 from toolkit.diagnose.bench_input import BenchInput
 from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.log_format.messages import BATCH_KINDS
+from toolkit.diagnose.log_format.messages import BATCH_KINDS, CAPTURE_BEGAN
 from toolkit.diagnose.metrics_input import Metrics
 from toolkit.diagnose.series import Rows
 from toolkit.diagnose.timeline import Timeline
@@ -97,7 +97,7 @@ def capturing_at(ctx: Context, e: Event) -> bool:
     """Whether CUDA graphs were being captured when `e` was printed: the last capture line of its source before it
     is a `Capture cuda graph begin` or a capture's progress bar (its end not printed), and the server ran no batch
     since."""
-    marks = [x for kind in ("graph_begin", "graph_progress", "graph_end") for x in ctx.timeline.kind(kind)
+    marks = [x for kind in (*CAPTURE_BEGAN, "graph_end") for x in ctx.timeline.kind(kind)
              if x.source == e.source and x.line < e.line]
     last = max(marks, key=attrgetter("line")) if marks else None
     if last is None or last.kind == "graph_end":

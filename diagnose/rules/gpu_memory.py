@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding, evidence_events
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN
 from toolkit.diagnose.rules.context import Context, capturing_at
 
 LOW_GB = 5.0
@@ -127,7 +128,7 @@ def _capture_failed(ctx: Context) -> bool:
 
 
 def _startup_lines(ctx: Context) -> tuple[int, ...]:
-    for kind in ("pool", "graph_end", "pool_end", "graph_begin", "graph_progress"):
+    for kind in ("pool", "graph_end", "pool_end", *CAPTURE_BEGAN):
         rows = ctx.timeline.kind(kind)
         if rows:
             return (rows[0].line,)

@@ -152,7 +152,7 @@ def _loading(ctx: Context, rows: list[Event]) -> Finding:
 
 
 def _startup(ctx: Context, rows: list[Event]) -> Finding:
-    short = next((e for e in rows if isinstance(e.fields.get("free_gb"), (int, float))), None)
+    short = next((e for e in rows if all(_is_number(e.fields.get(k)) for k in _FREE_FACTS)), None)
     if short is not None:
         return _less_free_than_asked(ctx, rows, short.fields)
     fit = next((f for e in rows if (f := kv_fit(e.text)) is not None), None)
@@ -173,6 +173,13 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
         "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
         change, quoted,
         "Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller dtype.")
+
+
+_FREE_FACTS = ("free_gb", "total_gpu_memory_gb", "gpu_memory_utilization")  # vLLM's `Free memory on device`
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _less_free_than_asked(ctx: Context, rows: list[Event], said: dict) -> Finding:

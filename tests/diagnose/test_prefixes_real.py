@@ -365,6 +365,9 @@ def test_an_indented_paste_that_opens_a_traceback_reads_the_same_in_both_paths(t
     ('  File "/x/engine.py", line 1, in step', None),  # a traceback's line outside its record is no event
     ("EngineCore_0 pid=1597554) ValueError: No available memory for the cache blocks.", "not_enough_memory"),
     ("EngineCore_0 pid=1597554 ValueError: No available memory for the cache blocks.", None),  # no process prefix
+    # without its `(` a process prefix is read only with vLLM's CamelCase name (not prose before `pid=N)`)
+    ("killed worker process pid=42) ValueError: No available memory for the cache blocks.", None),
+    ("    ValueError: No available memory for the cache blocks.", None),  # 4 blanks: a traceback's source line
     # https://github.com/sgl-project/sglang/issues/10088: a whole line pasted as inline code
     ("`[2025-09-05 20:48:29 TP0] Capture cuda graph end. Time elapsed: 12.11 s. mem usage=0.54 GB. avail mem=16.74 "
      "GB.`", "graph_end"),
@@ -373,6 +376,26 @@ def test_an_indented_paste_that_opens_a_traceback_reads_the_same_in_both_paths(t
 ])
 def test_a_paste_indented_begun_after_a_paren_or_in_inline_code_is_read(line: str, kind: str | None) -> None:
     assert [e.kind for e in parse_lines([line])] == ([kind] if kind else [])
+
+
+def test_a_line_in_inline_code_is_read_without_its_backticks() -> None:
+    """Its last field reads as a number, not with the closing backtick (sglang#10088's form, on decode lines)."""
+    lines = [f"`[2025-09-05 20:48:{i:02d} TP0] Decode batch. #running-req: 10, #token: 100, token usage: 0.50, "
+             f"gen throughput (token/s): 10.00, #queue-req: 3000`" for i in range(40)]
+    events = list(parse_lines(lines))
+    assert [e.fields["queue_req"] for e in events] == [3000] * 40 and not events[0].text.endswith("`")
+
+
+def test_a_traceback_source_line_after_a_full_record_is_no_event() -> None:
+    """A record holds at most MAX_RECORD_LINES lines; the indented lines after it are a traceback's source lines,
+    never events of their own (a paste indents a line by at most MAX_PASTE_INDENT blanks)."""
+    from toolkit.diagnose.lines import MAX_PASTE_INDENT, MAX_RECORD_LINES
+
+    lines = ["[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):"]
+    lines += [f'  File "x.py", line {i}, in f' for i in range(MAX_RECORD_LINES + 10)]
+    lines += ["    server_args=server_args,", "    Traceback (most recent call last):"]
+    assert [(e.kind, e.line) for e in parse_lines(lines)] == [("exception", 1)]
+    assert MAX_PASTE_INDENT < 4
 
 
 def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> None:

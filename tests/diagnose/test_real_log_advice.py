@@ -440,16 +440,18 @@ def test_an_oom_after_a_capture_progress_bar_is_an_oom_in_capture() -> None:
     assert [f.id for f in analyze(lines=lines).findings if f.id.startswith("oom")] == ["oom.graph_capture"]
 
 
+@pytest.mark.parametrize("prefix", ["(EngineCore_DP0 pid=17374) ERROR 09-28 15:47:24 [core.py:718] ", ""])
+@pytest.mark.parametrize("device", ["", "cuda:0 "])  # later vLLM names the device
 @pytest.mark.parametrize("free,total,util,suggested", [(3.22, 4.0, 0.9, "0.80"), (70.0, 79.1, 0.9, "0.88"),
                                                        (0.5, 80.0, 0.9, "0.00")])
 def test_less_free_memory_than_the_utilization_asks_for_advises_the_share_that_fits(
-        free: float, total: float, util: float, suggested: str) -> None:
+        prefix: str, device: str, free: float, total: float, util: float, suggested: str) -> None:
     """vLLM V1 refuses to start where less is free than utilization x total (vllm#25837): the share of the total
-    that was free, rounded down to a hundredth; only the direction where not even a hundredth was free."""
-    line = (f"(EngineCore_DP0 pid=17374) ERROR 09-28 15:47:24 [core.py:718] ValueError: Free memory on device "
-            f"({free}/{total} GiB) on startup is less than desired GPU memory utilization ({util}, "
-            f"{round(util * total, 2)} GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
-            "processes.")
+    that was free, rounded down to a hundredth; only the direction where not even a hundredth was free. The
+    wording alone names vLLM (its flag, not SGLang's)."""
+    line = (f"{prefix}ValueError: Free memory on device {device}({free}/{total} GiB) on startup is less than desired "
+            f"GPU memory utilization ({util}, {round(util * total, 2)} GiB). Decrease GPU memory utilization or "
+            "reduce GPU memory used by other processes.")
     (f,) = found([line], "oom.startup")
     want = "lower" if suggested == "0.00" else suggested
     assert (f.flag, f.suggested, f.current) == ("--gpu-memory-utilization", want, f"{util:g}")
@@ -468,3 +470,22 @@ def test_a_v0_preemption_counter_without_time_is_advice_at_low_confidence(counte
     assert d.stats.kinds["preempt"] == 1
     findings = [f for f in d.findings if f.id.startswith("retraction")]
     assert [(f.id, f.severity, f.confidence) for f in findings] == ([(rule, "info", "low")] if rule else [])
+
+
+@pytest.mark.parametrize("numbers", ["3.22/. GiB) on startup is less than desired GPU memory utilization (0.9, 3.6",
+                                     "3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9.1, 3.6"])
+def test_a_garbled_free_memory_error_is_still_a_start_up_error_without_its_numbers(numbers: str) -> None:
+    d = analyze(lines=[f"ValueError: Free memory on device ({numbers} GiB)."])
+    assert [f.id for f in d.findings] == ["oom.startup"] and not any("rule-error" in n for n in d.notes)
+
+
+@pytest.mark.parametrize("lines,began", [
+    # later bars show less free memory as graphs are captured: the begin line, else the first bar, says it
+    (["[2025-04-13 02:02:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB",
+      PROGRESS.format("bs=8 ", 19.8), PROGRESS.format("bs=4 ", 4.1)], 20.0),
+    ([PROGRESS.format("bs=8 ", 19.8), PROGRESS.format("bs=4 ", 4.1)], 19.8),
+])
+def test_what_capture_began_with_is_its_begin_line_or_its_first_bar(lines: list[str], began: float) -> None:
+    d = analyze(lines=lines)
+    assert d.config.before_graphs_gb == began
+    assert [f.id for f in d.findings if f.id.startswith("gpu_memory")] == ["gpu_memory.too_much"]
