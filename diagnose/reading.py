@@ -20,7 +20,7 @@ from toolkit.diagnose.lines import LineParser, ParseStats
 from toolkit.diagnose.log_format.messages import BATCH_KINDS
 from toolkit.diagnose.prefix import read_prefix, window_on_clock
 from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
-from toolkit.diagnose.source import Chunk, LineReader, decode_lines, open_log
+from toolkit.diagnose.source import Chunk, LineReader, cleaned, decode_lines, open_log
 
 SERIES_KINDS = frozenset({"retract", "preempt", "oom", "watchdog", "exception", "leak", "spec_metrics",
                           "prefix_cache", "shed", "queue_timeout", "client_gone", "kv_transfer_failed"})
@@ -93,7 +93,7 @@ def _read_lines(lines: Iterable[str], source: int, stats: ParseStats, sink: _Sin
     batch: list[str] = []
     no = 1
     for line in lines:
-        batch.append(line.rstrip("\r\n"))
+        batch.append(cleaned(line.rstrip("\n")))
         if len(batch) >= 8192:
             sink.take(parser.feed(batch, no))
             sink.flush()

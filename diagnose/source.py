@@ -148,7 +148,12 @@ def decode_lines(data: bytes | bytearray | memoryview) -> list[str]:
 
 def decode_line(data: bytes | bytearray | memoryview) -> str:
     """Text, CR and ANSI colour codes removed: a chunk's lines, decoded alone, are its `decode_lines`."""
-    text = bytes(data).decode("utf-8", "replace")
+    return cleaned(bytes(data).decode("utf-8", "replace"))
+
+
+def cleaned(text: str) -> str:
+    """Text as the readers take it: CR, ANSI colour codes and colour codes a paste lost the ESC of removed (the text
+    of lines passed as strings is cleaned as a file's decoded lines are)."""
     if "\r" in text:
         text = text.replace("\r", "")
     if "\x1b" in text:

@@ -156,6 +156,18 @@ def test_lines_with_pasted_colour_codes_read_the_same_in_both_paths(tmp_path, mo
     assert [e.kind for e in events] == ["decode", "decode", "decode", "decode", "access"] * 40
 
 
+def test_lines_passed_as_text_are_cleaned_as_a_files_lines(tmp_path) -> None:
+    """`analyze(lines=...)` removes CR, ANSI colour codes and pasted ones as reading a file does (the library's
+    callers pass text a terminal or an issue coloured)."""
+    lines = ["\x1b[32m" + STAMP + "\x1b[0m" + DECODE, "[2m" + STAMP + "[0m" + DECODE, STAMP + DECODE + "\r",
+             "\x1b[2m2025-05-13T13:47:39.069Z\x1b[0m \x1b[32m INFO\x1b[0m metrics.log: " + STATS] * 5
+    log = tmp_path / "coloured.log"
+    log.write_bytes("\n".join(lines).encode())
+    as_text, as_file = analyze(lines=lines), analyze([log])
+    assert as_text.stats.kinds == as_file.stats.kinds and as_text.stats.kinds["decode"] == 15
+    assert as_text.stats.kinds["stats"] == 5 and as_text.stats.unread == 0
+
+
 def test_a_journald_traceback_stays_one_record() -> None:
     lines = ["Nov 26 21:03:11 host python[1234]: Traceback (most recent call last):",
              'Nov 26 21:03:11 host python[1234]:   File "scheduler.py", line 10, in event_loop',
