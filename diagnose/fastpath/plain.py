@@ -62,7 +62,7 @@ def stamped_plain(data: bytearray, starts: np.ndarray, ends: np.ndarray, stamped
     """Per line of `stamped` (the chunk's lines are `data[starts[i]:ends[i]]`): `surely_plain` of its bytes. A
     line behind a whole dated SGLang stamp, before any other `[` (the scanner's outer prefixes hold none that opens
     a stamp, and no quote), is `FIRST_STAMP` up to its message; it is plain where it is printable ASCII and no
-    piece of `_not_plain_at` matches at its message's start."""
+    piece of `_NOT_PLAIN_AT` matches at its message's start."""
     plain = stamped.dated.copy()
     rows = np.flatnonzero(plain)
     begin, end = starts[stamped.index[rows]], ends[stamped.index[rows]]

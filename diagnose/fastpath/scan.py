@@ -136,9 +136,9 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     starts, ends = line_bounds(words, size)
     slow = np.ones(len(starts), bool)
     candidate = (ends - starts) >= 32
-    pasted = _holds_pasted_reset(words, size)
-    if words.bytes[:size].max(initial=0) >= 0x80 or b"\r" in data or b"\x1b" in data or pasted:
-        candidate &= ~_dirty_lines(words, size, starts, pasted)
+    resets = _pasted_resets(words, size)
+    if words.bytes[:size].max(initial=0) >= 0x80 or b"\r" in data or b"\x1b" in data or len(resets):
+        candidate &= ~_dirty_lines(words, size, starts, resets)
     rows = np.flatnonzero(candidate)
     at = starts[rows]
     skip = outer_lengths(words, at)
@@ -346,25 +346,19 @@ def line_bounds(words: Words, size: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
-def _holds_pasted_reset(words: Words, size: int) -> bool:
-    """Whether the chunk holds a pasted colour code's reset, `[0m`: found from its last byte (rarer in a log than
+def _pasted_resets(words: Words, size: int) -> np.ndarray:
+    """Where the chunk holds a pasted colour code's reset, `[0m`: found from its last byte (rarer in a log than
     its first, `[`, which opens every stamp; `bytes.find` is 3x slower here)."""
     body = words.bytes[:size]
     last = np.flatnonzero(body[2:] == _PASTED_RESET[2])
-    return bool(((body[last] == _PASTED_RESET[0]) & (body[last + 1] == _PASTED_RESET[1])).any())
+    return last[(body[last] == _PASTED_RESET[0]) & (body[last + 1] == _PASTED_RESET[1])]
 
 
-def _dirty_lines(words: Words, size: int, starts: np.ndarray, pasted: bool) -> np.ndarray:
-    """Lines holding a non-ASCII byte, CR, ESC or a pasted colour code's reset (the per-line reader decodes and
-    cleans those)."""
+def _dirty_lines(words: Words, size: int, starts: np.ndarray, resets: np.ndarray) -> np.ndarray:
+    """Lines holding a non-ASCII byte, CR, ESC or a pasted colour code's reset (at `resets`; the per-line reader
+    decodes and cleans those)."""
     body = words.bytes[:size]
-    dirty_byte = (body >= 0x80) | (body == 13) | (body == 27)
-    if pasted:
-        reset = np.ones(max(size - len(_PASTED_RESET) + 1, 0), bool)
-        for k, byte in enumerate(_PASTED_RESET):
-            reset &= body[k: size - len(_PASTED_RESET) + 1 + k] == byte
-        dirty_byte[: len(reset)] |= reset
-    bad = np.flatnonzero(dirty_byte)
+    bad = np.concatenate([np.flatnonzero((body >= 0x80) | (body == 13) | (body == 27)), resets])
     dirty = np.zeros(len(starts), bool)
     dirty[np.searchsorted(starts, bad, side="right") - 1] = True
     return dirty

@@ -167,10 +167,8 @@ def _swapped(ctx: Context) -> list[Finding]:
         + "): vLLM preempted them because the KV cache could not hold the running batch, and swaps them back in "
         f"later. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}), helps.",
         evidence(swapped, len(busy), max_swapped=most, max_usage=round(usage, 3) if usage == usage else None),
-        more or Change("running_cap", direction=-1), memory_fraction(ctx.config)[1] if more else None,
-        "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM." if more else
-        "A smaller batch: lower throughput at peak.", swapped.ranks,
-        (Change("running_cap", direction=-1),) if more else (), confidence=confidence)]
+        *_vllm_remedy(ctx), swapped.ranks, (Change("running_cap", direction=-1),) if more else (),
+        confidence=confidence)]
 
 
 def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
@@ -211,16 +209,12 @@ def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
     title = ("Preemption storm" if ctx.config.vllm else "Retraction storm") if severity == "critical" \
         else ("Frequent preemptions" if ctx.config.vllm else "Frequent retractions")
     if ctx.config.vllm:
-        more = more_kv_memory(ctx.config)
         return [Finding(
             "retraction.frequent", severity, title,
             f"{how}. A preempted request loses its KV cache and is recomputed later: the KV cache is too small "
             f"for the running batch. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}"
             "), helps.",
-            evidence_events(rows, **facts), more or Change("running_cap", direction=-1),
-            memory_fraction(ctx.config)[1] if more else None,
-            "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM." if more else
-            "A smaller batch: lower throughput at peak.", tuple(sorted(rates)))], None
+            evidence_events(rows, **facts), *_vllm_remedy(ctx), tuple(sorted(rates)))], None
     current = ctx.config.schedule_conservativeness
     suggested = round(max(1.3, current * 1.3), 1)
     return [Finding(
@@ -244,17 +238,23 @@ def _counted_only(ctx: Context, rows: list[Event]) -> Finding | None:
     if not counters or max(counters) <= V0_WARN_EVERY:
         return None
     most = max(counters)
-    more = more_kv_memory(ctx.config)
     return Finding(
         "retraction.counted", "info", "Preemptions counted, not timed",
         f"vLLM's counter says {most} preemptions since the engine started (total_num_cumulative_preemption), and the "
         "excerpt shows no time to rate them by. If they came within the run you care about, the KV cache is too "
         "small for the running batch: each preempted request is recomputed later.",
-        evidence_events(rows, preemptions=most), more or Change("running_cap", direction=-1),
-        memory_fraction(ctx.config)[1] if more else None,
-        "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM." if more else
-        "A smaller batch: lower throughput at peak.", tuple(sorted({e.rank for e in rows if e.rank})),
+        evidence_events(rows, preemptions=most), *_vllm_remedy(ctx), tuple(sorted({e.rank for e in rows if e.rank})),
         confidence="low")
+
+
+def _vllm_remedy(ctx: Context) -> tuple[Change, str | None, str]:
+    """(change, current value, trade-off) for vLLM's preemptions: more KV memory, or fewer concurrent sequences where
+    the memory fraction is at its highest already (`flags.more_kv_memory`)."""
+    more = more_kv_memory(ctx.config)
+    if more is None:
+        return Change("running_cap", direction=-1), None, "A smaller batch: lower throughput at peak."
+    return (more, memory_fraction(ctx.config)[1],
+            "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.")
 
 
 def _int(v: Value) -> int:
