@@ -219,21 +219,23 @@ def unwrapped(line: str) -> str:
 
 
 MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: one)
+# a paste's margin: markdown quote markers (`> `, vllm#2140), then blanks
+_PASTE_MARGIN = re.compile(r"(?:[ \t]{0,3}>)*(\s*)")
 
 
 def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     """The kind of the message after `prefix` (`line_kind`) and where the message starts. A line without any
-    prefix may be indented by the paste (` Sequence group 221 is preempted ...`, limo#29): where its first
-    character is blank and no event starts there, the message starts at its first other character. (A record's
-    indented lines are read by the record first: they continue it.)"""
+    prefix may be indented or quoted by the paste (` Sequence group 221 is preempted ...`, limo#29; `> torch.cuda.
+    OutOfMemoryError: ...`, vllm#2140): where its first character is blank or `>` and no event starts there, the
+    message starts after that margin. (A record's indented lines are read by the record first: they continue it.)"""
     kind = line_kind(line, prefix.start)
-    if kind is None and prefix.start == 0 and prefix.time is None and line[:1].isspace():
-        start = len(line) - len(line.lstrip())
-        if start > MAX_PASTE_INDENT:
+    if kind is None and prefix.start == 0 and prefix.time is None and (line[:1].isspace() or line[:1] == ">"):
+        margin = _PASTE_MARGIN.match(line)
+        if len(margin.group(1)) > MAX_PASTE_INDENT:
             return None, prefix.start  # NOTE: a source line of a traceback (4 spaces or more) is no event
-        kind = line_kind(line, start)
+        kind = line_kind(line, margin.end())
         if kind is not None:
-            return kind, start
+            return kind, margin.end()
     return kind, prefix.start
 
 

@@ -61,6 +61,7 @@ STERN = r"(?:[a-z0-9][a-z0-9.-]{0,252} [a-z0-9][a-z0-9-]{0,62} )"
 # NOTE: a line without a stamp or a vLLM prefix (a traceback's lines, print output) starts after any of these
 LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?|" + COMPOSE +
               r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
+              r"|\[[\w.-]{1,200}\.py:\d+\] "  # vLLM's source tag, pasted from after its time (vllm#25350)
               r"|" + TASK_LABEL + r"?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
               r"(?: (?:stdout|stderr) [FP]| " + SYSLOG_SOURCE + "|" + TRACING + r")? "
               r"|(?P<syslog>" + SYSLOG_STAMP + r") " + SYSLOG_SOURCE + r" ")

@@ -196,6 +196,23 @@ def test_an_oom_record_right_after_a_traceback_is_its_cause() -> None:
     assert [f.id for f in d.findings if f.severity == "critical"] == ["oom.other"]
 
 
+@pytest.mark.parametrize("error,oom", [
+    # https://github.com/sgl-project/sglang/issues/4547: the overlap thread's stream switch
+    ("RuntimeError: CUDA error: out of memory", True),
+    # https://github.com/gpustack/gpustack/issues/4761: torch_npu's wording
+    ("RuntimeError: NPU out of memory. Tried to allocate 48.55 GiB (NPU 1; 60.96 GiB total capacity)", True),
+    ("RuntimeError: XPU out of memory. Tried to allocate 2.00 GiB", True),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", False),
+    ("RuntimeError: host out of memory budget exceeded", False),
+])
+def test_each_devices_out_of_memory_error_ends_a_traceback_as_an_oom(error: str, oom: bool) -> None:
+    """A traceback whose error line names a device's out-of-memory is an OOM (its rule advises); any other error
+    stays a crash."""
+    d = analyze(lines=_sglang(lf.scheduler_traceback("event_loop_overlap", error=error)))
+    assert (d.stats.kinds.get("oom", 0) == 1) is oom
+    assert ("oom.other" in {f.id for f in d.findings}) is oom
+
+
 def test_an_oom_in_another_log_does_not_explain_a_traceback(tmp_path) -> None:
     """Two logs: an OOM at line 14 of one is no cause of a traceback at line 15 of the other."""
     oom = tmp_path / "a.log"

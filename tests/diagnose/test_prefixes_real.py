@@ -385,6 +385,17 @@ def test_an_indented_paste_that_opens_a_traceback_reads_the_same_in_both_paths(t
      "GB.`", "graph_end"),
     ("the log says `[2025-09-05 20:48:29 TP0] Capture cuda graph end. avail mem=16.74 GB.`", None),  # prose quoting
     ("`[2025-09-05 20:48:29 TP0] Capture cuda graph end. avail mem=16.74 GB.", None),  # no closing backtick: a quote
+    # https://github.com/vllm-project/vllm/issues/2140: an error pasted as a markdown quote, also nested or indented
+    ("> torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 518.00 MiB. GPU 0 has a total capacty of "
+     "21.67 GiB of which 4.06 MiB is free.", "oom"),
+    (">> ValueError: No available memory for the cache blocks.", "not_enough_memory"),
+    ("  >ValueError: No available memory for the cache blocks.", "not_enough_memory"),
+    (">     ValueError: No available memory for the cache blocks.", None),  # 5 blanks in the quote: a source line
+    ("> the server said no available memory for the cache blocks", None),  # quoted prose
+    # https://github.com/vllm-project/vllm/issues/25350: vLLM's source tag alone, the paste begun after its time
+    ("[kv_cache_utils.py:868] Maximum concurrency for 100,000 tokens per request: 2.31x", "max_concurrency"),
+    ("[kv_cache_utils.py] Maximum concurrency for 100,000 tokens per request: 2.31x", None),  # no line number
+    ("[notes:868] Maximum concurrency for 100,000 tokens per request: 2.31x", None),  # no Python source
 ])
 def test_a_paste_indented_begun_after_a_paren_or_in_inline_code_is_read(line: str, kind: str | None) -> None:
     assert [e.kind for e in parse_lines([line])] == ([kind] if kind else [])
