@@ -22,9 +22,10 @@ def params(command: str) -> dict[str, Any]:
 
 
 def shown(param: Any) -> dict[str, Any]:
-    """What `--help` shows of a flag and how it parses: spellings, help, default, env var, type and bounds."""
+    """What `--help` shows of a flag and how it parses: spellings, help, default, env var, type and bounds (its click
+    type's class and settings: a range's bounds, a choice's choices)."""
     return {"opts": param.opts, "secondary_opts": param.secondary_opts, "help": param.help, "default": param.default,
-            "envvar": param.envvar, "type": param.type_descriptor.annotation, "min": param.min, "max": param.max}
+            "envvar": param.envvar, "type": (type(param.type).__name__, vars(param.type))}
 
 
 def declared(flag: Flag) -> dict[str, Any]:
