@@ -53,7 +53,7 @@ _VLLM_PROCESS = re.compile(VLLM_PROCESS)
 # process names are CamelCase: `EngineCore_0 pid=N) `)
 _VLLM_PROCESS_FIRST = re.compile(r"(?:" + STERN + r"?\(|(?=[A-Z]))" + VLLM_PROCESS_BODY)
 _PYLOG = re.compile(PYTHON_LOGGING)
-_PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})? - | \| )")  # NOTE: every Python logging prefix holds it: a quick test
+_PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})?(?: - | \[[A-Z])| \| )")  # NOTE: every Python logging prefix holds it: a quick test
 _START = re.compile(LINE_START)
 _TIME = re.compile(TIME)
 _SYSLOG = re.compile(SYSLOG_STAMP)
@@ -256,6 +256,8 @@ def read_prefix(line: str) -> Prefix:
     rank = m.group("rank") or m.group("torch")
     if rank is not None:
         return Prefix(None, tp_rank(rank), m.end(), None)
+    if m.group("process") is not None:
+        return Prefix(None, process_rank(m.group("process")), m.end(), None)
     if m.group("iso") is not None:
         iso = _TIME.match(m.group("iso").replace("T", " "))
         clock = _clock(*iso.groups()) if iso else None

@@ -86,8 +86,11 @@ _ENGINE = re.compile(ENGINE)
 _ITER = r"(?: \[\d+\])?"  # 0.5.5's `Decode batch [51341],`
 
 # vLLM V1 (0.10+) refusing to start: `Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory
-# utilization (0.9, 3.6 GiB)`; later versions name the device (`Free memory on device cuda:0 (...)`)
+# utilization (0.9, 3.6 GiB)`; later versions name the device (`Free memory on device cuda:0 (...)`). NOTE: newer ones
+# print the same start in an INFO summary of a start-up that fits (`... on startup. Desired GPU memory utilization is
+# (0.975, 92.6 GiB). Actual usage is ...`, rtx6kpro#103): only "is less than" refuses
 VLLM_FREE_MEMORY = r"Free memory on device (?:\S{1,40} )?\("
+VLLM_FREE_MEMORY_REFUSED = VLLM_FREE_MEMORY + r"[^()]{1,40}\) on startup is less than"
 # what says CUDA-graph capture began or is under way: its begin line, and its progress bars (SGLang 0.4.5+)
 CAPTURE_BEGAN = ("graph_begin", "graph_progress")
 
@@ -113,12 +116,13 @@ STARTS: dict[str, str] = {
     # SGLang errors
     "retract": r"[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests|Testing retraction",
     "oom": r"(?:Prefill|Decode) out of memory|(?:torch\.)?(?:cuda\.)?OutOfMemoryError(?:: |\(['\"]CUDA out of memory)"
-           # other devices' allocators (torch_npu: gpustack#4761) and the CUDA runtime's error (sglang#4547)
-           r"|(?:CUDA|NPU|XPU|HIP|MUSA) out of memory|CUDA error: out of memory",
+           # other devices' allocators (torch_npu: gpustack#4761) and the CUDA runtime's and driver's errors (sglang#4547,
+           # club-3090#60)
+           r"|(?:CUDA|NPU|XPU|HIP|MUSA) out of memory|CUDA (?:driver )?error: out of memory",
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
                          r"number of tokens|Failed to load model - not enough GPU memory|"
-                         + VLLM_FREE_MEMORY,
+                         + VLLM_FREE_MEMORY_REFUSED,
     # NOTE: a pool or allocator names the leak (`token_to_kv_pool_allocator`, `req_to_token_pool`, 0.5's `pool`):
     # another program's `Potential memory leak detected!` is not the KV pool's
     "leak": r"(?:KV cache pool leak|[\w.]{0,80}(?:pool|allocator)\w{0,40} memory leak) detected"

@@ -41,9 +41,10 @@ NOTHING_MORE = "".join(f"(?!{prefix})" for prefix in PREFIXES_AFTER_STAMP)
 # an SGLang fork's logger (antgroup/sglang): `2025-10-29 02:27:35 INFO 8900 [ DP15 TP15 EP15 file.py:222] `
 PID_FILE_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? " + VLLM_LEVELS
                     + r" \d{1,10} \[ ?((?:[A-Z][A-Z_]*\d+ )*)[\w./-]{1,200}:\d+\] ")
-# `%(asctime)s - %(name)s - %(levelname)s - ` (with or without `,mmm`: a `datefmt` drops it), or FastChat's
-PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:(?:,(\d{3}))? - [\w.]{1,100} - [A-Z]{1,10} - "
-                  r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
+# `%(asctime)s - %(name)s - %(levelname)s - ` or `%(asctime)s [%(levelname)s] %(name)s: ` (sglang-omni#712; with or
+# without `,mmm`: a `datefmt` drops it), or FastChat's
+PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:(?:,(\d{3}))?(?: - [\w.]{1,100} - [A-Z]{1,10} - "
+                  r"| \[[A-Z]{1,10}\] [\w.]{1,100}: )| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # journald / syslog: `Nov 26 21:03:11 host python[1234]: ` (journalctl's default `short`, `short-precise` adds
 # `.ffffff`); `-o short-iso` writes the ISO stamp of a container runtime before the same `host ident[pid]:`
@@ -61,7 +62,9 @@ STERN = r"(?:[a-z0-9][a-z0-9.-]{0,252} [a-z0-9][a-z0-9-]{0,62} )"
 # NOTE: a line without a stamp or a vLLM prefix (a traceback's lines, print output) starts after any of these
 LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?|" + COMPOSE +
               r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
-              r"|\[[\w.-]{1,200}\.py:\d+\] "  # vLLM's source tag, pasted from after its time (vllm#25350)
+              # vLLM's source tag, pasted from after its time (vllm#25350), or its process in brackets before it
+              # (`[Worker_TP1] [model_runner.py:411] `, rtx6kpro#103)
+              r"|(?:\[(?P<process>[A-Za-z][\w-]{0,63})\] )?\[[\w.-]{1,200}\.py:\d+\] "
               r"|" + TASK_LABEL + r"?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
               r"(?: (?:stdout|stderr) [FP]| " + SYSLOG_SOURCE + "|" + TRACING + r")? "
               r"|(?P<syslog>" + SYSLOG_STAMP + r") " + SYSLOG_SOURCE + r" ")

@@ -202,6 +202,8 @@ def test_an_oom_record_right_after_a_traceback_is_its_cause() -> None:
     # https://github.com/gpustack/gpustack/issues/4761: torch_npu's wording
     ("RuntimeError: NPU out of memory. Tried to allocate 48.55 GiB (NPU 1; 60.96 GiB total capacity)", True),
     ("RuntimeError: XPU out of memory. Tried to allocate 2.00 GiB", True),
+    # https://github.com/noonghunna/club-3090/issues/60: the driver's wording
+    ("torch.AcceleratorError: CUDA driver error: out of memory", True),
     ("RuntimeError: CUDA error: an illegal memory access was encountered", False),
     ("RuntimeError: host out of memory budget exceeded", False),
 ])

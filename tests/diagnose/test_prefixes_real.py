@@ -65,6 +65,11 @@ PREFIXED = [
     # https://github.com/vllm-project/vllm/issues/11517: Python logging with a datefmt (no milliseconds)
     ("python logging without ms", "2024-12-23 18:28:10 - vllm.engine.metrics - INFO - " + STATS, "stats",
      "2024-12-23 18:28:10", "DP0"),
+    # https://github.com/sgl-project/sglang-omni/pull/712: `%(asctime)s [%(levelname)s] %(name)s: `
+    ("python logging, level in brackets", "2026-06-07 10:59:31,659 [INFO] sglang.srt.managers.scheduler_metrics_mixin: "
+     + DECODE, "decode", "2026-06-07 10:59:31", ""),
+    ("python logging, level in brackets, no ms", "2026-06-07 10:59:31 [INFO] sglang.srt.managers.scheduler: " + DECODE,
+     "decode", "2026-06-07 10:59:31", ""),
     # https://github.com/vllm-project/vllm/issues/1734: the paste began after vLLM's level
     ("vllm prefix without its level", "11-26 21:03:11 llm_engine.py:624] " + STATS, "stats", VL_TIME, "DP0"),
     # https://github.com/antgroup/sglang/pull/4: an SGLang fork's logger
@@ -396,9 +401,20 @@ def test_an_indented_paste_that_opens_a_traceback_reads_the_same_in_both_paths(t
     ("[kv_cache_utils.py:868] Maximum concurrency for 100,000 tokens per request: 2.31x", "max_concurrency"),
     ("[kv_cache_utils.py] Maximum concurrency for 100,000 tokens per request: 2.31x", None),  # no line number
     ("[notes:868] Maximum concurrency for 100,000 tokens per request: 2.31x", None),  # no Python source
+    # https://github.com/local-inference-lab/rtx6kpro/issues/103: vLLM's process in brackets, then its source tag
+    ("[Worker_TP1] [model_runner.py:411] Model loading took 81.11 GiB memory and 53.455084 seconds",
+     "weights_loaded"),
+    ("[EngineCore] [gpu_worker.py:628] Available KV cache memory: 7.94 GiB", "kv_memory"),
+    ("[Worker_TP1] Available KV cache memory: 7.94 GiB", None),  # a bracketed name alone is no prefix
 ])
 def test_a_paste_indented_begun_after_a_paren_or_in_inline_code_is_read(line: str, kind: str | None) -> None:
     assert [e.kind for e in parse_lines([line])] == ([kind] if kind else [])
+
+
+def test_a_bracketed_vllm_process_names_the_rank() -> None:
+    """`[Worker_TP1] [model_runner.py:411] ` (rtx6kpro#103) is a prefix without time whose process is rank TP1."""
+    (event,) = parse_lines(["[Worker_TP1] [model_runner.py:1048] Graph capturing finished in 4 secs, took 0.31 GiB"])
+    assert (event.kind, event.rank, event.time) == ("graph_captured", "TP1", None)
 
 
 def test_a_line_in_inline_code_is_read_without_its_backticks() -> None:

@@ -458,6 +458,18 @@ def test_less_free_memory_than_the_utilization_asks_for_advises_the_share_that_f
     assert f.evidence.facts["free_gb"] == free
 
 
+@pytest.mark.parametrize("prefix", ["[Worker_TP1] [gpu_worker.py:859] ",
+                                    "(Worker_TP1 pid=7) INFO 09-15 10:00:00 [gpu_worker.py:859] ", ""])
+def test_the_free_memory_summary_of_a_start_up_that_fits_is_no_error(prefix: str) -> None:
+    """Newer vLLM prints `Free memory on device (...) on startup.` in an INFO summary of a start-up that fits
+    (rtx6kpro#103): not the refusal (`... on startup is less than desired ...`), no finding."""
+    line = (f"{prefix}Free memory on device (93.79/94.97 GiB) on startup. Desired GPU memory "
+            "utilization is (0.975, 92.6 GiB). Actual usage is 83.1 GiB for consumed memory (weights + non-torch), "
+            "1.24 GiB for peak activation, and 0.2 GiB for CUDAGraph memory.")
+    d = analyze(lines=[line])
+    assert "not_enough_memory" not in d.stats.kinds and not d.findings
+
+
 @pytest.mark.parametrize("counter,rule", [(1, None), (50, None), (51, "retraction.counted"),
                                           (101, "retraction.counted")])
 def test_a_v0_preemption_counter_without_time_is_advice_at_low_confidence(counter: int, rule: str | None) -> None:
