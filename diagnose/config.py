@@ -170,8 +170,9 @@ def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], r
     (`kind`, `kind#last`), batch kinds included, for the era. `vllm_prefixed`: some event's line has vLLM's
     logger prefix (it names the engine where the messages could be either's)."""
     kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
+    launched = _launched(events)
     engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS
-              else "vllm" if vllm_prefixed else _engine_by_text(events))
+              else "vllm" if vllm_prefixed else launched.get("launch_engine") or _engine_by_text(events))
     all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
     rank_tp, rank_dp = _rank_sizes(all_ranks)
     common = {"rank_tp": rank_tp, "rank_dp": rank_dp}
@@ -180,6 +181,18 @@ def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], r
     if any(rank.startswith("GPU") for rank in all_ranks):
         samples = {**samples, "rank tag": "[gpu_id="}  # SGLang 0.2.5's `[gpu_id=N]` tag is part of the prefix
     return _sglang_config(events, samples, {**common, "engine": engine})
+
+
+def _launched(events: Mapping[str, list[Event]]) -> dict[str, Value]:
+    """The flags of the last launch command pasted with the log (`launch_engine`: the engine its program names)."""
+    rows = events.get("launch_command", [])
+    return parse_fields("launch_command", rows[-1].text) if rows else {}
+
+
+def _launch_args(events: Mapping[str, list[Event]], engine: str) -> dict[str, Value]:
+    """The launch command's flags where it ran this engine: what the log's own server arguments do not print."""
+    launched = _launched(events)
+    return {k: v for k, v in launched.items() if k != "launch_engine"} if launched.get("launch_engine") == engine else {}
 
 
 def _engine_by_text(events: Mapping[str, list[Event]]) -> str | None:
@@ -199,6 +212,12 @@ def _first(events: Mapping[str, list[Event]], kind: str) -> dict[str, Value]:
 
 def _all(events: Mapping[str, list[Event]], kind: str) -> list[dict[str, Value]]:
     return [parse_fields(kind, e.text) for e in events.get(kind, [])]
+
+
+def _dtype_arg(args: Mapping[str, Value]) -> str | None:
+    """The dtype the arguments ask for where the log prints none it ran with (`auto`: the checkpoint's says)."""
+    v = args.get("dtype")
+    return str(v) if v and v != "auto" else None
 
 
 def _num(v: object) -> float | None:
@@ -237,7 +256,7 @@ def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, V
 
 
 def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
-    args = _first(events, "server_args")
+    args = {**_launch_args(events, "sglang"), **_first(events, "server_args")}
     pool = _first(events, "pool")
     load_begin = _all(events, "load_begin")
     load_end = _first(events, "load_end")
@@ -284,7 +303,7 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         weight_mem_gb=weights,
         kv_mem_gb=kv_gb,
         graph_mem_gb=graph_mem,
-        dtype=str(load_end["dtype"]) if "dtype" in load_end else None,
+        dtype=str(load_end["dtype"]) if "dtype" in load_end else _dtype_arg(args),
         model_class=str(load_end["type"]) if "type" in load_end else None,
         era=era_of(texts),
         **extra,
@@ -303,7 +322,7 @@ def _vllm_version(config: Mapping[str, Value], samples: Mapping[str, str]) -> st
 
 def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
     config = _first(events, "engine_config")
-    args: dict[str, Value] = {**config, **_first(events, "engine_args")}
+    args: dict[str, Value] = {**_launch_args(events, "vllm"), **config, **_first(events, "engine_args")}
     capacity = {**_first(events, "max_concurrency"), **_first(events, "kv_capacity")}
     profile: dict[str, Value] = {}
     for fields in _all(events, "memory_profile"):
@@ -327,7 +346,7 @@ def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], 
         weight_mem_gb=_num(loaded.get("weights_gb")) or _num(profile.get("weights_gb")),
         kv_mem_gb=_num(kv_memory.get("kv_cache_gb")) or _num(profile.get("kv_cache_gb")),
         graph_mem_gb=graph_gb,
-        dtype=str(config["dtype"]) if config.get("dtype") else None,
+        dtype=str(config["dtype"]) if config.get("dtype") else _dtype_arg(args),
         engine="vllm",
         engine_version=_vllm_version(config, samples),
         max_concurrency=_num(capacity.get("max_concurrency")),

@@ -9,9 +9,11 @@ from __future__ import annotations
 import ast
 import math
 import re
+import shlex
 from typing import Union
 
 from toolkit.diagnose.log_format.batch import BINDING_USAGE, LABELS, MIXED, USAGES
+from toolkit.diagnose.log_format.launch import ALIASES, PROGRAMS
 from toolkit.diagnose.log_format.messages import ACCESS_FIELDS, VLLM_FREE_MEMORY, engine_tag
 
 Value = Union[int, float, bool, str, None]
@@ -456,6 +458,43 @@ def _engine_args(text: str) -> dict[str, Value]:
     return parse_server_args(text.partition("non-default args: ")[2])
 
 
+_PROGRAMS = {engine: re.compile(program) for engine, program in PROGRAMS.items()}
+
+
+def _launch_command(text: str) -> dict[str, Value]:
+    """`launch_engine` (the engine its program names) and each flag by its argument name (`--tp 2` -> `tp_size`
+    for SGLang), up to the end of the inline code it may be in: `--name value`, `--name=value`, a bare `--name`
+    (True); `vllm serve MODEL`'s model."""
+    command = text.partition("`")[0] if not text.startswith("`") else text[1:].partition("`")[0]
+    engine, program = next(((e, m) for e, p in _PROGRAMS.items() if (m := p.search(command))), (None, None))
+    if program is None:
+        return {}
+    try:
+        words = shlex.split(command[program.end():])
+    except ValueError:  # an unclosed quote: a paste cut inside the command
+        words = command[program.end():].split()
+    out: dict[str, Value] = {"launch_engine": engine}
+    if words and not words[0].startswith("-") and program.group(0).endswith(" serve"):
+        out["model_path" if engine == "sglang" else "model"] = words.pop(0)
+    aliases = ALIASES[engine]
+    for i, word in enumerate(words):
+        if not word.startswith("-") or word == "-" or _NUMBER.fullmatch(word):
+            continue
+        name, sep, raw = word.lstrip("-").partition("=")
+        name = name.replace("-", "_")
+        if not name.isidentifier():
+            continue
+        if not sep:
+            following = words[i + 1] if i + 1 < len(words) else None
+            raw = following if following is not None and (not following.startswith("-")
+                                                          or _NUMBER.fullmatch(following)) else "True"
+        out[aliases.get(name, name)] = value(raw)
+    return out
+
+
+_NUMBER = re.compile(r"-\d[\d.]*")  # a negative number is a value, not a flag
+
+
 _READERS = {
     "decode": _batch,
     "prefill": _batch,
@@ -491,6 +530,7 @@ _READERS = {
     "engine_config": _engine_config,
     "engine_args": _engine_args,
     "scheduler_config": _assignments,
+    "launch_command": _launch_command,
 }
 
 

@@ -40,6 +40,7 @@ IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea("context", "context length", "--context-length", "--max-model-len", "set"),
     Idea("kv_dtype", "KV cache dtype", "--kv-cache-dtype", "--kv-cache-dtype", "set"),
     Idea("quantization", "weight quantization", "--quantization", "--quantization", "set"),
+    Idea("dtype", "weights' and activations' dtype", "--dtype", "--dtype", "set"),
     Idea("graph_max_bs", "largest captured CUDA-graph batch", "--cuda-graph-max-bs", "--max-cudagraph-capture-size",
          "set"),
     Idea("graphs_off", "CUDA graphs off", "--disable-cuda-graph", "--enforce-eager", "switch", off="graphs on"),

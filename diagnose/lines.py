@@ -17,6 +17,7 @@ from pathlib import Path
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import QUEUE
+from toolkit.diagnose.log_format.launch import LAUNCH_IN_CODE
 from toolkit.diagnose.log_format.messages import CONTINUATION, OPENERS, SELF_CONTINUING, engine_tag
 from toolkit.diagnose.log_format.prefix import engine_rank
 from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
@@ -221,13 +222,15 @@ def unwrapped(line: str) -> str:
 MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: one)
 # a paste's margin: markdown quote markers (`> `, vllm#2140), then blanks
 _PASTE_MARGIN = re.compile(r"(?:[ \t]{0,3}>)*(\s*)")
+_LAUNCH_IN_CODE = re.compile(LAUNCH_IN_CODE)
 
 
 def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     """The kind of the message after `prefix` (`line_kind`) and where the message starts. A line without any
     prefix may be indented or quoted by the paste (` Sequence group 221 is preempted ...`, limo#29; `> torch.cuda.
     OutOfMemoryError: ...`, vllm#2140): where its first character is blank or `>` and no event starts there, the
-    message starts after that margin. (A record's indented lines are read by the record first: they continue it.)"""
+    message starts after that margin. (A record's indented lines are read by the record first: they continue it.)
+    A line without time may hold a launch command in inline code inside a sentence (vllm#2140): it starts there."""
     kind = line_kind(line, prefix.start)
     if kind is None and prefix.start == 0 and prefix.time is None and (line[:1].isspace() or line[:1] == ">"):
         margin = _PASTE_MARGIN.match(line)
@@ -236,6 +239,11 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
         kind = line_kind(line, margin.end())
         if kind is not None:
             return kind, margin.end()
+    if kind is None and prefix.time is None and "`" in line:
+        # NOTE: never on a line with time, which the fast path may count as plain from its message's start
+        command = _LAUNCH_IN_CODE.search(line, prefix.start)
+        if command is not None:
+            return "launch_command", command.start(1)
     return kind, prefix.start
 
 

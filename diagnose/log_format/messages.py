@@ -8,6 +8,7 @@ import re
 from typing import Literal, NamedTuple
 
 from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, NEW_FILL_LABEL, PREFILL_LABEL, RUNNING
+from toolkit.diagnose.log_format.launch import LAUNCH_COMMAND
 
 Kind = Literal[
     # SGLang (docs/log-formats.md §2-§6)
@@ -55,6 +56,8 @@ Kind = Literal[
     "engine_config",     # Initializing a V1 LLM engine (vX) with config: model=..., ...
     "engine_args",       # non-default args: {...}
     "scheduler_config",  # Chunked prefill is enabled with max_num_batched_tokens=N.
+    # either engine: what the user ran (docs/log-formats.md §5)
+    "launch_command",    # python -m sglang.launch_server ... / vllm serve MODEL ... (pasted beside the log)
 ]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 SGLANG_BATCH_KINDS = ("decode", "prefill")  # the fast path's kinds, in its code order
@@ -157,6 +160,7 @@ STARTS: dict[str, str] = {
     "engine_config": r"Initializing an? (?:V1 )?LLM engine (?:\(v[^)]{1,40}\) )?with config: ",
     "engine_args": r"non-default args: ",
     "scheduler_config": r"Chunked prefill is enabled with max_num_batched_tokens=",
+    "launch_command": LAUNCH_COMMAND,
 }
 assert set(STARTS) == set(KINDS), "every kind has a start, every start a kind"
 
