@@ -465,6 +465,7 @@ def _launch_command(text: str) -> dict[str, Value]:
     """`launch_engine` (the engine its program names) and each flag by its argument name (`--tp 2` -> `tp_size`
     for SGLang), up to the end of the inline code it may be in: `--name value`, `--name=value`, a bare `--name`
     (True); `vllm serve MODEL`'s model."""
+    text = re.sub(r"\\\s*\n", " ", text)  # a command over several shell lines (`\` at each line's end)
     command = text.partition("`")[0] if not text.startswith("`") else text[1:].partition("`")[0]
     engine, program = next(((e, m) for e, p in _PROGRAMS.items() if (m := p.search(command))), (None, None))
     if program is None:

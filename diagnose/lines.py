@@ -18,7 +18,7 @@ from pathlib import Path
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import QUEUE
 from toolkit.diagnose.log_format.launch import LAUNCH_IN_CODE
-from toolkit.diagnose.log_format.messages import CONTINUATION, OPENERS, SELF_CONTINUING, engine_tag
+from toolkit.diagnose.log_format.messages import CONTINUATION, LINE_CONTINUES, OPENERS, SELF_CONTINUING, engine_tag
 from toolkit.diagnose.log_format.prefix import engine_rank
 from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
@@ -152,6 +152,8 @@ class LineParser:
         return t
 
     def _continues(self, record: PendingRecord, line: str) -> bool:
+        if record.kind == "launch_command":
+            return record.parts[-1].rstrip().endswith(LINE_CONTINUES) and record.add(line)
         prefix = read_prefix(line)
         message = line[prefix.start:]
         if prefix.time is not None:

@@ -72,7 +72,8 @@ VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_
                         "engine_config", "engine_args", "scheduler_config"})
 
 # Multi-line records: their continuation lines (indented, an error line, vLLM's wrapped profile) join them.
-OPENERS = frozenset({"exception", "oom", "leak", "memory_profile"})
+OPENERS = frozenset({"exception", "oom", "leak", "memory_profile", "launch_command"})
+LINE_CONTINUES = "\\"  # a shell line that ends so continues on the next (a launch command's only continuation)
 CONTINUATION = (r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
                 r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
                 r"|the current vLLM instance can use|model weights take|the rest of the memory")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.diagnose.test_fastpath import _same
 from toolkit.diagnose import analyze
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.lines import parse_lines
@@ -87,3 +88,26 @@ def test_the_real_paste_gets_the_dtype_advice_in_vllms_words() -> None:
     d = analyze(lines=VLLM_2140)
     (f,) = d.findings
     assert (f.id, f.flag, f.suggested, f.engine) == ("oom.full_precision", "--dtype", "auto", "vllm")
+
+
+def test_a_launch_command_over_several_shell_lines_is_one_command() -> None:
+    """A line ending in `\\` continues on the next: the command's flags on every line are read; the first line
+    without it ends the command."""
+    lines = ["python -m sglang.launch_server \\", "  --model-path m \\", "--tp 8 --mem-fraction-static 0.85",
+             "  --chunked-prefill-size 99"]
+    (event,) = [e for e in parse_lines(lines) if e.kind == "launch_command"]
+    got = parse_fields("launch_command", event.text)
+    assert (got["model_path"], got["tp_size"], got["mem_fraction_static"]) == ("m", 8, 0.85)
+    assert "chunked_prefill_size" not in got
+
+
+def test_a_launch_command_among_many_lines_reads_the_same_in_both_paths(tmp_path, monkeypatch) -> None:
+    """The range workers send the lines after a command that may continue (`opens_record`), as after a traceback."""
+    plain = "[2025-11-26 21:03:11 TP0] Cache flushed successfully! {}"
+    command = ["$ python -m sglang.launch_server \\", "    --model-path m --tp 2 \\", "    --max-running-requests 64"]
+    lines = [plain.format(i) for i in range(3000)] + command + [plain.format(i) for i in range(3000, 6000)]
+    data = ("\n".join(lines) + "\n").encode()
+    _same(tmp_path, monkeypatch, data, chunk=1 << 20, processes=True)
+    _same(tmp_path, monkeypatch, data, chunk=64 * 1024, processes=True)
+    cfg = analyze(lines=lines).config
+    assert (cfg.tp_size, cfg.max_running_requests) == (2, 64)
