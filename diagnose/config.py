@@ -12,7 +12,7 @@ from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_po
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fields import Value, parse_fields
 from toolkit.diagnose.log_format.eras import era_of
-from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN, SGLANG_KINDS, VLLM_FREE_MEMORY, VLLM_KINDS
+from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN, SGLANG_KINDS, STARTS, VLLM_FREE_MEMORY, VLLM_KINDS
 
 # Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
 _VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]|" + VLLM_FREE_MEMORY)
@@ -55,6 +55,7 @@ class ServerConfig:
     rank_tp: int | None = None
     rank_dp: int | None = None
     max_concurrency: float | None = None
+    captured_max_bs: int | None = None  # the largest decode graph the log's capture lists (`bs=[...]`)
 
     def arg(self, name: str, default: Any = None) -> Any:
         value = self.args.get(name)
@@ -107,12 +108,17 @@ class ServerConfig:
         v = self.arg("cuda_graph_max_bs")
         if isinstance(v, int):
             return v
+        if self.captured_max_bs is not None:
+            return self.captured_max_bs
         return default_cuda_graph_max_bs(self.era, self.gpu_mem_gb, self.tp_size) if self.on_gpu else None
 
     @property
     def cuda_graph_max_bs_known(self) -> bool:
-        """Whether the captured maximum comes from the log (not a default guessed from the era and GPU)."""
-        return isinstance(self.arg("max_cudagraph_capture_size" if self.vllm else "cuda_graph_max_bs"), int)
+        """Whether the captured maximum comes from the log (its arguments or its capture's list of batch sizes),
+        not a default guessed from the era and GPU."""
+        if self.vllm:
+            return isinstance(self.arg("max_cudagraph_capture_size"), int)
+        return isinstance(self.arg("cuda_graph_max_bs"), int) or self.captured_max_bs is not None
 
     @property
     def cuda_graph_disabled(self) -> bool:
@@ -243,6 +249,28 @@ def _rank_sizes(ranks: Iterable[str]) -> tuple[int | None, int | None]:
     return tp, dp
 
 
+_POOL_START = re.compile(STARTS["pool"])
+
+
+def _pool(events: Mapping[str, list[Event]]) -> dict[str, Value]:
+    """The memory pool's line (`max_total_num_tokens=..., max_running_requests=..., ...`); where a paste glued it to
+    the end of the capture before it (`... avail mem=6.95 GB max_total_num_tokens=...`, sglang#33483), its
+    pieces there."""
+    pool = _first(events, "pool")
+    if pool:
+        return pool
+    glued = (m for e in events.get("graph_end", []) if (m := _POOL_START.search(e.text)) is not None)
+    found = next(glued, None)
+    return parse_fields("pool", found.string[found.start():]) if found is not None else {}
+
+
+def _captured_max_bs(events: Mapping[str, list[Event]]) -> int | None:
+    """The largest decode batch the last capture of the target model lists (`bs=[1, 2, ..., 32]`, 0.5+)."""
+    found = [g["captured_bs"] for g in _all(events, "graph_begin")
+             if isinstance(g.get("captured_bs"), int) and not g.get("draft") and not g.get("prefill")]
+    return int(found[-1]) if found else None  # type: ignore[arg-type]
+
+
 def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, Value]) -> float | None:
     """What the last CUDA-graph capture began with: its `Capture cuda graph begin` line's free memory; without one,
     the first of the capture's progress bars (`Capturing batches (avail_mem=X GB)`, the only capture line of some
@@ -257,7 +285,7 @@ def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, V
 
 def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
     args = {**_launch_args(events, "sglang"), **_first(events, "server_args")}
-    pool = _first(events, "pool")
+    pool = _pool(events)
     load_begin = _all(events, "load_begin")
     load_end = _first(events, "load_end")
     kv = _first(events, "kv_alloc")
@@ -306,6 +334,7 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         dtype=str(load_end["dtype"]) if "dtype" in load_end else _dtype_arg(args),
         model_class=str(load_end["type"]) if "type" in load_end else None,
         era=era_of(texts),
+        captured_max_bs=_captured_max_bs(events),
         **extra,
     )
 

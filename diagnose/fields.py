@@ -214,9 +214,18 @@ def _server_args(text: str) -> dict[str, Value]:
     return parse_server_args(text)
 
 
+_BATCH_SIZES = re.compile(r"\bbs=\[([\d, ]{1,4000})\]")  # 0.5's begin line lists them: `bs=[1, 2, 4, 8, ..., 32]`
+
+
 def _graph(text: str) -> dict[str, Value]:
+    """A capture's `key=value` pieces; `draft` for the draft model's graphs, `prefill` for prefill graphs, and
+    `captured_bs`, the largest batch size of a whole list the begin line prints."""
     out = pairs(text)
-    out["draft"] = "draft" in text[:40].lower()
+    head = text[:60].lower()
+    out["draft"], out["prefill"] = "draft" in head, "prefill" in head
+    sizes = _BATCH_SIZES.search(text)
+    if sizes is not None and any(x.strip() for x in sizes.group(1).split(",")):
+        out["captured_bs"] = max(int(x) for x in sizes.group(1).split(",") if x.strip())
     return out
 
 

@@ -8,6 +8,9 @@
 - `cuda_graph.ceiling`: the lines do not say (older SGLang, vLLM), but the running batch sits above the
   captured maximum in >= 50% of steady load lines: those steps run eagerly. Suggest raising the maximum to
   cover the p90 batch (vLLM `--max-cudagraph-capture-size`, default 512).
+- `cuda_graph.below_cap` (info, low confidence): a start-up without load lines whose capture lists its batch sizes
+  (`bs=[1, ..., 32]`) below a quarter of the running cap and below 256 (where graphs matter most; sglang#33483: 32
+  against 4096): steps above the largest graph would run eagerly; suggest the next power of two above twice it.
 - `cuda_graph.disabled`: graphs are off (`--disable-cuda-graph`, vLLM `--enforce-eager`) and the median steady
   batch is <= 256: suggest turning them on.
 - `cuda_graph.capture_memory`: capturing took >= 1 GB and more than what is left: SGLang's `mem usage` of the
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence
+from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
@@ -26,6 +29,7 @@ from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
 OFF_FRACTION = 0.2
 CEILING_FRACTION = 0.5
 MAX_SUGGESTED_BS = 1024
+BELOW_CAP_FACTOR = 4  # a running cap this many times the largest graph: most of its range runs eagerly
 DISABLED_MEDIAN_BS = 256
 MIN_GRAPH_GB = 1.0
 VLLM_GRAPH_SHARE = 0.2
@@ -37,7 +41,7 @@ def check(ctx: Context) -> list[Finding]:
     out = _capture_memory(ctx)
     steady = ctx.steady_enough()
     if steady is None:
-        return out + _not_used_short(ctx)
+        return out + _not_used_short(ctx) + _below_cap(ctx)
     if ctx.config.cuda_graph_disabled:
         return out + _disabled(ctx, steady)
     if "cuda_graph" in steady:
@@ -101,6 +105,28 @@ def _not_used_short(ctx: Context) -> list[Finding]:
         Change("graph_max_bs", str(target)), str(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
         "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks,
         confidence=confidence)]
+
+
+def _below_cap(ctx: Context) -> list[Finding]:
+    """A start-up without any load line whose capture lists its batch sizes (`bs=[1, ..., 32]`) far below the running
+    cap (sglang#33483: graphs to 32, `max_running_requests=4096`): batches above the largest graph would run eagerly;
+    whether they get there, no line shows. Low confidence; the next power of two above twice the graphs."""
+    cfg = ctx.config
+    captured, cap = cfg.captured_max_bs, cfg.max_running_requests
+    if (ctx.load_or_none() is not None or captured is None or cap is None or captured >= DISABLED_MEDIAN_BS
+            or cap < BELOW_CAP_FACTOR * captured):
+        return []
+    begins = [e for e in ctx.timeline.kind("graph_begin") if e.fields.get("captured_bs") == captured]
+    target = pow2_at_least(min(cap, 2 * captured), MAX_SUGGESTED_BS)
+    return [Finding(
+        "cuda_graph.below_cap", "info", "CUDA graphs stop far below the running cap",
+        f"Graphs were captured for batches up to {captured} requests while up to {cap} may run: every decode step "
+        f"above {captured} runs without a graph and pays the launch overhead. No load line shows how large the "
+        "batch grows; check `#running-req` under load.",
+        evidence_events(begins, captured_max=captured, max_running_requests=cap),
+        Change("graph_max_bs", str(target)), str(captured),
+        "Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.",
+        tuple(sorted({e.rank for e in begins if e.rank})), confidence="low")]
 
 
 def _ceiling(ctx: Context, steady) -> list[Finding]:

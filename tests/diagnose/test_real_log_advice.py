@@ -501,3 +501,57 @@ def test_what_capture_began_with_is_its_begin_line_or_its_first_bar(lines: list[
     d = analyze(lines=lines)
     assert d.config.before_graphs_gb == began
     assert [f.id for f in d.findings if f.id.startswith("gpu_memory")] == ["gpu_memory.too_much"]
+
+
+# https://github.com/sgl-project/sglang/issues/33483: the capture's begin line lists its batch sizes; the pool line
+# glued to the capture's end by the paste
+CAPTURE_BEGIN = ("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[{sizes}], avail "
+                 "mem=7.10 GB")
+CAPTURE_END = ("Capture target decode CUDA graph end. elapsed=0.89 s, mem usage=0.15 GB, avail mem=6.95 GB "
+               "max_total_num_tokens=2980168, chunked_prefill_size=4096, max_prefill_tokens=16384, "
+               "max_running_requests={cap}, context_len=32768, available_gpu_mem=6.95 GB")
+
+
+def _sizes(largest: int) -> str:
+    return ", ".join(str(b) for b in (1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256, 512) if b < largest) + f", {largest}"
+
+
+@pytest.mark.parametrize("largest,cap,advised", [(32, 4096, "64"), (32, 128, "64"), (32, 127, None),
+                                                 (128, 4096, "256"), (256, 4096, None)])
+def test_graphs_far_below_the_running_cap_at_start_up_are_low_confidence_advice(largest: int, cap: int,
+                                                                                 advised: str | None) -> None:
+    """Graphs to 32 against a cap of 4,096 (sglang#33483), no load line: info at low confidence, the next power of
+    two above twice the graphs; a cap below 4x the graphs, or graphs to 256 and more, say nothing."""
+    d = analyze(lines=[CAPTURE_BEGIN.format(sizes=_sizes(largest)), CAPTURE_END.format(cap=cap)])
+    assert (d.config.captured_max_bs, d.config.max_running_requests, d.config.max_total_num_tokens) == (
+        largest, cap, 2980168)
+    findings = [f for f in d.findings if f.id == "cuda_graph.below_cap"]
+    if advised is None:
+        assert findings == []
+    else:
+        (f,) = findings
+        assert (f.severity, f.confidence, f.flag, f.suggested, f.current) == (
+            "info", "low", "--cuda-graph-max-bs", advised, str(largest))
+
+
+def test_graphs_below_the_cap_say_nothing_where_load_lines_show_the_batch() -> None:
+    decode = ("[2025-01-01 00:00:{s:02d}] Decode batch, #running-req: 20, #token: 9000, token usage: 0.30, "
+              "cuda graph: True, gen throughput (token/s): 812.55, #queue-req: 0,")
+    lines = [CAPTURE_BEGIN.format(sizes=_sizes(32)), CAPTURE_END.format(cap=4096)]
+    d = analyze(lines=lines + [decode.format(s=s) for s in range(5)])
+    assert "cuda_graph.below_cap" not in {f.id for f in d.findings}
+
+
+@pytest.mark.parametrize("begin", [
+    CAPTURE_BEGIN.replace("target decode", "draft"),  # the draft model's graphs
+    CAPTURE_BEGIN.replace("decode", "prefill"),  # prefill graphs list token counts
+    CAPTURE_BEGIN.replace("{sizes}]", "{sizes}"),  # a list cut by the paste: its largest is unknown
+])
+def test_only_a_whole_list_of_the_target_models_decode_graphs_is_the_captured_maximum(begin: str) -> None:
+    d = analyze(lines=[begin.format(sizes=_sizes(32)), CAPTURE_END.format(cap=4096)])
+    assert d.config.captured_max_bs is None and "cuda_graph.below_cap" not in {f.id for f in d.findings}
+
+
+def test_a_pool_line_glued_to_the_captures_end_in_its_older_spelling_is_read() -> None:
+    end = CAPTURE_END.format(cap=64).replace("max_total_num_tokens=", "max_total_num_token=")
+    assert analyze(lines=[end]).config.max_total_num_tokens == 2980168
