@@ -16,6 +16,10 @@
 - vLLM prints how many requests at full context its KV cache holds (`Maximum concurrency for L tokens per
   request: Cx`): where it does, C is the fit and C x L the tokens the suggestions use (a hybrid model's KV token
   count is not its per-request limit).
+- `capacity.small_pool` (warning; info at low confidence): the log does not size the pool, and a burst of prefill
+  lines with requests waiting implies it below 16,384 tokens (the tokens prefilled since the first line over the
+  usage's rise, while the running count grows by exactly what each line admitted; sglang#2777: ~5,400 tokens, one
+  request per batch while 57-62 wait): more KV memory.
 - `capacity.pool_vs_concurrency` (info): the user asked for R concurrent requests (an explicit
   `--max-running-requests` / `--max-num-seqs`) at up to `context_len` tokens each, and the pool holds fewer
   than R full-context requests. No flag: with short requests R is right; with long ones either the cap the pool
@@ -25,6 +29,8 @@
 from __future__ import annotations
 
 from collections import Counter
+
+import numpy as np
 
 from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction, more_kv_memory
@@ -40,7 +46,57 @@ CONCURRENCY_PRINTED = 0.01  # vLLM prints its concurrency to 2 decimals: closer 
 
 
 def check(ctx: Context) -> list[Finding]:
-    return [f for f in (_pool_vs_context(ctx), _pool_bound(ctx), _input_too_long(ctx)) if f is not None]
+    return [f for f in (_pool_vs_context(ctx), _pool_bound(ctx), _input_too_long(ctx), _small_pool(ctx))
+            if f is not None]
+
+
+SMALL_POOL_TOKENS = 16384  # a GPU server's KV pool is rarely this small: the memory went elsewhere
+MIN_USAGE_RISE = 0.05  # usage prints two decimals: over a rise this large its rounding errs by at most 10%
+BURST_SECONDS = 5.0  # prefill lines this close together: decoding in between adds little to the usage
+
+
+def _small_pool(ctx: Context) -> Finding | None:
+    """A pool the log does not size, implied tiny by a burst of prefill lines with requests waiting (sglang#2777:
+    381 tokens raise the usage from 0.00 to 0.07, a pool of ~5,400 tokens, one request admitted per batch while
+    57-62 wait)."""
+    if ctx.config.max_total_num_tokens is not None or not ctx.config.on_gpu:
+        return None
+    prefill = ctx.timeline.series("prefill")
+    if not all(name in prefill for name in ("new_seq", "new_token", "usage", "running_req", "queue_req")):
+        return None
+    implied = [found for rank in prefill.ranks for found in [_implied_pool(prefill.of_rank(rank))] if found]
+    if not implied:
+        return None
+    pool, rows = min(implied, key=lambda found: found[0])
+    if pool >= SMALL_POOL_TOKENS or not bool((rows["queue_req"] > 0).any()):
+        return None
+    confidence = confidence_of(len(rows), MIN_LINES)
+    tokens, rise = int(rows["new_token"][:-1].sum()), float(rows["usage"][-1] - rows["usage"][0])
+    return Finding(
+        "capacity.small_pool", "info" if confidence == "low" else "warning", "A very small KV pool",
+        f"{tokens:,} prefilled tokens raised the KV usage by {rise:.2f}: a pool of about {pool:,.0f} tokens, while "
+        f"up to {int(np.nanmax(rows['queue_req']))} requests wait. Each admitted request reserves room for its "
+        "output, so a pool this small admits few at a time.",
+        evidence(rows, len(rows), implied_pool_tokens=round(pool), prefilled_tokens=tokens),
+        more_kv_memory(ctx.config) or Change("kv_memory", direction=1), memory_fraction(ctx.config)[1],
+        "More KV memory leaves less for activations and graphs.", rows.ranks, confidence=confidence)
+
+
+def _implied_pool(rows) -> tuple[float, object] | None:
+    """(pool tokens, the lines) a rank's first prefill lines imply: each prints the usage before its batch, and
+    while the running count grows by exactly the requests the line before admitted (nothing finished) within
+    BURST_SECONDS, the tokens prefilled since the first line over the usage's rise is the pool's size."""
+    running, joined, usage = rows["running_req"], rows["new_seq"], rows["usage"]
+    time = rows["time"]
+    end = 1
+    while (end < len(rows) and running[end] == running[end - 1] + joined[end - 1]
+           and not (time[end] - time[0] > BURST_SECONDS)):
+        end += 1
+    rise = usage[end - 1] - usage[0]
+    if end < 3 or not rise >= MIN_USAGE_RISE:
+        return None
+    run = rows.head(end)
+    return float(run["new_token"][:-1].sum()) / float(rise), run
 
 
 INPUT_MARGIN = 6  # SGLang allows min(context length, pool) - 6 input tokens (`max_req_input_len`)

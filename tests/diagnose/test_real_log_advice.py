@@ -555,3 +555,49 @@ def test_only_a_whole_list_of_the_target_models_decode_graphs_is_the_captured_ma
 def test_a_pool_line_glued_to_the_captures_end_in_its_older_spelling_is_read() -> None:
     end = CAPTURE_END.format(cap=64).replace("max_total_num_tokens=", "max_total_num_token=")
     assert analyze(lines=[end]).config.max_total_num_tokens == 2980168
+
+
+# https://github.com/sgl-project/sglang/issues/2777: one request per prefill while 57-62 wait, the usage rising 0.01
+# per ~60 prompt tokens
+PREFILL = ("[2025-01-07 20:16:{s:02d} TP0] Prefill batch. #new-seq: {seqs}, #new-token: {tokens}, #cached-token: 0, "
+           "cache hit rate: 0.00%, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue}")
+
+
+def _prefills(pool: int, n: int = 7, queue: int = 62, gap_s: int = 0, finished_at: int | None = None,
+              tokens: int = 60) -> list[str]:
+    """n prefill lines of one request of `tokens` each, the usage each prints the tokens before it over `pool`."""
+    lines, held, running = [], 0, 0
+    for i in range(n):
+        if i == finished_at:
+            running -= 1  # a request finished between two lines (its tokens stay, as they may for a while)
+        lines.append(PREFILL.format(s=i * gap_s, seqs=1, tokens=tokens, usage=held / pool, running=running,
+                                    queue=max(0, queue - i)))
+        held, running = held + tokens, running + 1
+    return lines
+
+
+@pytest.mark.parametrize("lines,fires", [
+    (_prefills(5400), True),
+    (_prefills(15000, tokens=200), True),  # 1,200 tokens raise the usage by 0.08: ~15,000
+    (_prefills(20000, tokens=200), False),  # by 0.06: ~20,000, not small
+    (_prefills(17000), False),  # 360 tokens raise the usage by 0.02: below the rise read to 10%
+    (_prefills(5400, queue=0), False),  # nothing waits
+    (_prefills(5400, n=2), False),  # two lines: too few
+    (_prefills(5400, gap_s=2), False),  # 12 s of lines: decoding in between fills the pool too
+    (_prefills(5400, finished_at=3), False),  # a request finished within the first lines: the run is too short
+    (["[2025-01-07 20:15:00] max_total_num_tokens=5400, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+      "max_running_requests=4096, context_len=8192, available_gpu_mem=2.00 GB"] + _prefills(5400), False),
+])
+def test_a_burst_of_prefills_that_implies_a_tiny_pool_asks_for_more_kv_memory(lines: list[str], fires: bool) -> None:
+    """Where the log does not size the pool: the tokens prefilled over the usage's rise, while only requests join,
+    below 16,384 tokens with a queue (sglang#2777: ~5,400)."""
+    found = [f for f in analyze(lines=lines).findings if f.id == "capacity.small_pool"]
+    assert bool(found) is fires
+    if fires:
+        (f,) = found
+        assert (f.flag, f.suggested, f.confidence) == ("--mem-fraction-static", "higher", "medium")
+
+
+def test_three_prefill_lines_implying_a_tiny_pool_are_low_confidence_info() -> None:
+    (f,) = [f for f in analyze(lines=_prefills(5400, n=3, tokens=200)).findings if f.id == "capacity.small_pool"]
+    assert (f.severity, f.confidence) == ("info", "low")
