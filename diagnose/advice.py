@@ -17,10 +17,9 @@ from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.ideas import flag_of
+from toolkit.diagnose.log_format.launch import SGLANG_LAUNCHER, VLLM_LAUNCHER
 from toolkit.runtime.server_args import ServerArgs  # torch-free: the flag declarations only
 
-LAUNCHER = "python -m sglang.launch_server"
-VLLM_LAUNCHER = "vllm serve"
 # The SGLang arguments a corrected command keeps, in order.
 KEPT_NAMES: tuple[str, ...] = (
     "model_path", "tokenizer_path", "served_model_name", "host", "port", "tp_size", "dp_size", "dtype",
@@ -83,7 +82,7 @@ def launch_command(config: ServerConfig, findings: Iterable[Finding]) -> str | N
         model = args.get("model")
         launcher = f"{VLLM_LAUNCHER} {_quote(str(model))}" if model else VLLM_LAUNCHER
         return _command(args, findings, launcher, VLLM_KEPT_ARGS)
-    return _command(args, findings, LAUNCHER, KEPT_ARGS)
+    return _command(args, findings, SGLANG_LAUNCHER, KEPT_ARGS)
 
 
 def _command(args: Mapping[str, Value], findings: Iterable[Finding], launcher: str,

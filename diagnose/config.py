@@ -176,29 +176,25 @@ def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], r
     (`kind`, `kind#last`), batch kinds included, for the era. `vllm_prefixed`: some event's line has vLLM's
     logger prefix (it names the engine where the messages could be either's)."""
     kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
-    launched = _launched(events)
-    engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS
-              else "vllm" if vllm_prefixed else launched.get("launch_engine") or _engine_by_text(events))
+    commands = [parse_fields("launch_command", e.text) for e in events.get("launch_command", [])]
+    engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS else "vllm" if vllm_prefixed
+              else next((str(c["launch_engine"]) for c in reversed(commands) if c), None) or _engine_by_text(events))
+    launch = _launch_args(commands, engine)
     all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
     rank_tp, rank_dp = _rank_sizes(all_ranks)
     common = {"rank_tp": rank_tp, "rank_dp": rank_dp}
     if engine == "vllm":
-        return _vllm_config(events, samples, common)
+        return _vllm_config(events, samples, launch, common)
     if any(rank.startswith("GPU") for rank in all_ranks):
         samples = {**samples, "rank tag": "[gpu_id="}  # SGLang 0.2.5's `[gpu_id=N]` tag is part of the prefix
-    return _sglang_config(events, samples, {**common, "engine": engine})
+    return _sglang_config(events, samples, launch, {**common, "engine": engine})
 
 
-def _launched(events: Mapping[str, list[Event]]) -> dict[str, Value]:
-    """The flags of the last launch command pasted with the log (`launch_engine`: the engine its program names)."""
-    rows = events.get("launch_command", [])
-    return parse_fields("launch_command", rows[-1].text) if rows else {}
-
-
-def _launch_args(events: Mapping[str, list[Event]], engine: str) -> dict[str, Value]:
-    """The launch command's flags where it ran this engine: what the log's own server arguments do not print."""
-    launched = _launched(events)
-    return {k: v for k, v in launched.items() if k != "launch_engine"} if launched.get("launch_engine") == engine else {}
+def _launch_args(commands: list[dict[str, Value]], engine: str | None) -> dict[str, Value]:
+    """The flags of the last launch command pasted with the log that ran this engine (`launch_engine`, the engine
+    its program names): what the log's own lines do not say, read after them."""
+    last = next((c for c in reversed(commands) if c.get("launch_engine") == engine), {})
+    return {k: v for k, v in last.items() if k != "launch_engine"}
 
 
 def _engine_by_text(events: Mapping[str, list[Event]]) -> str | None:
@@ -283,8 +279,9 @@ def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, V
     return found if found is not None else _num(pool_end.get("avail_mem"))
 
 
-def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
-    args = {**_launch_args(events, "sglang"), **_first(events, "server_args")}
+def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],
+                   extra: dict) -> ServerConfig:
+    args = {**launch, **_first(events, "server_args")}  # NOTE: the pool line's numbers come first below
     pool = _pool(events)
     load_begin = _all(events, "load_begin")
     load_end = _first(events, "load_end")
@@ -349,9 +346,11 @@ def _vllm_version(config: Mapping[str, Value], samples: Mapping[str, str]) -> st
     return "V1" if stats else None
 
 
-def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], extra: dict) -> ServerConfig:
+def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],
+                 extra: dict) -> ServerConfig:
     config = _first(events, "engine_config")
-    args: dict[str, Value] = {**_launch_args(events, "vllm"), **config, **_first(events, "engine_args")}
+    own: dict[str, Value] = {**config, **_first(events, "engine_args")}
+    args = {**launch, **own}
     capacity = {**_first(events, "max_concurrency"), **_first(events, "kv_capacity")}
     profile: dict[str, Value] = {}
     for fields in _all(events, "memory_profile"):
@@ -366,10 +365,12 @@ def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], 
     return ServerConfig(
         args=args,
         max_total_num_tokens=_int(capacity.get("kv_tokens")),
-        chunked_prefill_size=_int(args.get("max_num_batched_tokens"),
-                                  _first(events, "scheduler_config").get("max_num_batched_tokens")),
-        max_running_requests=_int(args.get("max_num_seqs")),
-        context_len=_int(args.get("max_model_len"), config.get("max_seq_len"), capacity.get("max_model_len")),
+        chunked_prefill_size=_int(own.get("max_num_batched_tokens"),
+                                  _first(events, "scheduler_config").get("max_num_batched_tokens"),
+                                  launch.get("max_num_batched_tokens")),
+        max_running_requests=_int(own.get("max_num_seqs"), launch.get("max_num_seqs")),
+        context_len=_int(own.get("max_model_len"), config.get("max_seq_len"), capacity.get("max_model_len"),
+                         launch.get("max_model_len")),
         device=device,
         gpu_mem_gb=_num(profile.get("total_gpu_memory_gb")),
         weight_mem_gb=_num(loaded.get("weights_gb")) or _num(profile.get("weights_gb")),

@@ -7,13 +7,15 @@ vLLM's messages (§9) have readers of their own where their numbers carry thousa
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
 import math
 import re
 import shlex
 from typing import Union
 
 from toolkit.diagnose.log_format.batch import BINDING_USAGE, LABELS, MIXED, USAGES
-from toolkit.diagnose.log_format.launch import ALIASES, PROGRAMS
+from toolkit.diagnose.log_format.launch import PROGRAM_AT, SHELL_OPERATORS, VLLM_LAUNCHER, VLLM_SHORT_FLAGS
 from toolkit.diagnose.log_format.messages import ACCESS_FIELDS, VLLM_FREE_MEMORY, engine_tag
 
 Value = Union[int, float, bool, str, None]
@@ -467,26 +469,28 @@ def _engine_args(text: str) -> dict[str, Value]:
     return parse_server_args(text.partition("non-default args: ")[2])
 
 
-_PROGRAMS = {engine: re.compile(program) for engine, program in PROGRAMS.items()}
+MAX_COMMAND_CHARS = 16384  # a command is read this far (a quoted template may run on; tokens cost per character)
+_QUOTE_MARGIN = re.compile(r"\s*>\s?")  # a continuation line's markdown quote or shell prompt (PS2)
+_NUMBER = re.compile(r"-\d[\d.]*(?:e[-+]?\d+)?")  # a negative number is a value, not a flag
 
 
 def _launch_command(text: str) -> dict[str, Value]:
     """`launch_engine` (the engine its program names) and each flag by its argument name (`--tp 2` -> `tp_size`
-    for SGLang), up to the end of the inline code it may be in: `--name value`, `--name=value`, a bare `--name`
-    (True); `vllm serve MODEL`'s model."""
-    text = re.sub(r"\\\s*\n", " ", text)  # a command over several shell lines (`\` at each line's end)
-    command = text.partition("`")[0] if not text.startswith("`") else text[1:].partition("`")[0]
-    engine, program = next(((e, m) for e, p in _PROGRAMS.items() if (m := p.search(command))), (None, None))
+    for SGLang), up to the end of the inline code it may be in, a shell operator or a comment: `--name value`,
+    `--name=value`, a bare `--name` (True); `vllm serve MODEL`'s model."""
+    first, *more = text[:MAX_COMMAND_CHARS].split("\n")
+    command = " ".join([first.rstrip().rstrip("\\"),
+                        *(_QUOTE_MARGIN.sub("", line, count=1).rstrip().rstrip("\\") for line in more)])
+    command = command.partition("`")[0]
+    engine, program = next(((e, m) for e, p in PROGRAM_AT.items() if (m := p.match(command))), (None, None))
     if program is None:
         return {}
-    try:
-        words = shlex.split(command[program.end():])
-    except ValueError:  # an unclosed quote: a paste cut inside the command
-        words = command[program.end():].split()
+    words = _shell_words(command[program.end():])
     out: dict[str, Value] = {"launch_engine": engine}
-    if words and not words[0].startswith("-") and program.group(0).endswith(" serve"):
-        out["model_path" if engine == "sglang" else "model"] = words.pop(0)
-    aliases = ALIASES[engine]
+    if (program.group(0).endswith(VLLM_LAUNCHER) and words and re.match(r"\w", words[0])
+            and ("/" in words[0] or len(words) == 1 or words[1].startswith("-"))):
+        out["model"] = words.pop(0)
+    aliases = _aliases(engine)
     for i, word in enumerate(words):
         if not word.startswith("-") or word == "-" or _NUMBER.fullmatch(word):
             continue
@@ -502,7 +506,33 @@ def _launch_command(text: str) -> dict[str, Value]:
     return out
 
 
-_NUMBER = re.compile(r"-\d[\d.]*")  # a negative number is a value, not a flag
+def _shell_words(text: str) -> list[str]:
+    """The words of a shell command up to its first operator or comment (`--x 1 2>&1 | tee` -> `--x`, `1`)."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:  # an unclosed quote: a paste cut inside the command
+        words = text.partition("#")[0].split()
+    for i, word in enumerate(words):
+        if set(word) <= SHELL_OPERATORS:
+            return words[: i - 1] if i and words[i - 1] in ("1", "2") and word[0] in "<>" else words[:i]
+    return words
+
+
+@functools.lru_cache(maxsize=2)
+def _aliases(engine: str) -> dict[str, str]:
+    """{flag name: argument}: SGLang's aliases as `ServerArgs` declares them (its flags are SGLang's; argparse also
+    takes `--model` for `--model-path`), vLLM's short flags."""
+    if engine == "vllm":
+        return VLLM_SHORT_FLAGS
+    from toolkit.runtime.server_args import FLAG, ServerArgs  # torch-free: the flag declarations only
+
+    out = {"model": "model_path"}
+    for f in dataclasses.fields(ServerArgs):
+        for alias in f.metadata[FLAG].aliases if FLAG in f.metadata else ():
+            out[alias.lstrip("-").replace("-", "_")] = f.name
+    return out
 
 
 _READERS = {

@@ -18,7 +18,8 @@ from pathlib import Path
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import QUEUE
 from toolkit.diagnose.log_format.launch import LAUNCH_IN_CODE
-from toolkit.diagnose.log_format.messages import CONTINUATION, LINE_CONTINUES, OPENERS, SELF_CONTINUING, engine_tag
+from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, REFUSAL_WRAPPED,
+                                                  SELF_CONTINUING, engine_tag)
 from toolkit.diagnose.log_format.prefix import engine_rank
 from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
@@ -49,7 +50,8 @@ class ParseStats:
 
 @dataclass(slots=True)
 class PendingRecord:
-    """A multi-line record being joined: its opening line's kind, number, time and rank, and its lines."""
+    """A multi-line record being joined: its opening line's kind, number, time and rank, and its lines; `quoted`:
+    its opening line was pasted as a markdown quote (`> Traceback ...`), so are the lines that continue it."""
 
     kind: str
     line: int
@@ -57,6 +59,7 @@ class PendingRecord:
     rank: str
     parts: list[str]
     chars: int = 0
+    quoted: bool = False
 
     def add(self, text: str) -> bool:
         if len(self.parts) >= MAX_RECORD_LINES or self.chars >= MAX_RECORD_CHARS:
@@ -131,7 +134,8 @@ class LineParser:
         time, text = self._clock(prefix), line[start:]
         self.stats.vllm_events += prefix.vllm
         if kind in OPENERS:
-            self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text))
+            quoted = prefix.start == 0 and ">" in line[:start]
+            self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text), quoted)
             return None
         if (kind in ("decode", "prefill") and not _readable_batch(kind, text)) or (glued and kind == "stats" and
                                                                                   "Running" not in text):
@@ -152,9 +156,15 @@ class LineParser:
         return t
 
     def _continues(self, record: PendingRecord, line: str) -> bool:
-        if record.kind == "launch_command":
-            return record.parts[-1].rstrip().endswith(LINE_CONTINUES) and record.add(line)
+        if record.quoted and (quote := _QUOTE_MARGIN.match(line)) is not None:
+            line = line[quote.end():]  # NOTE: the quote's lines continue it as the lines it quotes would
         prefix = read_prefix(line)
+        if record.kind == "launch_command":  # NOTE: only past a line continuation, and never into the log itself
+            return (record.parts[-1].rstrip().endswith(LINE_CONTINUES) and prefix.time is None
+                    and message_kind(line, prefix)[0] is None and record.add(line))
+        if record.kind == "not_enough_memory":  # NOTE: one message: only its own wrapped words continue it
+            message = line[prefix.start:].lstrip()
+            return _REFUSAL_WRAPPED.match(message) is not None and record.add(message)
         message = line[prefix.start:]
         if prefix.time is not None:
             # vLLM prints every line of a multi-line message with its prefix (a traceback line by line).
@@ -223,8 +233,10 @@ def unwrapped(line: str) -> str:
 
 MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: one)
 # a paste's margin: markdown quote markers (`> `, vllm#2140), then blanks
-_PASTE_MARGIN = re.compile(r"(?:[ \t]{0,3}>)*(\s*)")
+_PASTE_MARGIN = re.compile(r"(?:[ \t]{0,3}>){0,8}(\s*)")
+_QUOTE_MARGIN = re.compile(r"(?:[ \t]{0,3}>){1,8} ?")  # a quoted record's continuation lines: the quote, one blank
 _LAUNCH_IN_CODE = re.compile(LAUNCH_IN_CODE)
+_REFUSAL_WRAPPED = re.compile(REFUSAL_WRAPPED)
 
 
 def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
@@ -241,7 +253,7 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
         kind = line_kind(line, margin.end())
         if kind is not None:
             return kind, margin.end()
-    if kind is None and prefix.time is None and "`" in line:
+    if kind is None and prefix.time is None and "`" in line and "serve" in line:  # NOTE: each program has "serve"
         # NOTE: never on a line with time, which the fast path may count as plain from its message's start
         command = _LAUNCH_IN_CODE.search(line, prefix.start)
         if command is not None:

@@ -264,7 +264,7 @@ def read_prefix(line: str) -> Prefix:
         return _process_after(line, Prefix(clock[0] if clock else None, "", m.end(), None))
     if m.group("syslog") is not None:
         return _process_after(line, _syslog(m.group("syslog"), m.end()))
-    return Prefix(None, "", m.end(), None)
+    return _process_after(line, Prefix(None, "", m.end(), None))
 
 
 def _on_clock(clock: tuple[float, float | None] | None, rank: str, start: int, vllm: bool = False) -> Prefix:

@@ -5,20 +5,25 @@ code inside a sentence (vllm#2140).
 """
 from __future__ import annotations
 
-# the programs, by engine; the command's flags follow
-PROGRAMS = {
-    "sglang": r"python3?(?:\.\d{1,2})? -m sglang\.launch_server|sglang serve",
-    "vllm": r"python3?(?:\.\d{1,2})? -m vllm\.entrypoints\.openai\.api_server|vllm serve",
-}
-_BEFORE = r"(?:\$ )?(?:[A-Z][A-Z0-9_]{0,63}=\S{0,200} ){0,8}"  # a shell prompt, environment assignments
-# NOTE: no groups: the message starts of every kind are compiled into one alternation of named groups
-LAUNCH_COMMAND = _BEFORE + "(?:" + "|".join(PROGRAMS.values()) + r")(?= |`|$)"
-LAUNCH_IN_CODE = "`(" + LAUNCH_COMMAND + ")"  # inside a sentence only in inline code: prose names programs too
+import re
 
-# Short or alternative spellings, as each engine's parser reads them, and their argument names
-ALIASES = {
-    "sglang": {"tp": "tp_size", "dp": "dp_size", "pp": "pp_size", "ep": "ep_size", "model": "model_path",
-               "tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size"},
-    "vllm": {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
-             "q": "quantization"},
+SGLANG_LAUNCHER = "python -m sglang.launch_server"  # how a corrected command starts, by engine
+VLLM_LAUNCHER = "vllm serve"
+_PYTHON = r"python3?(?:\.\d{1,2})? -m "
+PROGRAMS = {
+    "sglang": _PYTHON + r"sglang\.launch_server|sglang serve",
+    "vllm": _PYTHON + r"vllm\.entrypoints\.openai\.api_server|" + re.escape(VLLM_LAUNCHER),
 }
+assert re.fullmatch(PROGRAMS["sglang"], SGLANG_LAUNCHER), "the corrected command is read as one"
+_BEFORE = r"(?:\$ )?(?:[A-Z][A-Z0-9_]{0,63}=[^\s`]{0,200} ){0,8}"  # a shell prompt, environment assignments
+# NOTE: a command, not prose naming its program (`vllm serve is crashing ...`): nothing, or the inline code's end,
+# after the program; or a flag, a line continuation, a path-like model, or one word then a flag
+_THEN = r"(?=\s*(?:`|$)| +(?:-|\\|[^\s`]*/|[^\s`]+ +(?:-|\\)))"
+LAUNCH_COMMAND = _BEFORE + "(?:" + "|".join(PROGRAMS.values()) + ")" + _THEN  # no groups: compiled with STARTS
+LAUNCH_IN_CODE = "`(" + LAUNCH_COMMAND + ")"  # inside a sentence only in inline code: prose names programs too
+PROGRAM_AT = {engine: re.compile(_BEFORE + "(?:" + program + ")") for engine, program in PROGRAMS.items()}
+
+SHELL_OPERATORS = frozenset("|&;<>()")  # a token of these ends the command (a pipe, a redirection, `&&`, `&`)
+# vLLM's short flags and the arguments they set (SGLang's aliases are `ServerArgs`'s own)
+VLLM_SHORT_FLAGS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
+                    "q": "quantization"}

@@ -72,11 +72,13 @@ VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_
                         "engine_config", "engine_args", "scheduler_config"})
 
 # Multi-line records: their continuation lines (indented, an error line, vLLM's wrapped profile) join them.
-OPENERS = frozenset({"exception", "oom", "leak", "memory_profile", "launch_command"})
+OPENERS = frozenset({"exception", "oom", "leak", "memory_profile", "launch_command", "not_enough_memory"})
+# vLLM's max seq len refusal wrapped by a paste (kaito#2132): a `not_enough_memory` record continues with these only
+REFUSAL_WRAPPED = r"\(?[\d.]{1,20} GiB KV cache is needed|Based on the available memory"
 LINE_CONTINUES = "\\"  # a shell line that ends so continues on the next (a launch command's only continuation)
 CONTINUATION = (r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
                 r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
-                r"|the current vLLM instance can use|model weights take|the rest of the memory")
+                r"|the current vLLM instance can use|model weights take|the rest of the memory|" + REFUSAL_WRAPPED)
 SELF_CONTINUING = frozenset({"leak", "memory_profile"})  # records whose later lines start like their first
 
 UVICORN_ACCESS = "INFO:     "  # uvicorn's access line: `INFO:     CLIENT - "METHOD PATH HTTP/V" STATUS`
@@ -126,6 +128,7 @@ STARTS: dict[str, str] = {
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
                          r"number of tokens|Failed to load model - not enough GPU memory|"
+                         r"Loaded weights leave no GPU memory for the KV cache|"  # SGLang 0.5+ (InferenceX#2128)
                          + VLLM_FREE_MEMORY_REFUSED,
     # NOTE: a pool or allocator names the leak (`token_to_kv_pool_allocator`, `req_to_token_pool`, 0.5's `pool`):
     # another program's `Potential memory leak detected!` is not the KV pool's

@@ -10,8 +10,9 @@
   it names `load_model`, `load_weights`, the model loader): more tensor parallelism, or a quantized model; no
   memory fraction helps.
 - `oom.full_precision` (critical): a CUDA out-of-memory error (not in graph capture) while the model runs in float32
-  (`--dtype float`, read from the log or the launch command pasted with it, vllm#2140): `--dtype auto`, the
-  checkpoint's half precision, halves the weights; it replaces `oom.weights` and `oom.other` for those errors.
+  (read from the log or the launch command pasted with it, vllm#2140): `--dtype auto`, the checkpoint's half
+  precision, where float32 was asked for (`--dtype float`), else `--dtype bfloat16`; it replaces `oom.weights` and
+  `oom.other` for those errors.
 - `oom.other` (critical): a CUDA out-of-memory error at run time: lower the static memory fraction by 0.05
   (SGLang `--mem-fraction-static`, vLLM `--gpu-memory-utilization`) so activations have room; when the
   sampler or LoRA ran out, a lower running cap (`--max-running-requests`, vLLM `--max-num-seqs`) is the
@@ -47,7 +48,7 @@ _CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size,
 _SAMPLER = re.compile(r"sampler|lora", re.I)
 _LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_loader")  # the model was loading
 BLOCK_SIZE = 16  # vLLM's KV block on GPUs (tokens), where the log does not print `block_size`
-FULL_PRECISION = ("float", "float32", "torch.float32", "fp32")  # as `--dtype` and the logs spell float32
+FULL_PRECISION = ("float", "float32", "fp32")  # as `--dtype` and the logs (after `torch.`) spell float32
 _CACHE_CHECK = re.compile(r"\binitialize_cache\b|\braise_if_cache_size_invalid\b|\b_verify_cache_size\b")
 _MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization")
 _SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
@@ -68,7 +69,7 @@ def check(ctx: Context) -> list[Finding]:
     if capture:
         out.append(_capture(ctx, capture))
     other = [e for e in other if e not in capture]
-    if other and ctx.config.dtype in FULL_PRECISION:
+    if other and str(ctx.config.dtype).removeprefix("torch.") in FULL_PRECISION:
         out.append(_full_precision(ctx, other))
         other = []
     loading = [e for e in other if _LOADING.search(_around(ctx, e, after=True))]
@@ -149,14 +150,21 @@ def _around(ctx: Context, e: Event, after: bool = False) -> str:
 def _full_precision(ctx: Context, rows: list[Event]) -> Finding:
     """The model runs in float32 (`--dtype float`, vllm#2140): its weights take twice the checkpoint's half
     precision, before any KV cache or activation."""
-    dtype = ctx.config.dtype
+    cfg = ctx.config
+    dtype, asked = cfg.dtype, cfg.arg("dtype")
+    # NOTE: asked for (`--dtype float`): `auto` is the checkpoint's half precision (both engines load a float32
+    # checkpoint in float16 under it); float32 under `auto` (a float32 checkpoint on an engine that keeps it,
+    # as ours does): half precision explicitly
+    explicit = str(asked).removeprefix("torch.") in FULL_PRECISION
     return Finding(
         "oom.full_precision", "critical", f"Out of memory with the model in float32 ({len(rows)}x)",
         f"The device ran out of memory while the model runs in float32 (dtype {dtype}): its weights take twice the "
-        "memory of the checkpoint's half precision (bfloat16 or float16), and no memory fraction makes room for "
-        "that.", evidence_events(rows, dtype=dtype), Change("dtype", "auto"), dtype,
-        "auto loads the checkpoint's own half precision (float16 on GPUs without bfloat16); float32 rarely changes "
-        "the output of a model trained in half precision.", tuple(sorted({e.rank for e in rows if e.rank})))
+        "memory of half precision (bfloat16 or float16), and no memory fraction makes room for that.",
+        evidence_events(rows, dtype=dtype), Change("dtype", "auto" if explicit else "bfloat16"),
+        str(asked) if asked else dtype,
+        ("auto loads the checkpoint's own half precision (float16 on GPUs without bfloat16)" if explicit else
+         "bfloat16 needs a GPU that has it (float16 otherwise)") + "; float32 rarely changes the output of a model "
+        "trained in half precision.", tuple(sorted({e.rank for e in rows if e.rank})))
 
 
 def _loading(ctx: Context, rows: list[Event]) -> Finding:

@@ -435,3 +435,15 @@ def test_an_oom_while_the_model_loads_asks_for_more_gpus_not_less_memory(method:
         assert (f.flag, f.suggested, f.current) == ("--tensor-parallel-size", "higher (or --quantization)", None)
     else:
         assert f.flag == "--gpu-memory-utilization"
+
+
+@pytest.mark.parametrize("quote", ["", "> ", ">> "])
+def test_a_traceback_pasted_as_a_quote_reads_as_the_traceback_it_quotes(quote: str) -> None:
+    """Every line of a quoted traceback carries the quote (`> `): the record continues through it, so the frames
+    still say the model was loading (`oom.weights`, not a crash and a bare OOM)."""
+    tb = ["Traceback (most recent call last):",
+          '  File "/x/vllm/worker/model_runner.py", line 1, in load_model',
+          "    self.model = get_model(...)",
+          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    d = analyze(lines=[quote + line for line in tb])
+    assert [f.id for f in d.findings] == ["oom.weights"]

@@ -111,3 +111,88 @@ def test_a_launch_command_among_many_lines_reads_the_same_in_both_paths(tmp_path
     _same(tmp_path, monkeypatch, data, chunk=64 * 1024, processes=True)
     cfg = analyze(lines=lines).config
     assert (cfg.tp_size, cfg.max_running_requests) == (2, 64)
+
+
+@pytest.mark.parametrize("line,fields,absent", [
+    ("vllm serve m --enforce-eager \\", {"enforce_eager": True}, ()),  # a continuation the paste ends on
+    ("vllm serve m --enforce-eager > log.txt 2>&1", {"enforce_eager": True}, ()),
+    ("vllm serve m --enforce-eager 2>&1 | tee x --max-num-seqs 9", {"enforce_eager": True}, ("max_num_seqs",)),
+    ("python -m sglang.launch_server --model-path m --enable-torch-compile &", {"enable_torch_compile": True}, ()),
+    ("vllm serve m --dtype float && curl localhost:8000 --data x", {"dtype": "float"}, ("data",)),
+    ("vllm serve m --dtype half  # tried --dtype float before", {"dtype": "half"}, ()),
+    ("vllm serve m --seed -1e-3 --max-num-seqs 4", {"seed": -0.001, "max_num_seqs": 4}, ()),
+    ("python -m sglang.launch_server --tensor-parallel-size 4 --model x", {"tp_size": 4, "model_path": "x"}, ()),
+])
+def test_shell_syntax_ends_a_command_and_is_no_value(line: str, fields: dict, absent: tuple) -> None:
+    """A pipe, a redirection, `&&`, `&` or a comment ends the command; a trailing `\\` is no value; ServerArgs'
+    aliases name SGLang's arguments."""
+    (event,) = parse_lines([line])
+    got = parse_fields("launch_command", event.text)
+    assert {k: got.get(k) for k in fields} == fields and not set(absent) & set(got)
+
+
+def test_a_command_over_lines_with_a_prompt_or_quote_on_each_reads_every_flag() -> None:
+    """bash's PS2 (`> `) or a markdown quote before each continuation line."""
+    lines = ["$ python -m sglang.launch_server \\", "> --model-path m \\", "> --enable-torch-compile \\", "> --tp 2"]
+    (event,) = parse_lines(lines)
+    got = parse_fields("launch_command", event.text)
+    assert (got["model_path"], got["enable_torch_compile"], got["tp_size"]) == ("m", True, 2)
+
+
+def test_a_trailing_continuation_never_takes_the_logs_own_line() -> None:
+    """The user trimmed the command after a `\\`: the log's first line is its own (its `server_args` read)."""
+    lines = ["python -m sglang.launch_server --model-path m --tp 2 \\",
+             "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m', mem_fraction_static=0.88, tp_size=2)"]
+    d = analyze(lines=lines)
+    assert d.stats.kinds["server_args"] == 1 and d.config.mem_fraction_static == 0.88
+
+
+@pytest.mark.parametrize("line", [
+    "vllm serve is crashing for me with this error:",
+    "sglang serve fails when I pass --dtype float as well",
+    "I ran `vllm serve` and then `curl` it",  # the program alone in inline code is a command
+])
+def test_prose_that_begins_with_a_program_is_no_command(line: str) -> None:
+    kinds = [e.kind for e in parse_lines([line])]
+    assert kinds == (["launch_command"] if "`vllm serve`" in line else [])
+
+
+def test_the_logs_own_numbers_win_over_the_launch_commands_for_vllm() -> None:
+    """vLLM's engine config prints `max_seq_len`, its scheduler the step budget: they, not the pasted flags, are
+    the server's."""
+    lines = ["vllm serve m --max-model-len 512 --max-num-batched-tokens 2048 --max-num-seqs 8",
+             "INFO 01-01 00:00:00 [llm_engine.py:223] Initializing an LLM engine (v0.6.1.post2) with config: "
+             "model='m', dtype=torch.bfloat16, max_seq_len=32768, seed=0",
+             "INFO 01-01 00:00:01 [arg_utils.py:1] Chunked prefill is enabled with max_num_batched_tokens=8192."]
+    cfg = analyze(lines=lines).config
+    assert (cfg.context_len, cfg.chunked_prefill_size, cfg.max_running_requests) == (32768, 8192, 8)
+
+
+def test_the_last_command_of_the_logs_engine_is_read() -> None:
+    """An SGLang log with the user's SGLang command, then a vLLM one they also tried: SGLang's flags."""
+    lines = ["python -m sglang.launch_server --model-path m --chunked-prefill-size 4096",
+             "I also tried `vllm serve m --max-num-seqs 4`",
+             "[2025-01-01 00:00:00] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=60.0 GB, "
+             "mem usage=15.0 GB."]
+    cfg = analyze(lines=lines).config
+    assert cfg.engine == "sglang" and cfg.chunked_prefill_size == 4096
+
+
+def test_float32_under_auto_asks_for_half_precision_by_name() -> None:
+    """An engine that keeps a float32 checkpoint in float32 under `auto` (ours): `auto` would change nothing."""
+    lines = ["[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m', dtype='auto', tp_size=1)",
+             "[2025-01-01 00:00:01] Load weight end. type=LlamaForCausalLM, dtype=torch.float32, avail mem=6.0 GB, "
+             "mem usage=15.0 GB.", OOM]
+    (f,) = [f for f in analyze(lines=lines).findings if f.id.startswith("oom.")]
+    assert (f.id, f.suggested, f.current) == ("oom.full_precision", "bfloat16", "auto")
+
+
+def test_a_huge_line_is_read_in_bounded_time() -> None:
+    """A 1 MB quoted template in a command and a 1 MB line of inline-code spans: each read in well under a second."""
+    import time
+
+    for line in ["vllm serve m --chat-template '" + "x y " * 250000 + "' --dtype float", "`A=1" * 250000 + " serve"]:
+        start = time.perf_counter()
+        list(parse_lines([line]))
+        [parse_fields("launch_command", e.text) for e in parse_lines([line])]
+        assert time.perf_counter() - start < 1.0

@@ -119,6 +119,8 @@ def test_an_access_line_is_read_through_a_collector_stamp_and_a_vllm_process_pre
     # not stern's: a capital letter, or three words, before the process prefix
     ('Vllm-0 vllm (APIServer pid=1) INFO:     127.0.0.1:59892 - "GET /metrics HTTP/1.1" 200 OK', None),
     ('my vllm pod (APIServer pid=1) INFO:     127.0.0.1:59892 - "GET /metrics HTTP/1.1" 200 OK', None),
+    # https://github.com/kyuz0/amd-strix-halo-vllm-toolboxes/issues/73: docker compose's prefix before it
+    ('vllm-1  | (APIServer pid=1) INFO:     172.20.0.1:49200 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "access"),
 ])
 def test_an_access_line_is_read_through_sterns_pod_and_container(line: str, kind: str | None) -> None:
     events = parse_lines([line])

@@ -601,3 +601,37 @@ def test_a_burst_of_prefills_that_implies_a_tiny_pool_asks_for_more_kv_memory(li
 def test_three_prefill_lines_implying_a_tiny_pool_are_low_confidence_info() -> None:
     (f,) = [f for f in analyze(lines=_prefills(5400, n=3, tokens=200)).findings if f.id == "capacity.small_pool"]
     assert (f.severity, f.confidence) == ("info", "low")
+
+
+def test_sglangs_loaded_weights_leave_no_memory_refusal_raises_the_fraction() -> None:
+    """SGLang 0.5's wording (InferenceX#2128), its fraction from the launch command pasted in a sentence (with
+    elisions): `oom.startup` 0.05 higher."""
+    lines = ["The scripts launch `sglang serve … --tp 8 … --mem-fraction-static 0.88`. On an H200 the weights ...",
+             "Load weight end. quant=fp8, fmt=e4m3, avail mem=12.25 GB, mem usage=125.65 GB.",
+             "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88."]
+    d = analyze(lines=lines)
+    (f,) = d.findings
+    assert (f.id, f.flag, f.suggested, f.current) == ("oom.startup", "--mem-fraction-static", "0.93", "0.88")
+    assert d.config.model is None  # `…` is an elision, no model
+
+
+# https://github.com/kaito-project/kaito/issues/2132: vLLM's refusal wrapped over three lines by the paste
+WRAPPED = ["ValueError: To serve at least one request with the model's max seq len (1048576),",
+           "22.5 GiB KV cache is needed, which is larger than the available KV cache memory (17.39 GiB).",
+           "Based on the available memory, the estimated maximum model length is 810208."]
+
+
+@pytest.mark.parametrize("lines", [WRAPPED, [" ".join(WRAPPED)]], ids=["wrapped", "one line"])
+def test_a_max_seq_len_refusal_wrapped_by_the_paste_is_one_message_with_its_estimate(lines: list[str]) -> None:
+    d = analyze(lines=lines)
+    assert d.stats.kinds["not_enough_memory"] == 1 and d.stats.other == 0
+    (f,) = d.findings
+    assert (f.id, f.flag) == ("oom.startup", "--max-model-len") and f.suggested.startswith("810208")
+
+
+def test_a_wrapped_refusals_next_message_is_its_own() -> None:
+    """Only the refusal's own words continue it: the next engine message after it is read on its own."""
+    lines = [WRAPPED[0], "(APIServer pid=1) INFO 07-02 08:34:45 [loggers.py:273] Engine 000: Avg prompt throughput: "
+             "1.0 tokens/s, Avg generation throughput: 2.1 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache "
+             "usage: 0.0%, Prefix cache hit rate: 0.0%"]
+    assert analyze(lines=lines).stats.kinds == {"not_enough_memory": 1, "stats": 1}
