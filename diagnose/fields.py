@@ -16,6 +16,7 @@ from typing import Union
 
 from toolkit.diagnose.log_format.batch import BINDING_USAGE, LABELS, MIXED, USAGES
 from toolkit.diagnose.log_format.launch import PROGRAM_AT, SHELL_OPERATORS, VLLM_LAUNCHER, VLLM_SHORT_FLAGS
+from toolkit.diagnose.log_format.prefix import PASTE_QUOTE
 from toolkit.diagnose.log_format.messages import ACCESS_FIELDS, VLLM_FREE_MEMORY, engine_tag
 
 Value = Union[int, float, bool, str, None]
@@ -470,7 +471,7 @@ def _engine_args(text: str) -> dict[str, Value]:
 
 
 MAX_COMMAND_CHARS = 16384  # a command is read this far (a quoted template may run on; tokens cost per character)
-_QUOTE_MARGIN = re.compile(r"\s*>\s?")  # a continuation line's markdown quote or shell prompt (PS2)
+_QUOTE_MARGIN = re.compile(r"\s*" + PASTE_QUOTE)  # a continuation line's markdown quote or bash's prompt (PS2)
 _NUMBER = re.compile(r"-\d[\d.]*(?:e[-+]?\d+)?")  # a negative number is a value, not a flag
 
 

@@ -20,7 +20,7 @@ from toolkit.diagnose.log_format.batch import QUEUE
 from toolkit.diagnose.log_format.launch import LAUNCH_IN_CODE
 from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, REFUSAL_WRAPPED,
                                                   SELF_CONTINUING, engine_tag)
-from toolkit.diagnose.log_format.prefix import engine_rank
+from toolkit.diagnose.log_format.prefix import PASTE_QUOTE, engine_rank
 from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
 
@@ -232,9 +232,8 @@ def unwrapped(line: str) -> str:
 
 
 MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: one)
-# a paste's margin: markdown quote markers (`> `, vllm#2140), then blanks
-_PASTE_MARGIN = re.compile(r"(?:[ \t]{0,3}>){0,8}(\s*)")
-_QUOTE_MARGIN = re.compile(r"(?:[ \t]{0,3}>){1,8} ?")  # a quoted record's continuation lines: the quote, one blank
+_PASTE_MARGIN = re.compile(f"(?:{PASTE_QUOTE})?" + r"(\s*)")  # a paste's margin: its quote, then blanks
+_QUOTE_MARGIN = re.compile(PASTE_QUOTE)
 _LAUNCH_IN_CODE = re.compile(LAUNCH_IN_CODE)
 _REFUSAL_WRAPPED = re.compile(REFUSAL_WRAPPED)
 
