@@ -488,7 +488,7 @@ def _launch_command(text: str) -> dict[str, Value]:
         return {}
     words = _shell_words(command[program.end():])
     out: dict[str, Value] = {"launch_engine": engine}
-    if (program.group(0).endswith(VLLM_LAUNCHER) and words and re.match(r"\w", words[0])
+    if (program.group(0).endswith(VLLM_LAUNCHER) and words and re.match(r"[\w./~]", words[0])  # NOTE: no `…`
             and ("/" in words[0] or len(words) == 1 or words[1].startswith("-"))):
         out["model"] = words.pop(0)
     aliases = _aliases(engine)

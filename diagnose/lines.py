@@ -16,8 +16,8 @@ from operator import attrgetter
 from pathlib import Path
 
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.log_format.batch import QUEUE
-from toolkit.diagnose.log_format.launch import LAUNCH_IN_CODE
+from toolkit.diagnose.log_format.batch import ACCEPT_LENGTH, QUEUE
+from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_IN_CODE
 from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, REFUSAL_WRAPPED,
                                                   SELF_CONTINUING, engine_tag)
 from toolkit.diagnose.log_format.prefix import PASTE_QUOTE, engine_rank
@@ -235,6 +235,7 @@ MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: o
 _PASTE_MARGIN = re.compile(f"(?:{PASTE_QUOTE})?" + r"(\s*)")  # a paste's margin: its quote, then blanks
 _QUOTE_MARGIN = re.compile(PASTE_QUOTE)
 _LAUNCH_IN_CODE = re.compile(LAUNCH_IN_CODE)
+_IN_CONTAINER = re.compile(IN_CONTAINER)
 _REFUSAL_WRAPPED = re.compile(REFUSAL_WRAPPED)
 
 
@@ -252,9 +253,10 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
         kind = line_kind(line, margin.end())
         if kind is not None:
             return kind, margin.end()
-    if kind is None and prefix.time is None and "`" in line and "serve" in line:  # NOTE: each program has "serve"
+    if kind is None and prefix.time is None and ("serve" in line or "vllm-openai" in line):  # NOTE: each program's
         # NOTE: never on a line with time, which the fast path may count as plain from its message's start
-        command = _LAUNCH_IN_CODE.search(line, prefix.start)
+        command = (_LAUNCH_IN_CODE.search(line, prefix.start) if "`" in line else None) or _IN_CONTAINER.match(
+            line, prefix.start)
         if command is not None:
             return "launch_command", command.start(1)
     return kind, prefix.start
@@ -266,9 +268,11 @@ RECORD_REACH = MAX_RECORD_LINES  # a record holds its first line and at most MAX
 def _readable_batch(kind: str, text: str) -> bool:
     """A batch line prints its counts: `#running-req`; a prefill line, `#queue-req` and its own counts instead (a
     PD prefill server prints `#unbootstrapped-req` / `#bootstrap-req` and no running count, docs/log-formats.md
-    §3; a line clipped at a fixed width may lose it, sglang#25960)."""
+    §3; a line clipped at a fixed width may lose it, sglang#25960); a decode line trimmed by hand to speculative
+    decoding's figures, its `accept len` (sglang#16974)."""
     own = "bootstrap" in text or "new-token" in text
-    counted = "running" in text or (kind == "prefill" and QUEUE in text and own)
+    counted = ("running" in text or (kind == "prefill" and QUEUE in text and own)
+               or (kind == "decode" and ACCEPT_LENGTH in text))
     return counted and ": " in text
 
 

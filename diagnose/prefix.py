@@ -258,6 +258,8 @@ def read_prefix(line: str) -> Prefix:
         return Prefix(None, tp_rank(rank), m.end(), None)
     if m.group("process") is not None:
         return Prefix(None, process_rank(m.group("process")), m.end(), None)
+    if m.group("tags") is not None:
+        return Prefix(None, rank_name(m.group("tags")), m.end(), None)
     if m.group("iso") is not None:
         iso = _TIME.match(m.group("iso").replace("T", " "))
         clock = _clock(*iso.groups()) if iso else None

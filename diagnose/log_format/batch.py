@@ -15,6 +15,7 @@ LABELS = (DECODE_LABEL, PREFILL_LABEL, NEW_FILL_LABEL)
 LABEL_ENDS = ".,"  # a label ends in `.` (to 0.5.3) or `,` (from 0.5.5), or ` [iter]` before it
 RUNNING = "#running-req"   # every decode line prints it; a prefill line too, except on a PD prefill server
 QUEUE = "#queue-req"
+ACCEPT_LENGTH = "accept len"  # speculative decoding's accepted tokens per step (decode lines)
 MIXED = f"(mixed {RUNNING}: "  # 0.3's `Prefill batch(mixed #running-req: N).`
 
 FieldType = Literal["count", "ratio", "rate", "bool"]
@@ -30,7 +31,7 @@ KEYS: dict[str, FieldType] = {
     "cuda graph": "bool", "npu graph": "bool", "cpu graph": "bool", "musa graph": "bool",
     "gen throughput (token/s)": "rate", "input throughput (token/s)": "rate",
     "#new-seq": "count", "#new-token": "count", "#cached-token": "count", "cache hit rate": "ratio",
-    "#pending-token": "count", "accept len": "rate", "accept rate": "ratio", "pre-allocated usage": "ratio",
+    "#pending-token": "count", ACCEPT_LENGTH: "rate", "accept rate": "ratio", "pre-allocated usage": "ratio",
     "#retracted-req": "count", "#prealloc-req": "count", "#transfer-req": "count", "#inflight-req": "count",
     "#bootstrap-req": "count", "#optimistic-req": "count", "#unbootstrapped-req": "count",
     "#transferring-req": "count", "#replay-token": "count", "cap len": "count", "block accept len": "rate",

@@ -133,7 +133,7 @@ STARTS: dict[str, str] = {
     # NOTE: a pool or allocator names the leak (`token_to_kv_pool_allocator`, `req_to_token_pool`, 0.5's `pool`):
     # another program's `Potential memory leak detected!` is not the KV pool's
     "leak": r"(?:KV cache pool leak|[\w.]{0,80}(?:pool|allocator)\w{0,40} memory leak) detected"
-            r"|Warning: available_size=",
+            r"|Warning: available_size=|Mem Leak Detected!",  # 0.5's busy-time check (sglang#19081)
     "watchdog": r"(?:\w{1,40} )?[Ww]atchdog timeout",
     # NOTE: V0's `Error executing method ...` comes right before the traceback of the method a worker ran
     "exception": r"\w{1,40} hit an exception|Traceback \(most recent call last\)|EngineCore (?:encountered a fatal "

@@ -65,6 +65,8 @@ LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<t
               # vLLM's source tag, pasted from after its time (vllm#25350), or its process in brackets before it
               # (`[Worker_TP1] [model_runner.py:411] `, rtx6kpro#103)
               r"|(?:\[(?P<process>[A-Za-z][\w-]{0,63})\] )?\[[\w.-]{1,200}\.py:\d+\] "
+              # SGLang's rank tags without the stamp's time, a paste trimmed by hand (`[DP0 TP0] `, sglang#16974)
+              r"|\[(?P<tags>[A-Z]{2,4}\d{1,4}(?: [A-Z]{2,4}\d{1,4}){0,3})\] "
               r"|" + TASK_LABEL + r"?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
               r"(?: (?:stdout|stderr) [FP]| " + SYSLOG_SOURCE + "|" + TRACING + r")? "
               r"|(?P<syslog>" + SYSLOG_STAMP + r") " + SYSLOG_SOURCE + r" ")

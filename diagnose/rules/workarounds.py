@@ -4,9 +4,11 @@
   (`PD Disaggregation does NOT support PD different TP sizes ...`, or an error naming both sizes): run both with
   the same `--tp-size`, or upgrade SGLang to a release that transfers KV between different TP sizes;
 - an exception raised on SGLang's overlap path (frames `event_loop_overlap*`, `forward_thread_func`,
-  `TpModelWorkerClient`, `tp_worker_overlap_thread.py`): `--disable-overlap-schedule`;
+  `TpModelWorkerClient`, `tp_worker_overlap_thread.py` outside its constructor): `--disable-overlap-schedule`;
 - on vLLM V1 started with `--async-scheduling`, an exception raised on the async scheduling path (frames
   `AsyncScheduler`, `async_scheduler.py`, `step_with_batch_queue`, `AsyncGPUModelRunnerOutput`): drop the flag;
+- an exception raised while SGLang starts up (the model runner built or initialized, or torch.compile's own frames)
+  with `--enable-torch-compile` on: start without it (sglang#4489: a GPTQ-Marlin model);
 - an exception raised while CUDA graphs are captured (SGLang's `cuda_graph_runner.py` in `__init__` / `capture*`,
   vLLM's `capture_model`) whose error line names no cause a rule of its own reads (an OOM, a failed capture: those
   are explained before): run without graphs (`--disable-cuda-graph` / `--enforce-eager`) to get the server up.
@@ -27,8 +29,13 @@ from toolkit.diagnose.ideas import Change
 _PD_TP = re.compile(r"different TP sizes|(?:prefill|decode)\w{0,20}[ _]tp[ _]size\W{1,3}\d+", re.I)
 _PREFILL_TP = re.compile(r"prefill\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
 _DECODE_TP = re.compile(r"(?:decode|dst)\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
+# NOTE: the overlap worker's constructor is no overlap frame: a start-up traceback passes it because the worker is
+# built there (sglang#4489)
 _OVERLAP_FRAMES = re.compile(r"\b(event_loop_overlap\w*|forward_thread_func_?|TpModelWorkerClient"
-                             r"|tp_worker_overlap_thread\.py)")
+                             r'|tp_worker_overlap_thread\.py(?=", line \d+, in (?!__init__\b)))')
+# SGLang's start-up: the model runner built and initialized (weights, memory pool, CUDA graphs, torch.compile)
+_STARTUP_FRAMES = re.compile(r'\b(model_runner\.py)", line \d+, in (?:__init__|initialize|init_\w+)\b'
+                             r"|\b(torch/_dynamo|torch/_inductor)/")
 _ASYNC_FRAMES = re.compile(r"\b(AsyncScheduler|async_scheduler\.py|step_with_batch_queue|AsyncGPUModelRunnerOutput)")
 _GRAPH_FRAMES = re.compile(r'\b(cuda_graph_runner\.py)", line \d+, in (?:__init__|capture)|\b(capture_model)\b')
 
@@ -48,7 +55,7 @@ class Workaround(NamedTuple):
 def workaround(config: ServerConfig, exceptions: Sequence[Event]) -> Workaround | None:
     texts = [e.text for e in exceptions]
     return (_pd_tp(config, texts) or _overlap(config, texts) or _async_scheduling(config, texts)
-            or _graph_capture(config, texts))
+            or _torch_compile(config, texts) or _graph_capture(config, texts))
 
 
 def _frames(pattern: re.Pattern[str], texts: Sequence[str]) -> list[str]:
@@ -104,6 +111,18 @@ def _async_scheduling(config: ServerConfig, texts: Sequence[str]) -> Workaround 
         Change("async_scheduling", False), "on",
         "Decode runs a few % slower: the next step is scheduled only after the current one ends.",
         None, f"The traceback runs through the async scheduling path ({', '.join(frames)}).",
+        {"frames": ", ".join(frames)})
+
+
+def _torch_compile(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    frames = _frames(_STARTUP_FRAMES, texts)
+    if config.vllm or not frames or config.arg("enable_torch_compile") is not True:
+        return None
+    return Workaround(
+        Change("torch_compile", False), "on",
+        "Small decode batches run a little slower without torch.compile; turn it back on once the model's kernels "
+        "compile (quantized kernels often do not).",
+        None, f"The server died starting up with torch.compile on ({', '.join(frames)}).",
         {"frames": ", ".join(frames)})
 
 

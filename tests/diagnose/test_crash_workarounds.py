@@ -12,6 +12,7 @@ from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Startup, VllmLog
 from toolkit.diagnose import analyze
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.lines import parse_lines
 
 REAL = Path(__file__).parent / "real_logs"
 
@@ -447,3 +448,47 @@ def test_a_traceback_pasted_as_a_quote_reads_as_the_traceback_it_quotes(quote: s
           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
     d = analyze(lines=[quote + line for line in tb])
     assert [f.id for f in d.findings] == ["oom.weights"]
+
+
+# https://github.com/sgl-project/sglang/issues/4489: a start-up traceback through the overlap worker's constructor
+STARTUP_TRACEBACK = "\n".join([
+    "Traceback (most recent call last):",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1748, in run_scheduler_process',
+    "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/tp_worker_overlap_thread.py", line 63, in __init__',
+    "    self.worker = TpModelWorker(server_args, gpu_id, tp_rank, dp_rank, nccl_port)",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 166, in __init__',
+    "    self.initialize(min_per_gpu_memory)",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 207, in initialize',
+    "    self.init_cuda_graphs()",
+    "Exception: Capture cuda graph failed: backend='inductor' raised: NotImplementedError"])
+
+
+@pytest.mark.parametrize("compile_on,change", [(True, Change("torch_compile", False)), (False, None)])
+def test_a_start_up_crash_with_torch_compile_on_advises_starting_without_it(compile_on: bool, change) -> None:
+    """Start-up frames (the model runner built) with `--enable-torch-compile`: start without it; without the flag no
+    workaround. The overlap worker's constructor in the frames is no overlap crash."""
+    f, d = _crash(_sglang(STARTUP_TRACEBACK.replace("Exception: Capture cuda graph failed: ", "RuntimeError: "),
+                          enable_torch_compile=compile_on))
+    assert f.change == change and "--disable-overlap-schedule" not in (d.command or "")
+    if compile_on:
+        assert f.flag == "--enable-torch-compile" and "torch.compile" in f.message
+
+
+def test_the_real_paste_with_torch_compile_on_advises_starting_without_it() -> None:
+    lines = ["#### command", "docker run --gpus '\"device=4,5\"' -d --name q -p 30000:30000 lmsysorg/sglang:latest  "
+             "python3 -m sglang.launch_server --model-path /data/q --tp 2 --enable-torch-compile --mem-fraction-static "
+             "0.8", *STARTUP_TRACEBACK.splitlines()[:-1]]
+    d = analyze(lines=lines)
+    assert d.config.arg("enable_torch_compile") is True and d.config.tp_size == 2
+    (f,) = [f for f in d.findings if f.id == "crash.exception"]
+    assert f.flag == "--enable-torch-compile"
+
+
+@pytest.mark.parametrize("line,kind", [
+    # https://github.com/sgl-project/sglang/issues/19081: 0.5's busy-time check
+    ("AssertionError: Mem Leak Detected! total_tokens=1029056 vs self.max_total_num_tokens=1029120", "leak"),
+    ("[2026-02-27 23:50:14 TP0] [Mem Check (BUSY)] available_size=13824, evictable_size=942080", None),
+])
+def test_the_busy_time_leak_check_is_a_leak(line: str, kind: str | None) -> None:
+    assert [e.kind for e in parse_lines([line])] == ([kind] if kind else [])

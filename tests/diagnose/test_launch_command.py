@@ -196,3 +196,29 @@ def test_a_huge_line_is_read_in_bounded_time() -> None:
         list(parse_lines([line]))
         [parse_fields("launch_command", e.text) for e in parse_lines([line])]
         assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("line,engine,fields", [
+    # https://github.com/sgl-project/sglang/issues/4489: the program after the image of `docker run`
+    ("docker run --gpus all -d --name q -p 30000:30000 -v /data:/data --ipc=host lmsysorg/sglang:latest  python3 -m "
+     "sglang.launch_server --model-path /data/q --tp 2 --mem-fraction-static 0.8",
+     "sglang", {"model_path": "/data/q", "tp_size": 2, "mem_fraction_static": 0.8}),
+    # vLLM's image runs its api server: the arguments follow the image
+    ("$ sudo docker run --runtime nvidia --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Q "
+     "--max-num-seqs 64", "vllm", {"model": "Qwen/Q", "max_num_seqs": 64}),
+    # https://github.com/vllm-project/recipes/pull/12: a root prompt, `# `
+    ("# vllm serve /tmp/model/Q --served-model-name Q -dp=8 --enable-expert-parallel", "vllm",
+     {"model": "/tmp/model/Q", "data_parallel_size": 8, "enable_expert_parallel": True}),
+])
+def test_a_command_in_a_container_or_after_a_root_prompt_is_read(line: str, engine: str, fields: dict) -> None:
+    (event,) = parse_lines([line])
+    got = parse_fields("launch_command", event.text)
+    assert got["launch_engine"] == engine and {k: got.get(k) for k in fields} == fields
+
+
+@pytest.mark.parametrize("line", [
+    "docker run --gpus all -d myimage python3 train.py --epochs 3",  # another program in the container
+    "docker run -it vllm/vllm-openai-alt:latest bash",  # another image
+])
+def test_other_containers_are_no_launch_command(line: str) -> None:
+    assert [e.kind for e in parse_lines([line])] == []

@@ -473,3 +473,19 @@ def test_a_compose_prefixed_failed_capture_is_read_and_advised() -> None:
     d = analyze(lines=lines)
     assert d.stats.kinds["graph_failed"] == 1
     assert [f.id for f in d.findings] == ["crash.graph_capture"] and d.findings[0].flag == "--cuda-graph-max-bs"
+
+
+# https://github.com/sgl-project/sglang/pull/16974: decode lines trimmed by hand to the rank tags and the speculative
+# figures
+@pytest.mark.parametrize("line,kind,rank", [
+    ("[DP0 TP0] Decode batch, accept len: 1.52, accept rate: 0.51, cuda graph: True", "decode", "DP0 TP0"),
+    ("[DP1 TP1 EP1] Decode batch, accept len: 2.34, accept rate: 0.78", "decode", "DP1 TP1 EP1"),
+    ("[DP0 TP0] Decode batch, cuda graph: True", None, None),  # no count and no accept length: not read
+    ("[dp0] Decode batch, accept len: 1.52", None, None),  # not SGLang's tags
+])
+def test_a_decode_line_trimmed_to_its_rank_and_accept_length_is_read(line: str, kind: str | None,
+                                                                     rank: str | None) -> None:
+    events = list(parse_lines([line]))
+    assert [(e.kind, e.rank) for e in events] == ([(kind, rank)] if kind else [])
+    if kind:
+        assert events[0].time is None and events[0].fields["accept_len"] > 1
