@@ -17,7 +17,7 @@ from pathlib import Path
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import ACCEPT_LENGTH, QUEUE
-from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_IN_CODE
+from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE
 from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, REFUSAL_WRAPPED,
                                                   SELF_CONTINUING, engine_tag)
 from toolkit.diagnose.log_format.prefix import PASTE_QUOTE, engine_rank
@@ -234,6 +234,7 @@ def unwrapped(line: str) -> str:
 MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: one)
 _PASTE_MARGIN = re.compile(f"(?:{PASTE_QUOTE})?" + r"(\s*)")  # a paste's margin: its quote, then blanks
 _QUOTE_MARGIN = re.compile(PASTE_QUOTE)
+_LAUNCH_AT = re.compile(LAUNCH_COMMAND)
 _LAUNCH_IN_CODE = re.compile(LAUNCH_IN_CODE)
 _IN_CONTAINER = re.compile(IN_CONTAINER)
 _REFUSAL_WRAPPED = re.compile(REFUSAL_WRAPPED)
@@ -244,22 +245,29 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     prefix may be indented or quoted by the paste (` Sequence group 221 is preempted ...`, limo#29; `> torch.cuda.
     OutOfMemoryError: ...`, vllm#2140): where its first character is blank or `>` and no event starts there, the
     message starts after that margin. (A record's indented lines are read by the record first: they continue it.)
-    A line without time may hold a launch command in inline code inside a sentence (vllm#2140): it starts there."""
+    A line without time may be the user's launch command, or hold one in inline code inside a sentence (vllm#2140)
+    or after `docker run ... IMAGE` (sglang#4489): it starts there. NOTE: never on a line with time, the engine's own
+    (the fast path counts those plain from their message's start, where no launch command is looked for)."""
     kind = line_kind(line, prefix.start)
-    if kind is None and prefix.start == 0 and prefix.time is None and (line[:1].isspace() or line[:1] == ">"):
+    if kind is not None or prefix.time is not None:
+        return kind, prefix.start
+    start = prefix.start
+    if prefix.start == 0 and (line[:1].isspace() or line[:1] == ">"):
         margin = _PASTE_MARGIN.match(line)
         if len(margin.group(1)) > MAX_PASTE_INDENT:
             return None, prefix.start  # NOTE: a source line of a traceback (4 spaces or more) is no event
         kind = line_kind(line, margin.end())
         if kind is not None:
             return kind, margin.end()
-    if kind is None and prefix.time is None and ("serve" in line or "vllm-openai" in line):  # NOTE: each program's
-        # NOTE: never on a line with time, which the fast path may count as plain from its message's start
-        command = (_LAUNCH_IN_CODE.search(line, prefix.start) if "`" in line else None) or _IN_CONTAINER.match(
-            line, prefix.start)
+        start = margin.end()
+    if "serve" in line or "vllm-openai" in line:  # NOTE: every program's name holds one of them
+        command = _LAUNCH_AT.match(line, start)
+        if command is not None:
+            return "launch_command", start
+        command = (_LAUNCH_IN_CODE.search(line, start) if "`" in line else None) or _IN_CONTAINER.match(line, start)
         if command is not None:
             return "launch_command", command.start(1)
-    return kind, prefix.start
+    return None, prefix.start
 
 
 RECORD_REACH = MAX_RECORD_LINES  # a record holds its first line and at most MAX_RECORD_LINES - 1 more; one closes it

@@ -21,7 +21,7 @@ _BEFORE = r"(?:[$#] )?(?:[A-Z][A-Z0-9_]{0,63}=[^\s`]{0,200} ){0,8}"  # a shell p
 # NOTE: a command, not prose naming its program (`vllm serve is crashing ...`): nothing, or the inline code's end,
 # after the program; or a flag, a line continuation, a path-like model, or one word then a flag
 _THEN = r"(?=\s*(?:`|$)| +(?:-|\\|[^\s`]*/|[^\s`]+ +(?:-|\\)))"
-LAUNCH_COMMAND = _BEFORE + "(?:" + "|".join(PROGRAMS.values()) + ")" + _THEN  # no groups: compiled with STARTS
+LAUNCH_COMMAND = _BEFORE + "(?:" + "|".join(PROGRAMS.values()) + ")" + _THEN
 LAUNCH_IN_CODE = "`(" + LAUNCH_COMMAND + ")"  # inside a sentence only in inline code: prose names programs too
 # a container's command: `docker run [options] IMAGE python3 -m sglang.launch_server ...` (sglang#4489), vLLM's image
 # with its arguments (the command then starts at the program or the image)

@@ -8,7 +8,6 @@ import re
 from typing import Literal, NamedTuple
 
 from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, NEW_FILL_LABEL, PREFILL_LABEL, RUNNING
-from toolkit.diagnose.log_format.launch import LAUNCH_COMMAND
 
 Kind = Literal[
     # SGLang (docs/log-formats.md §2-§6)
@@ -56,7 +55,7 @@ Kind = Literal[
     "engine_config",     # Initializing a V1 LLM engine (vX) with config: model=..., ...
     "engine_args",       # non-default args: {...}
     "scheduler_config",  # Chunked prefill is enabled with max_num_batched_tokens=N.
-    # either engine: what the user ran (docs/log-formats.md §5)
+    # either engine: what the user ran (docs/log-formats.md §5); read on lines without time only, not in `STARTS`
     "launch_command",    # python -m sglang.launch_server ... / vllm serve MODEL ... (pasted beside the log)
 ]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
@@ -164,9 +163,10 @@ STARTS: dict[str, str] = {
     "engine_config": r"Initializing an? (?:V1 )?LLM engine (?:\(v[^)]{1,40}\) )?with config: ",
     "engine_args": r"non-default args: ",
     "scheduler_config": r"Chunked prefill is enabled with max_num_batched_tokens=",
-    "launch_command": LAUNCH_COMMAND,
 }
-assert set(STARTS) == set(KINDS), "every kind has a start, every start a kind"
+# NOTE: the user's own lines pasted beside the log are read where they sit in a line (`diagnose.lines.message_kind`)
+NOT_ENGINE_MESSAGES = frozenset({"launch_command"})
+assert set(STARTS) == set(KINDS) - NOT_ENGINE_MESSAGES, "every engine message kind has a start, every start a kind"
 
 
 class EngineTag(NamedTuple):
