@@ -17,7 +17,7 @@ from pathlib import Path
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import ACCEPT_LENGTH, QUEUE
-from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE
+from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
 from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, REFUSAL_WRAPPED,
                                                   SELF_CONTINUING, engine_tag)
 from toolkit.diagnose.log_format.prefix import PASTE_QUOTE, engine_rank
@@ -260,7 +260,7 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
         if kind is not None:
             return kind, margin.end()
         start = margin.end()
-    if "serve" in line or "vllm-openai" in line:  # NOTE: every program's name holds one of them
+    if any(word in line for word in PROGRAM_WORDS):
         command = _LAUNCH_AT.match(line, start)
         if command is not None:
             return "launch_command", start

@@ -53,7 +53,8 @@ _VLLM_PROCESS = re.compile(VLLM_PROCESS)
 # process names are CamelCase: `EngineCore_0 pid=N) `)
 _VLLM_PROCESS_FIRST = re.compile(r"(?:" + STERN + r"?\(|(?=[A-Z]))" + VLLM_PROCESS_BODY)
 _PYLOG = re.compile(PYTHON_LOGGING)
-_PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})?(?: - | \[[A-Z])| \| )")  # NOTE: every Python logging prefix holds it: a quick test
+# NOTE: every Python logging prefix holds it: a quick test
+_PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})?(?: - | \[[A-Z])| \| )")
 _START = re.compile(LINE_START)
 _TIME = re.compile(TIME)
 _SYSLOG = re.compile(SYSLOG_STAMP)

@@ -17,6 +17,7 @@ PROGRAMS = {
             + r"|vllm/vllm-openai(?::[\w.-]{1,64})?",
 }
 assert re.fullmatch(PROGRAMS["sglang"], SGLANG_LAUNCHER), "the corrected command is read as one"
+PROGRAM_WORDS = ("serve", "vllm-openai")  # every program above holds one (`launch_server`, `api_server`): a quick test
 _BEFORE = r"(?:[$#] )?(?:[A-Z][A-Z0-9_]{0,63}=[^\s`]{0,200} ){0,8}"  # a shell prompt (user, root), assignments
 # NOTE: a command, not prose naming its program (`vllm serve is crashing ...`): nothing, or the inline code's end,
 # after the program; or a flag, a line continuation, a path-like model, or one word then a flag

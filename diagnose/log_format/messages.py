@@ -121,8 +121,8 @@ STARTS: dict[str, str] = {
     # SGLang errors
     "retract": r"[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests|Testing retraction",
     "oom": r"(?:Prefill|Decode) out of memory|(?:torch\.)?(?:cuda\.)?OutOfMemoryError(?:: |\(['\"]CUDA out of memory)"
-           # other devices' allocators (torch_npu: gpustack#4761) and the CUDA runtime's and driver's errors (sglang#4547,
-           # club-3090#60)
+           # other devices' allocators (torch_npu: gpustack#4761), the CUDA runtime's and driver's errors
+           # (sglang#4547, club-3090#60)
            r"|(?:CUDA|NPU|XPU|HIP|MUSA) out of memory|CUDA (?:driver )?error: out of memory",
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "

@@ -36,6 +36,7 @@ from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence
 from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction, more_kv_memory
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
+from toolkit.diagnose.series import Rows
 
 FULL_USAGE = 0.9
 BOUND_FRACTION = 0.5
@@ -64,7 +65,7 @@ def _small_pool(ctx: Context) -> Finding | None:
     prefill = ctx.timeline.series("prefill")
     if not all(name in prefill for name in ("new_seq", "new_token", "usage", "running_req", "queue_req")):
         return None
-    implied = [found for rank in prefill.ranks for found in [_implied_pool(prefill.of_rank(rank))] if found]
+    implied = [found for found in map(_implied_pool, map(prefill.of_rank, prefill.ranks)) if found is not None]
     if not implied:
         return None
     pool, rows = min(implied, key=lambda found: found[0])
@@ -82,7 +83,7 @@ def _small_pool(ctx: Context) -> Finding | None:
         "More KV memory leaves less for activations and graphs.", rows.ranks, confidence=confidence)
 
 
-def _implied_pool(rows) -> tuple[float, object] | None:
+def _implied_pool(rows: Rows) -> tuple[float, Rows] | None:
     """(pool tokens, the lines) a rank's first prefill lines imply: each prints the usage before its batch, and
     while the running count grows by exactly the requests the line before admitted (nothing finished) within
     BURST_SECONDS, the tokens prefilled since the first line over the usage's rise is the pool's size."""

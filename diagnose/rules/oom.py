@@ -69,7 +69,7 @@ def check(ctx: Context) -> list[Finding]:
     if capture:
         out.append(_capture(ctx, capture))
     other = [e for e in other if e not in capture]
-    if other and str(ctx.config.dtype).removeprefix("torch.") in FULL_PRECISION:
+    if other and _float32(ctx.config.dtype):
         out.append(_full_precision(ctx, other))
         other = []
     loading = [e for e in other if _LOADING.search(_around(ctx, e, after=True))]
@@ -147,6 +147,10 @@ def _around(ctx: Context, e: Event, after: bool = False) -> str:
     return "\n".join([x.text for x in before] + [e.text] + [x.text for x in later])
 
 
+def _float32(dtype: object) -> bool:
+    return str(dtype).removeprefix("torch.") in FULL_PRECISION
+
+
 def _full_precision(ctx: Context, rows: list[Event]) -> Finding:
     """The model runs in float32 (`--dtype float`, vllm#2140): its weights take twice the checkpoint's half
     precision, before any KV cache or activation."""
@@ -155,7 +159,7 @@ def _full_precision(ctx: Context, rows: list[Event]) -> Finding:
     # NOTE: asked for (`--dtype float`): `auto` is the checkpoint's half precision (both engines load a float32
     # checkpoint in float16 under it); float32 under `auto` (a float32 checkpoint on an engine that keeps it,
     # as ours does): half precision explicitly
-    explicit = str(asked).removeprefix("torch.") in FULL_PRECISION
+    explicit = _float32(asked)
     return Finding(
         "oom.full_precision", "critical", f"Out of memory with the model in float32 ({len(rows)}x)",
         f"The device ran out of memory while the model runs in float32 (dtype {dtype}): its weights take twice the "
