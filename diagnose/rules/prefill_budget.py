@@ -3,10 +3,12 @@ ends each prefill batch while requests wait.
 
 SGLang's admission ends a prefill batch at the first waiting request whose new tokens reach what is left of the
 budget (the first request of a batch may exceed it; docs/log-formats.md §11). A batch so ended is below the
-budget, and one more prompt of its mean length would reach it. Trigger: among the prefill lines with a queue and
-the KV pool below `ROOM` used, at least `CAPPED_FRACTION` ended so with `MIN_SEQS` requests or more, below the
-chunk where the log prints it (a batch cut at the chunk is `prefill_chunk.too_small`'s; where the log does not
-print it, a batch of a power of two tokens is read as cut at it) and below the running cap where printed. The
+budget, and one more prompt of its mean length would reach it; or whole prompts filled it exactly (a benchmark's
+prompts of one length: 8 x 2,048 = 16,384, sglang#7133). Trigger: among the prefill lines with a queue and the KV
+pool below `ROOM` used, at least `CAPPED_FRACTION` ended so with `MIN_SEQS` requests or more, below the chunk
+where the log prints it (a batch cut at the chunk is `prefill_chunk.too_small`'s; where the log does not print
+it, a batch of a power of two tokens below the budget is read as cut at it) and below the running cap where
+printed. The
 budget is the log's `max_prefill_tokens`, else the era's default (`eras.default_max_prefill_tokens`); a batch of
 several requests above that default proves the budget larger, and then nothing is judged. One line is evidence
 already (`low` confidence: a short excerpt is judged, not dismissed).
@@ -55,13 +57,16 @@ def check(ctx: Context) -> list[Finding]:
 
 def _ended_by_budget(rows: Rows, budget: int, chunk: int | None, cap: int | None) -> np.ndarray:
     """Lines whose batch is below the budget (and the chunk) and would reach it with one more prompt of its mean
-    length, with room under the running cap."""
+    length, or is the budget exactly (below a printed chunk), with room under the running cap."""
     tokens, seqs = rows["new_token"], rows["new_seq"]
-    ended = (seqs >= MIN_SEQS) & (tokens < budget) & (tokens + tokens / seqs >= budget)
+    below = (tokens < budget) & (tokens + tokens / seqs >= budget)
+    full = tokens == budget
     if chunk:
-        ended &= tokens < chunk
+        below &= tokens < chunk
+        full &= chunk > budget
     else:
-        ended &= ~_power_of_two(tokens)  # NOTE: read as cut at a chunk the log does not print (chunks are so sized)
+        below &= ~_power_of_two(tokens)  # NOTE: read as cut at a chunk the log does not print (chunks are so sized)
+    ended = (seqs >= MIN_SEQS) & (below | full)
     if cap and "running_req" in rows:
         running = rows["running_req"]  # NOTE: NaN on a line that does not print it (a PD prefill server's)
         ended &= np.isnan(running) | (running + seqs < cap)
@@ -86,11 +91,20 @@ def _finding(ctx: Context, budget: int, capped: Rows, waiting: int) -> Finding:
         "prefill_budget.capped", "info" if confidence == "low" else "warning",
         "The prefill token budget ends each prefill batch",
         f"{len(capped)} of {waiting} prefill batches with requests waiting stopped at about {batch:.0f} new tokens "
-        f"with the KV pool below {ROOM:.0%} used: one more prompt of about {prompt:.0f} tokens would reach the "
-        f"budget of {budget} tokens{source}, so the next request waits a step while {queued:.0f} are queued "
-        f"(median). A budget of {suggested} admits it.",
+        f"with the KV pool below {ROOM:.0%} used: with one more prompt of about {prompt:.0f} tokens they would "
+        f"reach or pass the budget of {budget} tokens{source}, so the next request waits a step while {queued:.0f} are queued "
+        f"(median). A budget of {suggested} admits it.{_same_chunk(cfg.chunked_prefill_size, capped, budget)}",
         evidence(capped, waiting, budget=budget, median_batch_tokens=int(batch), median_prompt_tokens=round(prompt, 1),
                  median_queued=queued),
         Change("max_prefill", str(suggested)), str(budget),
         "Larger prefill batches make the decode steps that wait for them slower (higher ITL for running requests) "
         "and need more activation memory.", capped.ranks, confidence=confidence)
+
+
+def _same_chunk(chunk: int | None, capped: Rows, budget: int) -> str:
+    """Where batches filled the budget exactly and the log prints no chunk, a chunk of that size would cut them
+    too."""
+    if chunk or not bool((capped["new_token"] == budget).any()):
+        return ""
+    return (f" Batches of exactly {budget} tokens would also be cut by a chunked prefill of that size: where "
+            f"--chunked-prefill-size is {budget}, raise it with the budget.")

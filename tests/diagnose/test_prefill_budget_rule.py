@@ -152,3 +152,23 @@ def test_a_line_without_a_running_count_is_judged_under_a_printed_cap() -> None:
     lines = [line.replace("#running-req: 7, ", "").replace("#running-req: 10, ", "") for line in lines]
     (f,) = found(lines)
     assert f.evidence.count == 2
+
+
+@pytest.mark.parametrize("prompt,fires", [(2048, True), (1500, False)])
+def test_whole_prompts_that_fill_the_budget_exactly_are_capped_by_it(prompt: int, fires: bool) -> None:
+    """Eight prompts of 2,048 fill SGLang's default 16,384 exactly (a power of two, yet no chunk cut: sglang#7133's
+    benchmark); eight of 1,500 leave room for a ninth below it, so something else ended the batch."""
+    findings = found(prefills([(8, 8 * prompt)], queue=646, usage=0.19, running=370))
+    assert bool(findings) is fires
+    if fires:
+        (f,) = findings
+        assert (f.current, f.suggested, f.confidence) == ("16384", "32768", "low")
+        assert "chunked prefill of that size" in f.message
+
+
+@pytest.mark.parametrize("chunk,fires", [(32768, True), (16384, False)])
+def test_a_full_budget_at_a_printed_chunk_of_its_size_is_the_chunk_rule(chunk: int, fires: bool) -> None:
+    findings = found(with_startup([(8, 16384)] * 2, chunk=chunk))
+    assert bool(findings) is fires
+    if fires:
+        assert "chunked prefill of that size" not in findings[0].message
