@@ -27,7 +27,7 @@ import numpy as np
 
 from toolkit.diagnose import source
 from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
-from toolkit.diagnose.fastpath.plain import stamped_plain, surely_plain
+from toolkit.diagnose.fastpath.plain import stamped_plain, surely_plain, vllm_plain
 from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_line, decode_lines
 
@@ -300,13 +300,17 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job:
 
 def _plain(buf: bytearray, scanned: ScannedChunk, slow: np.ndarray, lines: _LineTexts) -> np.ndarray:
     """Which of the `slow` lines are plain (`is_plain`): most are told from their bytes (`stamped_plain` for those
-    behind a stamp the scanner read, `surely_plain` for the others), the rest decoded."""
+    behind a stamp the scanner read, `vllm_plain` for those behind a vLLM prefix, `surely_plain` for the others),
+    the rest decoded."""
     plain = np.zeros(scanned.lines, bool)
     told = np.zeros(scanned.lines, bool)  # lines whose `surely_plain` is known
     stamped = scanned.stamped
     plain[stamped.index] = stamped_plain(buf, scanned.starts, scanned.ends, stamped)
     told[stamped.index] = True
     plain &= slow
+    others = np.flatnonzero(slow & ~told)
+    if len(others):
+        plain[others] = vllm_plain(buf, scanned.starts, scanned.ends, others)
     index = np.flatnonzero(slow & ~plain)
     bounds = zip(index.tolist(), scanned.starts[index].tolist(), scanned.ends[index].tolist(), told[index].tolist())
     plain[index] = [(not known and surely_plain(buf[a:b])) or is_plain(lines[i]) for i, a, b, known in bounds]

@@ -77,12 +77,22 @@ def _layout(prefix: bytes) -> _Layout:
 def outer_lengths(words: Words, starts: np.ndarray, form: Form = BEFORE_STAMP) -> np.ndarray:
     """Per line starting at `starts`: the length of its outer prefix of `form` (what the form says follows it),
     0 where it has none or none is read here."""
+    return prefix_layouts(words, starts, form)[0]
+
+
+def prefix_layouts(words: Words, starts: np.ndarray,
+                   form: Form) -> tuple[np.ndarray, np.ndarray, list[re.Match[bytes]]]:
+    """Per line starting at `starts`: the length of its prefix of `form` (0 where it has none or none is read
+    here) and which layout it has (-1: none); and per layout, the grammar's match on the line it was made from
+    (every line of a layout has its groups at the same offsets)."""
     grammar, follow, lead = form
     skip = np.zeros(len(starts), np.int64)
+    which = np.full(len(starts), -1, np.int64)
+    found: list[re.Match[bytes]] = []
     first_bytes = words.bytes[starts]
     undecided = np.flatnonzero(first_bytes != ord("[") if lead is None else first_bytes == lead)
     if len(undecided) == 0:
-        return skip
+        return skip, which, found
     head = np.ascontiguousarray(gather(words, starts[undecided], MAX_OUTER).T)  # word k of every line is head[k]
     left = np.ones(len(undecided), bool)
     for _ in range(MAX_TRIES):
@@ -95,8 +105,9 @@ def outer_lengths(words: Words, starts: np.ndarray, form: Form = BEFORE_STAMP) -
             continue
         layout = _layout(m.group() + follow)
         open_lines = np.flatnonzero(left)
-        match = open_lines[layout.matches(head[: (layout.length + 7) // 8, open_lines])]
+        match = np.append(open_lines[layout.matches(head[: (layout.length + 7) // 8, open_lines])], first)
         left[match] = False
         skip[undecided[match]] = m.end()
-        skip[undecided[first]] = m.end()
-    return skip
+        which[undecided[match]] = len(found)
+        found.append(m)
+    return skip, which, found

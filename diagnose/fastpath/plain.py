@@ -6,7 +6,9 @@ False means "ask `is_plain`".
 
 - `surely_plain(raw)`: one line's bytes, its prefix read by the per-line grammar;
 - `stamped_plain(...)`: a chunk's slow lines whose stamp the scanner has read (`scan.StampedLines`), the same
-  answer as `surely_plain` with the stamp's part done in word operations: only the message start is matched.
+  answer as `surely_plain` with the stamp's part done in word operations: only the message start is matched;
+- `vllm_plain(...)`: a chunk's other slow lines behind a vLLM prefix, read by layouts (`outer.prefix_layouts`):
+  True only where `surely_plain` is, for the commonest of them (a message without `[` or `:`).
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from itertools import repeat
 
 import numpy as np
 
+from toolkit.diagnose.fastpath.outer import Form, prefix_layouts
 from toolkit.diagnose.fastpath.scan import StampedLines
+from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.log_format.messages import STARTS
 from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
                                                 VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
@@ -69,16 +73,16 @@ def stamped_plain(data: bytearray, starts: np.ndarray, ends: np.ndarray, stamped
     view = memoryview(data)
     joined = b"\n".join([view[a:b] for a, b in zip(begin.tolist(), end.tolist())])
     if len(joined.translate(None, _NOT_PRINTABLE_NOR_NEWLINE)) != len(joined):
-        plain[rows[_unprintable(joined, end - begin)]] = False
+        plain[rows[_holding(joined, end - begin, _UNPRINTABLE)]] = False
     rows = np.flatnonzero(plain)
     found = map(_NOT_PLAIN_AT.match, repeat(data), stamped.message[rows].tolist(), ends[stamped.index[rows]].tolist())
     plain[rows] = np.fromiter((m is None for m in found), bool, len(rows))
     return plain
 
 
-def _unprintable(joined: bytes, lengths: np.ndarray) -> np.ndarray:
-    """Which of the lines joined (by newlines, `lengths` bytes each) hold a byte that is not printable ASCII."""
-    bad = np.flatnonzero(_UNPRINTABLE[np.frombuffer(joined, np.uint8)])
+def _holding(joined: bytes, lengths: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Which of the lines joined (by newlines, `lengths` bytes each) hold a byte that `table` marks (by value)."""
+    bad = np.flatnonzero(table[np.frombuffer(joined, np.uint8)])
     begins = np.concatenate(([0], np.cumsum(lengths[:-1] + 1)))
     found = np.zeros(len(lengths), bool)
     found[np.searchsorted(begins, bad, side="right") - 1] = True
@@ -91,3 +95,50 @@ def _unprintable(joined: bytes, lengths: np.ndarray) -> np.ndarray:
 # line than a worker spends compiling each narrowed pattern.
 _NOT_PLAIN_AT = re.compile("|".join(f"(?:{piece})" for piece in (*PREFIXES_AFTER_STAMP, *STARTS.values(), ERROR_START))
                            .encode("ascii"))
+
+
+# NOTE: a vLLM prefix read by layouts: the grammar alone, its groups where `VLLM_PREFIX` has them
+_VLLM_PREFIX = Form(re.compile(VLLM_PREFIX.encode("ascii")), b"")
+_NOT_IN_MESSAGE = _UNPRINTABLE.copy()  # by byte value: what `vllm_plain` leaves to `surely_plain` in a message
+_NOT_IN_MESSAGE[[ord("["), ord(":")]] = True
+
+
+def vllm_plain(data: bytearray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per line of `rows` (the chunk's lines are `data[starts[i]:ends[i]]`): True only where `surely_plain` of its
+    bytes is. A line behind a vLLM prefix of a layout whose fixed bytes are printable, hold no pasted reset and
+    no `[` before a digit (the layout's other bytes are digits: no SGLang stamp can start in the prefix), with a
+    calendar date, and whose message is printable and holds no `[` (no SGLang stamp after the prefix) and no `:`
+    (no vLLM record glued on: its clock has one): plain where no piece of `_NOT_PLAIN_AT` matches at its
+    message's start. False: ask `surely_plain`."""
+    plain = np.zeros(len(rows), bool)
+    begin = starts[rows]
+    skip, which, found = prefix_layouts(Words(data), begin, _VLLM_PREFIX)
+    usable = np.array([_usable(m.group()) for m in found] + [False])  # which == -1 reads the last
+    rows_in = np.flatnonzero(usable[which])
+    if len(rows_in) == 0:
+        return plain
+    which, begin = which[rows_in], begin[rows_in]
+    month, day = (np.array([m.start(group) for m in found])[which] + begin for group in VLLM_MONTH_DAY)
+    dated = is_date(VLLM_DEFAULT_YEAR, _number(data, month), _number(data, day))
+    rows_in = rows_in[dated]
+    message, end = begin[dated] + skip[rows_in], ends[rows[rows_in]]
+    view = memoryview(data)
+    joined = b"\n".join([view[a:b] for a, b in zip(message.tolist(), end.tolist())])
+    clean = ~_holding(joined, end - message, _NOT_IN_MESSAGE)
+    rows_in, message, end = rows_in[clean], message[clean], end[clean]
+    found_at = map(_NOT_PLAIN_AT.match, repeat(data), message.tolist(), end.tolist())
+    plain[rows_in] = np.fromiter((m is None for m in found_at), bool, len(rows_in))
+    return plain
+
+
+def _number(data: bytearray, at: np.ndarray) -> np.ndarray:
+    """The two-digit numbers at offsets `at` (digits: the layout says so)."""
+    pairs = np.frombuffer(data, np.uint8)[np.stack([at, at + 1])].astype(np.int64) - ord("0")
+    return pairs[0] * 10 + pairs[1]
+
+
+def _usable(prefix: bytes) -> bool:
+    """Whether a layout's fixed bytes (its digits stand for any digit) can only begin a line `surely_plain` reads
+    behind a vLLM prefix."""
+    printable = len(prefix.translate(None, _NOT_PRINTABLE)) == len(prefix)
+    return printable and _PASTED_RESET not in prefix and re.search(rb"\[\d", prefix) is None

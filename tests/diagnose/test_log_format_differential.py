@@ -319,3 +319,43 @@ def test_a_chunk_tells_its_stamped_lines_plain_as_surely_plain_does(tmp_path) ->
             assert found[slow].tolist() == [is_plain(decode_line(part[i])) for i in slow]
             assert not found[~scanned.slow].any()
     assert stamped > 20_000 and plain > 10_000, (stamped, plain)
+
+
+def test_a_chunk_tells_its_vllm_lines_plain_only_where_surely_plain_does(tmp_path) -> None:
+    """`vllm_plain` (the slow lines behind a vLLM prefix, read by layouts) says True only where `surely_plain` does,
+    on the cases above in chunks of 3,000 lines, in order and shuffled (seeded), and on lines with a vLLM prefix
+    and each kind of message it must leave to `surely_plain`; and it tells most of the benchmark's vLLM plain lines
+    (else it saves nothing)."""
+    from benchmarks.diagnose_parse import write_log
+    from toolkit.diagnose.fastpath.plain import surely_plain, vllm_plain
+
+    lines, mutated = _plain_cases(tmp_path)
+    prefix = b"(APIServer pid=1) INFO 11-11 09:34:39 [async_llm.py:318] "
+    edges = [prefix + b"Added request x.", prefix + b"[2025-11-11 04:06:27] x", prefix + b"a INFO 11-11 09:34:39 [b.py:2] c",
+             prefix + b"Engine 000: Avg prompt throughput: 1.0 tokens/s", prefix + b"caf\xc3\xa9", prefix + b"x\x1b[0m",
+             prefix.replace(b"11-11", b"13-11") + b"x", prefix.replace(b"11-11", b"02-31") + b"x",
+             prefix.replace(b"11-11", b"00-11") + b"x", prefix.replace(b"[async", b"[0async") + b"x",
+             prefix.replace(b"(APIServer", b"(API[0m") + b"x", b"INFO 11-11 09:34:39 [a.py:1] x", prefix, prefix[:-1]]
+    shuffled = lines + mutated + edges * 50
+    random.Random(2).shuffle(shuffled)
+    told = 0
+    for every in (lines, mutated, edges, shuffled):
+        for at in range(0, len(every), 3000):
+            part = every[at: at + 3000]
+            data = b"\n".join(part)
+            buf = bytearray(data + bytes(PAD))
+            scanned = scan_chunk(buf, len(data))
+            rows = np.flatnonzero(scanned.slow)
+            found = vllm_plain(buf, scanned.starts, scanned.ends, rows)
+            for i, plain in zip(rows.tolist(), found.tolist()):
+                if plain:
+                    assert surely_plain(part[i]), part[i]
+            told += int(found.sum())
+    assert told > 200, told
+    path = tmp_path / "vllm.log"
+    write_log(str(path), 120_000, mix="realistic")
+    vllm = [line for line in path.read_bytes().split(b"\n") if line.startswith(b"(") and b"] Added request" in line]
+    data = b"\n".join(vllm)
+    buf = bytearray(data + bytes(PAD))
+    scanned = scan_chunk(buf, len(data))
+    assert len(vllm) > 1_000 and vllm_plain(buf, scanned.starts, scanned.ends, np.flatnonzero(scanned.slow)).all()
