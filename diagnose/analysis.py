@@ -16,7 +16,7 @@ from toolkit.diagnose.config import ServerConfig, read_config
 from toolkit.diagnose.findings import SEVERITIES, Finding, rank_of
 from toolkit.diagnose.lines import ParseStats
 from toolkit.diagnose.metrics_input import Metrics, read_metrics
-from toolkit.diagnose.reading import read_logs
+from toolkit.diagnose.reading import Tap, read_logs
 from toolkit.diagnose.rules import Context, run_rules
 from toolkit.diagnose.rules.context import MIN_LINES
 from toolkit.diagnose.timeline import Timeline, build_timeline
@@ -114,15 +114,17 @@ def analyze(
     metrics: str | Metrics | None = None,
     bench: str | BenchInput | None = None,
     window: tuple[float, float] | None = None,
+    tap: Tap | None = None,
 ) -> Diagnosis:
     """Parse logs (`paths`: files, `.gz`, or `-` for stdin; and/or `lines`), build the timeline, run the rules.
 
     `window=(t0, t1)` keeps only time-series events inside it, in the log's clock (naive timestamps read
     as UTC; `diagnose.bench_input.to_log_clock` converts a unix time); start-up lines are always kept.
-    `metrics` is a scrape file/URL (or parsed `Metrics`), `bench` a `toolkit bench` JSONL file.
+    `metrics` is a scrape file/URL (or parsed `Metrics`), `bench` a `toolkit bench` JSONL file; `tap` sees every
+    event of `paths` as they are read (`--export`: `export.EventStash`).
     Raises `ValueError` for unreadable metrics/bench inputs and `OSError` for unreadable logs."""
     stats = ParseStats()
-    records = read_logs(paths, lines, stats, window)
+    records = read_logs(paths, lines, stats, window, tap=tap)
     config = read_config(records.events, records.samples, records.ranks, stats.vllm_events > 0)
     timeline = build_timeline(records.batches, records.events, config)
     scrape = read_metrics(metrics) if isinstance(metrics, str) else metrics

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import sys
-import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, List, NoReturn, Optional
 
@@ -21,6 +19,7 @@ import typer
 
 if TYPE_CHECKING:
     from toolkit.diagnose.analysis import Diagnosis
+    from toolkit.diagnose.export import EventStash
 
 FORMATS = ("text", "json")
 FAIL_ON = ("info", "warning", "critical")
@@ -88,16 +87,6 @@ def _check_fleet(export: str | None, metrics: str | None, bench: str | None, htm
             _fail(f"{name} reads one server: diagnose that worker's log alone")
 
 
-def _spool_stdin(logs: list[str], directory: str) -> list[str]:
-    """`-` read into a file once, so that `--export` can read the log a second time."""
-    if "-" not in logs:
-        return logs
-    path = os.path.join(directory, "stdin.log")
-    with open(path, "wb") as out:
-        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
-    return [path if p == "-" else p for p in logs]
-
-
 def diagnose(
     logs: Optional[List[str]] = typer.Argument(None, help="Server logs (SGLang or vLLM): plain, .gz, or - for "
                                                "stdin."),
@@ -122,9 +111,7 @@ def diagnose(
         _run_fleet(workers, fmt, plots, fail_on)
         return
     _check_inputs(logs, fmt, fail_on, export, bench, html)
-    with tempfile.TemporaryDirectory(prefix="toolkit-diagnose-") as spool:
-        sources = _spool_stdin(logs, spool) if export else logs
-        _run(sources, fmt, plots, export, fail_on, metrics, bench, html)
+    _run(logs, fmt, plots, export, fail_on, metrics, bench, html)
 
 
 def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_on: str | None,
@@ -132,19 +119,33 @@ def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_
     from toolkit.diagnose.fastpath.ahead import keep_freed_memory, range_workers
 
     keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
-    # NOTE: the workers start reading the first log while the analysis is imported; `--export` reads them again
-    with range_workers(read_ahead=logs[0] if logs else None, keep=bool(export)):
-        _report(logs, fmt, plots, export, fail_on, metrics, bench, html)
+    with _stash(export) as stash:
+        # NOTE: the workers start reading the first log (and stashing its hot lines for `--export`) while the
+        # analysis is imported
+        with range_workers(read_ahead=logs[0] if logs else None, job=stash.job if stash is not None else None):
+            _report(logs, fmt, plots, stash, fail_on, metrics, bench, html)
 
 
-def _report(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_on: str | None,
+def _stash(export: str | None) -> AbstractContextManager:
+    """`--export`'s stash of the read (`export.EventStash`), or nothing; a place it cannot write fails now."""
+    if export is None:
+        return nullcontext()
+    from toolkit.diagnose.export import EventStash
+
+    try:
+        return EventStash(export)
+    except (OSError, ValueError) as exc:
+        _fail(f"--export {export}: {exc}")
+
+
+def _report(logs: list[str], fmt: str, plots: str | None, stash: EventStash | None, fail_on: str | None,
             metrics: str | None, bench: str | None, html: str | None) -> None:
     from rich.console import Console
 
     from toolkit.diagnose.analysis import analyze
 
     try:
-        result = analyze(logs, metrics=metrics, bench=bench)
+        result = analyze(logs, metrics=metrics, bench=bench, tap=stash)
     except (OSError, ValueError, EOFError) as exc:
         _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     err = Console(stderr=True, highlight=False)
@@ -153,13 +154,13 @@ def _report(logs: list[str], fmt: str, plots: str | None, export: str | None, fa
 
         for path in write_plots(result.timeline, plots):
             err.print(f"plot: {path}", markup=False)
-    if export:
+    if stash is not None:
         from toolkit.diagnose.export import write_events
 
         try:
-            err.print(f"events: {write_events(logs, export, result)}", markup=False)
+            err.print(f"events: {write_events(stash, result)}", markup=False)
         except (OSError, ValueError) as exc:
-            _fail(f"--export {export}: {exc}")
+            _fail(f"--export {stash.out}: {exc}")
     if html and _html_writer is not None:
         try:
             err.print(f"html: {_html_writer(result, html)}", markup=False)

@@ -1,17 +1,22 @@
-"""`--export events.csv|events.parquet`: every event of the logs, one row each, streamed out chunk by chunk.
+"""`--export events.csv|events.parquet`: every event of the logs, one row each, from the analysis's own read.
 
-Columns: kind, time, timestamp, rank, line, source, text, then every field (absent fields empty). The logs are
-read a second time, so memory stays flat: a chunk's hot batch lines keep the fast path's columns and their
-text as Arrow strings, every other event is read by the per-line parser. The column set (and each field's
-type: number, boolean or text) comes from the analysis of the same logs.
+Columns: kind, time, timestamp, rank, line, source, text, then every field (absent fields empty). The column set
+(and each field's type: number, boolean or text) comes from the analysis, so the rows wait for it: while the
+logs are read, an `EventStash` keeps each chunk's hot batch and access lines as the worker that scanned it wrote
+them (an Arrow file in a temporary directory beside the output, their text as Arrow strings) and the per-line
+parser's events of the chunk; then each chunk's rows are made in line order and written, CSV formatted on
+`FORMATTERS` threads at once (Arrow's writers release the GIL).
 """
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,16 +25,13 @@ import numpy as np
 
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fastpath.access import access_fields, strings
-from toolkit.diagnose.fastpath.ahead import (JobResult, LineTooLong, ReadChunk, scanned_chunks, scanned_ranges,
-                                              use_processes)
+from toolkit.diagnose.fastpath.ahead import JobResult, ReadChunk
 from toolkit.diagnose.fastpath.fields import BOOLEAN
-from toolkit.diagnose.fastpath.scan import DECODE, ScannedChunk, stamp_times
+from toolkit.diagnose.fastpath.scan import ScannedChunk, stamp_times
 from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.lines import LineParser, ParseStats
-from toolkit.diagnose.reading import chunk_size, read_chunk_lines
 from toolkit.diagnose.series import META
-from toolkit.diagnose.source import Chunk, LineReader, open_log
+from toolkit.diagnose.source import Chunk
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
 FORMATS = (".csv", ".parquet")
 BASE = ("kind", "time", "timestamp", "rank", "line", "source", "text")
+FORMATTERS = 2  # threads formatting CSV: the read's workers are done by then
 _DERIVED = frozenset({"usage", "hit_rate", "phase", "after_idle"})
 _ACCESS = {"client": "text", "method": "text", "path": "text", "status": "number"}
 
@@ -69,60 +72,148 @@ def _merge(old: str | None, new: str) -> str:
     return new if old is None or old == new else "text"
 
 
-def write_events(paths: Sequence[str | Path], out: str | Path, d: Diagnosis) -> Path:
-    """Write the events of `paths` to `.csv` or `.parquet` (chosen by the suffix); raises ValueError otherwise."""
-    import pyarrow as pa
-
+def check_export_path(out: str | Path) -> Path:
+    """The export's file name, with a suffix it can write; raises ValueError otherwise."""
     out = Path(out)
     if out.suffix not in FORMATS:
         raise ValueError(f"--export needs a .csv or .parquet file name, not {out.name!r}")
-    schema = _schema(field_types(d))
-    with _writer(out, schema) as write:
-        for source, path in enumerate(paths):
-            for table in _tables(path, source, schema):
-                write(table)
-        if not paths:
-            write(pa.Table.from_pylist([], schema=schema))
     return out
 
 
-class _writer:
-    """The CSV or Parquet sink, written on a thread of its own (Arrow's writers release the GIL): the caller
-    builds the next chunk's table meanwhile. At most `AHEAD` tables wait to be written."""
+@dataclass(slots=True)
+class _Part:
+    """One chunk as read: its source and first line number, the Arrow file of its hot lines (None: none), the
+    per-line parser's events of it and the hot lines that parser took (`routed`, numbered in the chunk)."""
 
-    AHEAD = 2
+    source: int
+    first: int
+    hot: str | None
+    events: list[Event]
+    routed: list[int] = field(default_factory=list)
+
+
+class EventStash:
+    """What `--export` keeps of the analysis's read until the analysis says which columns the file has: the
+    `tap` of `read_logs` (each chunk's events and hot lines' file) and the `job` its workers run. A context
+    manager: its temporary directory (beside the output, so it is on the same disk) goes when it closes."""
+
+    def __init__(self, out: str | Path) -> None:
+        import pyarrow.compute  # noqa: F401 - imported once here: the read's workers are forked after it
+        import pyarrow.csv  # noqa: F401
+
+        self.out = check_export_path(out)
+        if not self.out.parent.is_dir():
+            raise ValueError(f"no such directory: {self.out.parent}")
+        self.directory = tempfile.mkdtemp(prefix=".toolkit-export-", dir=self.out.parent)
+        self.job = functools.partial(_hot_lines, self.directory)
+        self.parts: list[_Part] = []
+
+    def chunk(self, source: int, first: int, read: ReadChunk, events: list[Event], routed: list[int]) -> None:
+        self.parts.append(_Part(source, first, read.extra, events, routed))  # type: ignore[arg-type]
+
+    def tail(self, source: int, events: list[Event]) -> None:
+        if events:
+            self.parts.append(_Part(source, 0, None, events))
+
+    def __enter__(self) -> EventStash:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def export_events(paths: Sequence[str | Path], out: str | Path, **analysis) -> tuple[Diagnosis, Path]:
+    """Analyse `paths` (with `analysis`'s keywords of `analyze`) and write their events to `out` (`.csv` or
+    `.parquet`), in one read."""
+    from toolkit.diagnose.analysis import analyze
+
+    with EventStash(out) as stash:
+        d = analyze(paths, tap=stash, **analysis)
+        return d, write_events(stash, d)
+
+
+def write_events(stash: EventStash, d: Diagnosis) -> Path:
+    """Write the events `stash` kept of the read `d` analysed to its output (chosen by the suffix)."""
+    import pyarrow as pa
+
+    schema = _schema(field_types(d))
+    with _writer(stash.out, schema) as write:
+        for part in stash.parts:
+            write(functools.partial(_part_table, part, schema))
+        if not stash.parts:
+            write(schema.empty_table)
+    return stash.out
+
+
+class _writer:
+    """The CSV or Parquet sink, given each chunk's table to make. CSV: each made and formatted on one of
+    `FORMATTERS` threads, written in order; Parquet: made by the caller, written on a thread of its own while the
+    caller makes the next. At most `AHEAD` tables wait."""
+
+    AHEAD = 3
 
     def __init__(self, out: Path, schema: pa.Schema) -> None:
-        self.out, self.schema, self.sink = out, schema, None
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="diagnose-export")
+        self.out, self.schema = out, schema
+        self.csv = out.suffix == ".csv"
+        self.thread = ThreadPoolExecutor(FORMATTERS if self.csv else 1, thread_name_prefix="diagnose-export")
         self.pending: deque[Future] = deque()
+        self.sink: object = None
 
-    def __enter__(self) -> Callable[[pa.Table], None]:
-        import pyarrow.csv as csv
+    def __enter__(self) -> Callable[[Callable[[], pa.Table]], None]:
         import pyarrow.parquet as pq
 
-        if self.out.suffix == ".csv":
-            # NOTE: rows are formatted 8,192 at a time (Arrow's default 1,024): ~20 % less CPU, the same bytes
-            self.sink = csv.CSVWriter(str(self.out), self.schema,
-                                      write_options=csv.WriteOptions(quoting_style="needed", batch_size=8192))
+        if self.csv:
+            self.sink = open(self.out, "wb")
+            self.sink.write(_csv(self.schema.empty_table(), header=True))  # type: ignore[attr-defined]
         else:
             self.sink = pq.ParquetWriter(str(self.out), self.schema)
         return self.write
 
-    def write(self, table: pa.Table) -> None:
-        if not table.num_rows and self.out.suffix != ".csv":
-            return
-        self.pending.append(self.thread.submit(self.sink.write_table, table))  # type: ignore[union-attr]
+    def write(self, make: Callable[[], pa.Table]) -> None:
+        if self.csv:
+            work = functools.partial(_csv_of, make)
+        else:
+            table = make()
+            if not table.num_rows:
+                return
+            work = functools.partial(self.sink.write_table, table)  # type: ignore[attr-defined]
+        self.pending.append(self.thread.submit(work))
         while len(self.pending) > self.AHEAD:
-            self.pending.popleft().result()
+            self._done(self.pending.popleft())
+
+    def _done(self, future: Future) -> None:
+        formatted = future.result()
+        if self.csv:
+            self.sink.write(formatted)  # type: ignore[attr-defined]
 
     def __exit__(self, *exc) -> None:
         try:
             while self.pending:
-                self.pending.popleft().result()
+                self._done(self.pending.popleft())
         finally:
             self.thread.shutdown()
-            self.sink.close()  # type: ignore[union-attr]
+            self.sink.close()  # type: ignore[attr-defined]
+
+
+def _csv_of(make: Callable[[], pa.Table]) -> pa.Buffer:
+    return _csv(make())
+
+
+def _csv(table: pa.Table, header: bool = False) -> pa.Buffer:
+    """The table's rows as CSV (quoted where needed; rows formatted 8,192 at a time, ~20 % less CPU than Arrow's
+    default 1,024), after a header line if asked (from its schema: an empty table gives the header alone)."""
+    import pyarrow as pa
+    import pyarrow.csv as csv
+
+    # NOTE: a column with no value prints nothing whatever its type; Arrow prints a null string in a third of the
+    # time of a null number, and most columns are empty in most chunks
+    empty = [i for i, column in enumerate(table.columns) if column.null_count == len(column)]
+    for i in empty:
+        table = table.set_column(i, table.field(i).name, pa.nulls(table.num_rows, pa.string()))
+    out = pa.BufferOutputStream()
+    csv.write_csv(table, out, write_options=csv.WriteOptions(include_header=header, quoting_style="needed",
+                                                             batch_size=8192))
+    return out.getvalue()
 
 
 def _schema(types: dict[str, str]) -> pa.Schema:
@@ -134,102 +225,101 @@ def _schema(types: dict[str, str]) -> pa.Schema:
     return pa.schema(base + [(name, arrow[kind]) for name, kind in types.items() if name not in BASE])
 
 
-def _tables(path: str | Path, source: int, schema: pa.Schema):
-    """One Arrow table per chunk: its events in line order. A large plain file is read by worker processes
-    (as the analysis reads it), which also build the tables of its hot lines."""
-    parser = LineParser(source, ParseStats())
-    job = functools.partial(_hot_lines, schema)
-    no, offset = 1, 0
-    if use_processes(path):
-        try:
-            for read in scanned_ranges(path, chunk_size(), job=job):
-                yield _chunk_table(read, no, parser, schema)
-                no += read.lines
-            offset = -1
-        except LineTooLong as too_long:
-            offset = too_long.offset
-    if offset >= 0:
-        with open_log(path) as stream:
-            if offset:
-                stream.seek(offset)
-            for read in scanned_chunks(LineReader(stream).chunks(), job=job):
-                yield _chunk_table(read, no, parser, schema)
-                no += read.lines
-    tail = parser.finish()
-    if tail:
-        yield _events_table(tail, schema)
-
-
-@dataclass(slots=True)
-class _Hot:
-    """A chunk's hot lines for the export, in line order (numbers counted from 0 in the chunk): the columns in
-    which some line has a value. The caller adds the others as nulls: sent, a column of nulls costs as much as
-    one of values (its offsets and validity), and most of the schema's columns are null on a hot line."""
-
-    rows: int
-    columns: dict[str, pa.Array]
-
-    def table(self, schema: pa.Schema) -> pa.Table:
-        import pyarrow as pa
-
-        arrays = [self.columns[f.name] if f.name in self.columns else pa.nulls(self.rows, f.type) for f in schema]
-        return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _hot_lines(schema: pa.Schema, chunk: Chunk, scanned: ScannedChunk) -> JobResult:
-    """The table of a chunk's hot batch and access lines; every other line is the per-line parser's."""
-    import pyarrow as pa
-
+def _hot_lines(directory: str, chunk: Chunk, scanned: ScannedChunk) -> JobResult:
+    """The job of the read's workers: a chunk's hot batch and access lines as one table in line order (lines
+    numbered from 0 in the chunk; each batch field a float64 column as read, NaN where a line lacks it; the
+    access fields as read), written to an Arrow file in `directory`: its path, and the lines left to the
+    per-line parser (every other line, with the access lines whose fields or date the job cannot read)."""
     words = Words(chunk.data)
     lines = scanned.access_lines
     read_access, access = access_fields(chunk.data, words, lines, scanned.ends[lines.index])
     times, dated = stamp_times(lines.head)
     dated |= ~lines.timed
     taken = np.flatnonzero(read_access & dated)
-    kept = np.flatnonzero(dated[read_access])
-    access = {name: column.take(pa.array(kept)) if isinstance(column, pa.Array) else column[kept]
-              for name, column in access.items()}
     slow = np.ones(scanned.lines, bool)
     slow[scanned.batch.index] = False
     slow[lines.index[taken]] = False
     parts = []
     if len(scanned.batch.index):
-        parts.append(_hot_columns(chunk, scanned, schema))
+        parts.append(_hot_columns(chunk, scanned))
     if len(taken):
-        parts.append(_access_columns(chunk, scanned, taken, access, times, schema))
-    return JobResult(_in_line_order(parts, schema) if parts else None, slow)
+        kept = np.flatnonzero(dated[read_access])
+        parts.append(_access_columns(chunk, scanned, taken, access, kept, times))
+    return JobResult(_stashed(directory, _in_line_order(parts)) if parts else None, slow)
 
 
-def _in_line_order(parts: list[dict[str, pa.Array]], schema: pa.Schema) -> _Hot:
+def _stashed(directory: str, columns: dict[str, pa.Array]) -> str:
+    """`columns` written as an Arrow file in `directory`; its path."""
+    import pyarrow as pa
+
+    table = pa.table(columns)
+    handle, path = tempfile.mkstemp(suffix=".arrow", dir=directory)
+    with os.fdopen(handle, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table)
+    return path
+
+
+def _in_line_order(parts: list[dict[str, pa.Array]]) -> dict[str, pa.Array]:
     """The parts' rows as one set of columns in line order (a column some part lacks is null there)."""
     import pyarrow as pa
 
     sizes = [len(part["line"]) for part in parts]
-    names = [name for name in schema.names if any(name in part for part in parts)]
-    columns = {name: pa.concat_arrays([part[name] if name in part else pa.nulls(n, schema.field(name).type)
-                                       for part, n in zip(parts, sizes)]) for name in names}
+    types = {name: column.type for part in parts for name, column in part.items()}
+    columns = {name: pa.concat_arrays([part[name] if name in part else pa.nulls(n, kind)
+                                       for part, n in zip(parts, sizes)]) for name, kind in types.items()}
     order = np.argsort(columns["line"].to_numpy(), kind="stable")
     if not bool((order[1:] > order[:-1]).all()):
         columns = {name: column.take(pa.array(order)) for name, column in columns.items()}
-    return _Hot(sum(sizes), columns)
+    return columns
 
 
-def _chunk_table(read: ReadChunk, first: int, parser: LineParser, schema: pa.Schema) -> pa.Table:
-    """A chunk's events in line order: its hot lines' table, the rest from the per-line parser."""
+def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
+    """A chunk's events in line order: its hot lines' table, less those the per-line parser took, and that
+    parser's events."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    events, routed = read_chunk_lines(parser, read, first)
-    slow = _events_table(events, schema) if events else None
-    if read.extra is None:
-        return slow if slow is not None else pa.Table.from_pylist([], schema=schema)
-    hot = read.extra.table(schema)  # type: ignore[attr-defined]
-    if routed:
-        hot = hot.filter(pc.invert(pc.is_in(hot.column("line"), pa.array(routed, pa.int64()))))
-    hot = hot.set_column(schema.get_field_index("line"), "line", pc.add(hot.column("line"), first))
+    slow = _events_table(part.events, schema) if part.events else None
+    if part.hot is None:
+        return slow if slow is not None else schema.empty_table()
+    with pa.memory_map(part.hot) as source:
+        hot = _conformed(pa.ipc.open_file(source).read_all(), schema)
+    os.unlink(part.hot)
+    if part.routed:
+        hot = hot.filter(pc.invert(pc.is_in(hot.column("line"), pa.array(part.routed, pa.int64()))))
+    hot = hot.set_column(schema.get_field_index("line"), "line", pc.add(hot.column("line"), part.first))
     hot = hot.set_column(schema.get_field_index("source"), "source",
-                         pa.array(np.full(hot.num_rows, parser.source, np.int64)))
+                         pa.array(np.full(hot.num_rows, part.source, np.int64)))
     return hot if slow is None else _merged(hot, slow)
+
+
+def _conformed(hot: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A job's table with the export's columns: each batch field (float64, NaN where absent) in its column's type
+    (a boolean is 1; a number in a text column is printed as an int where it is one), the access fields cast,
+    nulls where the table has no such column."""
+    import pyarrow as pa
+
+    arrays = []
+    for f in schema:
+        if f.name not in hot.column_names:
+            arrays.append(pa.nulls(hot.num_rows, f.type))
+        elif f.name in BASE or f.name in _ACCESS:
+            arrays.append(hot.column(f.name).cast(f.type))
+        else:
+            arrays.append(_batch_field(hot.column(f.name).to_numpy(), f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _batch_field(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
+    missing = np.isnan(values)
+    if kind == pa.bool_():
+        return pa.array(values == 1.0, pa.bool_(), mask=missing)
+    if kind == pa.string():
+        return pa.array([None if m else str(int(v) if v == int(v) else v)
+                         for v, m in zip(values.tolist(), missing.tolist())], pa.string())
+    return pa.array(values, pa.float64(), mask=missing)
 
 
 _MAX_SLICES = 32  # more slices than this make the writers slow (a record batch each): the rows are copied instead
@@ -258,10 +348,10 @@ def _merged(hot: pa.Table, slow: pa.Table) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def _access_columns(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access: dict, times: np.ndarray,
-                    schema: pa.Schema) -> dict[str, pa.Array]:
-    """Hot access lines `taken` (indices into the scan's access lines), with `access`, their fields as read: the
-    columns with a value."""
+def _access_columns(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access: dict, kept: np.ndarray,
+                    times: np.ndarray) -> dict[str, pa.Array]:
+    """Hot access lines `taken` (indices into the scan's access lines), with `access`, the fields of the lines
+    read (`kept`: the rows of those taken among them): the columns with a value."""
     import pyarrow as pa
 
     lines = scanned.access_lines
@@ -279,10 +369,9 @@ def _access_columns(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, acce
         "source": pa.array(np.zeros(n, np.int64)),
         "text": strings(chunk.data, lines.client[rows] - len("INFO:     "), scanned.ends[index]),
     }
-    for name in schema.names[len(BASE):]:
-        column = access.get(name)
-        if column is not None:
-            columns[name] = (column if isinstance(column, pa.Array) else pa.array(column)).cast(schema.field(name).type)
+    for name, column in access.items():
+        column = column.take(pa.array(kept)) if isinstance(column, pa.Array) else pa.array(column[kept])
+        columns[name] = column
     return _with_values(columns)
 
 
@@ -324,36 +413,25 @@ def _cell(value: object, kind: pa.DataType) -> object:
         return None
 
 
-def _hot_columns(chunk: Chunk, scanned: ScannedChunk, schema: pa.Schema) -> dict[str, pa.Array]:
-    """A chunk's hot batch lines (line numbers counted from 0 in the chunk): the columns with a value."""
+def _hot_columns(chunk: Chunk, scanned: ScannedChunk) -> dict[str, pa.Array]:
+    """A chunk's hot batch lines (line numbers counted from 0 in the chunk): the columns with a value, each
+    field as read (float64, NaN where a line lacks it)."""
     import pyarrow as pa
 
     batch = scanned.batch
     index = batch.index
     n = len(index)
-    ranks = _names(batch.rank, batch.ranks or [""])
-    kinds = _names(batch.kind, ["decode", "prefill"])
     time = batch.time
     columns = {
-        "kind": kinds, "time": pa.array(time),
+        "kind": _names(batch.kind, ["decode", "prefill"]), "time": pa.array(time),
         "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
-        "rank": ranks, "line": pa.array(index.astype(np.int64)),
+        "rank": _names(batch.rank, batch.ranks or [""]), "line": pa.array(index.astype(np.int64)),
         "source": pa.array(np.zeros(n, np.int64)),
         "text": strings(chunk.data, batch.label + 2, scanned.ends[index]),
     }
-    for name in schema.names[len(BASE):]:
-        values = batch.fields.get(name)
-        kind = schema.field(name).type
-        if values is None:
-            continue
-        missing = np.isnan(values)
-        if kind == pa.bool_():
-            columns[name] = pa.array(values == 1.0, pa.bool_(), mask=missing)
-        elif kind == pa.string():
-            columns[name] = pa.array([None if m else str(int(v) if v == int(v) else v)
-                                      for v, m in zip(values.tolist(), missing.tolist())], pa.string())
-        else:
-            columns[name] = pa.array(values, pa.float64(), mask=missing)
+    for name, values in batch.fields.items():
+        if name not in BASE and not np.isnan(values).all():
+            columns[name] = pa.array(values, pa.float64())
     return _with_values(columns)
 
 

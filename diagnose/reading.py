@@ -3,19 +3,21 @@
 For each source, chunks are scanned ahead on worker threads (`diagnose.fastpath`); the caller hands each
 chunk's slow lines, in order, to one `LineParser`, and keeps the hot batch lines as columns. Access lines are
 counted, never kept. With `fast=False` every line takes the per-line path (the reference the fast path is
-tested against).
+tested against). A `tap` (`--export`'s `EventStash`) is handed each chunk's events as they are read, and gives
+the chunk scanners a job.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.fastpath.ahead import (LineTooLong, ReadChunk, runs, samples, scanned_chunks, scanned_ranges,
-                                              use_processes)
+from toolkit.diagnose.fastpath.ahead import (Job, LineTooLong, ReadChunk, runs, samples, scanned_chunks,
+                                              scanned_ranges, use_processes)
 from toolkit.diagnose.lines import LineParser, ParseStats
 from toolkit.diagnose.log_format.messages import BATCH_KINDS
 from toolkit.diagnose.prefix import read_prefix, window_on_clock
@@ -24,6 +26,17 @@ from toolkit.diagnose.source import Chunk, LineReader, cleaned, decode_lines, op
 
 SERIES_KINDS = frozenset({"retract", "preempt", "oom", "watchdog", "exception", "leak", "spec_metrics",
                           "prefix_cache", "shed", "queue_timeout", "client_gone", "kv_transfer_failed"})
+
+
+class Tap(Protocol):
+    """What sees every event of the files read, chunk by chunk (`chunk`, with the hot lines the per-line parser
+    took), then each file's last records (`tail`); `job` runs where each chunk is scanned."""
+
+    job: Job
+
+    def chunk(self, source: int, first: int, read: ReadChunk, events: list[Event], routed: list[int]) -> None: ...
+
+    def tail(self, source: int, events: list[Event]) -> None: ...
 
 
 class _Sink:
@@ -60,13 +73,14 @@ class _Sink:
 
 
 def read_logs(paths: Sequence[str | Path] = (), lines: Iterable[str] | None = None, stats: ParseStats | None = None,
-              window: tuple[float, float] | None = None, fast: bool = True) -> LogRecords:
+              window: tuple[float, float] | None = None, fast: bool = True, tap: Tap | None = None) -> LogRecords:
     """Records of every source: files (plain, gzip, `-` for stdin) in order, then `lines` if given.
-    `window=(t0, t1)` keeps only the time series inside it (start-up lines are always kept)."""
+    `window=(t0, t1)` keeps only the time series inside it (start-up lines are always kept). `tap` sees every
+    event of the files (not of `lines`), windowed or not."""
     stats = stats if stats is not None else ParseStats()
     sink = _Sink(BatchTableBuilder())
     for source, path in enumerate(paths):
-        _read_path(path, source, stats, sink, fast)
+        _read_path(path, source, stats, sink, fast, tap)
     if lines is not None:
         _read_lines(lines, len(paths), stats, sink)
     events = sink.events
@@ -103,14 +117,15 @@ def _read_lines(lines: Iterable[str], source: int, stats: ParseStats, sink: _Sin
     sink.flush()
 
 
-def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fast: bool) -> None:
+def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fast: bool, tap: Tap | None) -> None:
     parser = LineParser(source, stats)
     no, offset = 1, 0
+    job = tap.job if tap is not None else None
     if fast and use_processes(path):
         try:
             before = {kind: sink.builder.rows(kind) for kind in BATCH_KINDS}
-            for chunk in scanned_ranges(path, chunk_size()):
-                no += _read_chunk(chunk, no, parser, sink)
+            for chunk in scanned_ranges(path, chunk_size(), job=job):
+                no += _read_chunk(chunk, no, parser, sink, tap)
                 if before is not None:
                     # NOTE: the first range tells how many batch lines the file holds, about.
                     ranges = os.path.getsize(path) / chunk_size()
@@ -125,13 +140,16 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
             if offset:
                 stream.seek(offset)
             reader = LineReader(stream)
-            chunks = scanned_chunks(reader.chunks()) if fast else (_whole(c) for c in reader.chunks())
+            chunks = scanned_chunks(reader.chunks(), job=job) if fast else (_whole(c) for c in reader.chunks())
             for chunk in chunks:
                 if chunk.cut:
                     reader.note_cut(no)
-                no += _read_chunk(chunk, no, parser, sink)
+                no += _read_chunk(chunk, no, parser, sink, tap)
             reader.report_cuts(stats)
-    sink.take(parser.finish())
+    tail = parser.finish()
+    if tap is not None:
+        tap.tail(source, tail)
+    sink.take(tail)
     sink.flush()
 
 
@@ -148,11 +166,13 @@ def _whole(chunk: Chunk) -> ReadChunk:
     return ReadChunk(len(lines), np.ones(len(lines), bool), None, [], 0, chunk.cut, lambda begin, end: lines[begin:end])
 
 
-def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink) -> int:
+def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink, tap: Tap | None) -> int:
     """Read one chunk whose first line is number `first`; returns its number of lines."""
     if chunk.lines == 0:
         return 0
     events, routed = read_chunk_lines(parser, chunk, first)
+    if tap is not None:
+        tap.chunk(parser.source, first, chunk, events, routed)
     sink.take(events)
     if chunk.columns is None:
         sink.flush()

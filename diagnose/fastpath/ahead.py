@@ -7,7 +7,10 @@
   the lines the per-line parser may read (the loud ones, those an open multi-line record may take, a few
   samples). No chunk's bytes cross a process boundary. A range owns the lines that start inside it; a line
   longer than `MAX_LINE` makes the caller read the file as a stream instead (it is cut there, as the stream
-  reader cuts it). `range_workers()` forks them early, reads ahead, and can keep them for a second read (`--export`).
+  reader cuts it). `range_workers()` forks them early and reads ahead.
+
+A job (`--export`'s) does more with each scanned chunk where it was scanned; the lines it leaves to the per-line
+parser (hot access lines whose fields it cannot read) are slow for the caller too, and no longer counted hot.
 """
 from __future__ import annotations
 
@@ -54,8 +57,8 @@ Columns = dict[str, dict[str, np.ndarray]]  # hot batch lines by kind (`BatchLin
 @dataclass(slots=True)
 class ReadChunk:
     """A chunk as the reader consumes it: its line count, which lines are slow, the hot batch lines as columns
-    by kind (None when the caller's job reads the chunk instead) with the rank names their codes index, the
-    access count, and `texts(begin, end)`, the decoded lines [begin, end) for the per-line parser."""
+    by kind with the rank names their codes index, the hot access count, and `texts(begin, end)`, the decoded
+    lines [begin, end) for the per-line parser."""
 
     lines: int
     slow: np.ndarray
@@ -111,9 +114,12 @@ def _view(chunk: Chunk, scanned: ScannedChunk, job: Job | None = None) -> ReadCh
         return decode_lines(memoryview(chunk.data)[scanned.starts[begin]: scanned.ends[end - 1]])
 
     result = job(chunk, scanned) if job is not None else JobResult(None)
-    slow = scanned.slow if result.slow is None else result.slow
-    columns = scanned.batch.by_kind() if job is None else None
-    return ReadChunk(scanned.lines, slow, columns, scanned.batch.ranks, scanned.access, chunk.cut, texts,
+    slow, access = scanned.slow, scanned.access
+    if result.slow is not None:
+        # NOTE: a job leaves only hot access lines to the per-line parser: they count as its lines, not hot ones
+        access -= int(np.count_nonzero(result.slow & ~slow))
+        slow = result.slow
+    return ReadChunk(scanned.lines, slow, scanned.batch.by_kind(), scanned.batch.ranks, access, chunk.cut, texts,
                      result.payload, scanned.access_lines.untimed)
 
 
@@ -166,37 +172,34 @@ def use_processes(path: str | Path, workers: int = WORKERS) -> bool:
 
 @dataclass(slots=True)
 class _Workers:
-    """`range_workers()`'s pool: its size, whether it serves every read inside (`keep`) or only the first, and the
-    first ranges of a file submitted before the read that takes them."""
+    """`range_workers()`'s pool: its size, and the first ranges of a file submitted (with a job) before the read
+    that takes them."""
 
     pool: ProcessPoolExecutor
     size: int
-    keep: bool
-    ahead_of: tuple[str, int] | None = None  # (path, chunk) of the ranges in `ahead`
+    ahead_of: tuple[str, int, Job | None] | None = None  # (path, chunk, job) of the ranges in `ahead`
     ahead: deque[Future] = field(default_factory=deque)
-    # NOTE: which slow lines of each range (path, start) are plain, as the first read found: a later read of the
-    # range (`keep`) sends them with the range instead of classifying the lines again
-    plain: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
 
 
 _WORKERS: list[_Workers | None] = [None]
 
 
 @contextmanager
-def range_workers(read_ahead: str | Path | None = None, keep: bool = False, workers: int = WORKERS) -> Iterator[None]:
-    """Range workers for the `scanned_ranges` inside, forked now, while the caller's heap is small (a forked
-    process's pages count in its RSS as well as in its parent's). `read_ahead`: a log whose first ranges they
-    start reading at once, while the caller imports the rest of what it needs; the next `scanned_ranges` of it
-    takes them. `keep`: the workers serve every read inside (`--export` reads the logs twice); else they exit
-    when the first read ends, before the caller's analysis peaks."""
+def range_workers(read_ahead: str | Path | None = None, workers: int = WORKERS,
+                  job: Job | None = None) -> Iterator[None]:
+    """Range workers for the first `scanned_ranges` inside, forked now, while the caller's heap is small (a forked
+    process's pages count in its RSS as well as in its parent's); they exit when that read ends, before the
+    caller's analysis peaks. `read_ahead`: a log whose first ranges they start reading at once (with `job`),
+    while the caller imports the rest of what it needs; the next `scanned_ranges` of it with that job takes
+    them."""
     pool = _pool(workers)
-    state = _Workers(pool, workers, keep)
+    state = _Workers(pool, workers)
     _WORKERS[0] = state
     try:
         if read_ahead is not None and use_processes(read_ahead, workers):
             chunk, size = source.CHUNK, os.path.getsize(read_ahead)
-            state.ahead_of = (str(read_ahead), chunk)
-            state.ahead.extend(_submit(pool, str(read_ahead), start, chunk, size, None)
+            state.ahead_of = (str(read_ahead), chunk, job)
+            state.ahead.extend(_submit(pool, str(read_ahead), start, chunk, size, job)
                                for start in range(0, size, chunk)[: workers + 1])
         yield
     finally:
@@ -217,37 +220,30 @@ def scanned_ranges(path: str | Path, chunk: int, workers: int = WORKERS, job: Jo
             yield from _ranges(pool, path, chunk, workers, job, deque())
         return
     ahead: deque[Future] = deque()
-    if state.ahead_of == (str(path), chunk) and job is None:
+    if state.ahead_of == (str(path), chunk, job):
         ahead, state.ahead, state.ahead_of = state.ahead, deque(), None
     try:
-        yield from _ranges(state.pool, path, chunk, workers, job, ahead, state.plain if state.keep else None)
+        yield from _ranges(state.pool, path, chunk, workers, job, ahead)
     finally:
-        if not state.keep:
-            _WORKERS[0] = None
-            state.pool.shutdown(cancel_futures=True)
+        _WORKERS[0] = None
+        state.pool.shutdown(cancel_futures=True)
 
 
 def _ranges(pool: ProcessPoolExecutor, path: str | Path, chunk: int, workers: int, job: Job | None,
-            ahead: deque[Future], plain: dict[tuple[str, int], np.ndarray] | None = None) -> Iterator[ReadChunk]:
-    """The ranges of `path` read by `pool`'s workers; `ahead` holds those of its first ranges already submitted.
-    `plain`: each range's plain flags from an earlier read, sent with it, and those of this read kept there."""
+            ahead: deque[Future]) -> Iterator[ReadChunk]:
+    """The ranges of `path` read by `pool`'s workers; `ahead` holds those of its first ranges already submitted."""
     size, name = os.path.getsize(path), str(path)
-    known = plain if plain is not None else {}
-    submit = lambda start: _submit(pool, name, start, chunk, size, job, known.get((name, start)))  # noqa: E731
-    for start, packed in zip(range(0, size, chunk), _ordered(submit, range(len(ahead) * chunk, size, chunk), workers,
-                                                              ahead)):
+    submit = lambda start: _submit(pool, name, start, chunk, size, job)  # noqa: E731
+    for packed in _ordered(submit, range(len(ahead) * chunk, size, chunk), workers, ahead):
         if packed.too_long:
             raise LineTooLong(packed.begin)
-        if plain is not None:
-            plain.setdefault((name, start), packed.plain)
         yield ReadChunk(packed.lines, packed.slow, packed.columns, packed.ranks, packed.access, False, packed.text,
                         packed.extra, packed.untimed, packed.plain)
 
 
-def _submit(pool: ProcessPoolExecutor, path: str, start: int, chunk: int, size: int, job: Job | None,
-            known_plain: np.ndarray | None = None) -> Future:
+def _submit(pool: ProcessPoolExecutor, path: str, start: int, chunk: int, size: int, job: Job | None) -> Future:
     """The range of `chunk` bytes at `start` of the file, read and scanned by one of `pool`'s workers."""
-    return pool.submit(_scan_range, path, start, min(start + chunk, size), size, MAX_LINE, job, known_plain)
+    return pool.submit(_scan_range, path, start, min(start + chunk, size), size, MAX_LINE, job)
 
 
 @dataclass(slots=True)
@@ -272,10 +268,8 @@ class _Packed:
         return [texts[i] for i in range(begin, end)]
 
 
-def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None,
-                known_plain: np.ndarray | None = None) -> _Packed:
-    """Read and scan the lines that start in [start, stop), and give them to `job`. `known_plain`: which lines an
-    earlier read of the range found plain (lines slow only for `job`, access lines it leaves, are not plain)."""
+def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job: Job | None) -> _Packed:
+    """Read and scan the lines that start in [start, stop), and give them to `job`."""
     begin, buf = _read_lines(path, start, stop, size, max_line)
     if buf is None:
         return _Packed(begin, too_long=True)
@@ -289,12 +283,9 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job:
     lines = _LineTexts(buf, scanned.starts, scanned.ends)
     # NOTE: the slow lines are classified here, in parallel: the caller reads only those that are not plain (most
     # slow lines of a long log are other INFO lines), and the lines an open multi-line record may take
-    if known_plain is not None and len(known_plain) == scanned.lines:
-        plain = known_plain & view.slow
-    else:
-        plain = _plain(buf, scanned, view.slow, lines)
+    plain = _plain(buf, scanned, view.slow, lines)
     texts = {i: lines[i] for i in _lines_read(lines, view.slow & ~plain, view.columns)}
-    return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, scanned.access, texts,
+    return _Packed(begin, scanned.lines, view.slow, view.columns, view.ranks, view.access, texts,
                    extra=view.extra, untimed=view.untimed, plain=plain)
 
 

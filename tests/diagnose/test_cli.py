@@ -97,6 +97,7 @@ def test_stdin_and_gzip_give_the_same_result(tmp_path) -> None:
     (["{log}", "--format", "xml"], "unknown --format 'xml'"),
     (["{log}", "--fail-on", "sometimes"], "unknown --fail-on 'sometimes'"),
     (["{log}", "--export", "events.json"], "--export needs a .csv or .parquet"),
+    (["{log}", "--export", "no-such-dir/events.csv"], "--export no-such-dir/events.csv: no such directory: no-such-dir"),
     (["{log}", "--bench", "nope.jsonl"], "no such file: nope.jsonl"),
     ([], "no log given"),
 ])

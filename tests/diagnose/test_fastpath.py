@@ -290,14 +290,16 @@ def export_against_per_line(tmp_path: Path, monkeypatch, lines: list[str], chunk
     columns every event has (line, kind, text, rank, time) already checked equal."""
     import pandas as pd
 
-    from toolkit.diagnose.export import write_events
+    from toolkit.diagnose.export import export_events
     from toolkit.diagnose.lines import parse_lines
 
     path = tmp_path / "export-input.log"
     path.write_text("\n".join(lines) + "\n")
     monkeypatch.setattr("toolkit.diagnose.source.CHUNK", chunk)
     monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
-    out = write_events([path], tmp_path / "events.csv", analyze([path]))
+    d, out = export_events([path], tmp_path / "events.csv")
+    assert d.stats == analyze([path]).stats, "the analysis of the export's read is the analysis"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".toolkit-export")], "its stash is gone"
     got = pd.read_csv(out, keep_default_na=False, na_values=[""])
     want = list(parse_lines(lines))
     assert got["line"].tolist() == [e.line for e in want] and got["kind"].tolist() == [e.kind for e in want]
@@ -383,32 +385,25 @@ def test_hot_and_slow_rows_merge_in_line_order(slow_lines: list[int]) -> None:
     assert (merged.column("line").num_chunks > 1) == (0 < runs <= _MAX_SLICES and len(hot_lines) > 0)
 
 
-def test_a_second_read_with_the_same_workers_reuses_the_plain_flags(tmp_path, monkeypatch) -> None:
-    """`--export` reads the log twice with one set of workers (`range_workers(keep=True)`): the second read sends
-    each range's plain flags from the first instead of classifying its slow lines again. The export equals the
-    per-line events; flags spoilt on purpose (every line plain) change it, so the second read did use them."""
+def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatch) -> None:
+    """`--export` stashes each range's hot lines where a worker scanned it, during the analysis's own read (the
+    workers started early read ahead with the export's job): one stashed part per range, and the events equal
+    the per-line parser's."""
     import pandas as pd
 
-    from toolkit.diagnose.export import write_events
+    from toolkit.diagnose.export import EventStash, write_events
     from toolkit.diagnose.fastpath import ahead
 
     path = tmp_path / "realistic.log"
     write_log(str(path), 4000, mix="realistic")
     monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
     monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0)
-
-    def export(spoil: bool) -> pd.DataFrame:
-        with ahead.range_workers(read_ahead=path, keep=True):
-            d = analyze([path])
-            known = ahead._WORKERS[0].plain
-            assert len(known) == -(-path.stat().st_size // (16 * 1024))  # every range's flags
-            if spoil:
-                for key in known:
-                    known[key] = np.ones_like(known[key])
-            out = write_events([path], tmp_path / f"events-{spoil}.csv", d)
-        return pd.read_csv(out, keep_default_na=False, na_values=[""])
-
-    got, want = export(spoil=False), export_against_per_line(tmp_path, monkeypatch, path.read_text().splitlines(),
-                                                              16 * 1024, True)[0]
+    with EventStash(tmp_path / "events.csv") as stash:
+        with ahead.range_workers(read_ahead=path, job=stash.job):
+            d = analyze([path], tap=stash)
+        ranges = -(-path.stat().st_size // (16 * 1024))
+        assert sum(part.hot is not None for part in stash.parts) == ranges
+        out = write_events(stash, d)
+        got = pd.read_csv(out, keep_default_na=False, na_values=[""])
+    want = export_against_per_line(tmp_path, monkeypatch, path.read_text().splitlines(), 16 * 1024, True)[0]
     assert got.equals(want)
-    assert len(export(spoil=True)) < len(want)
