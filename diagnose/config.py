@@ -303,6 +303,8 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         else:
             avail = _num(pool_end.get("avail_mem"))
     begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]
+    if not begins:  # NOTE: 0.1 printed the free memory at `Init torch begin.` instead (sglang#485)
+        begins = [v for v in (_num(b.get("avail_mem")) for b in _all(events, "dist_init")) if v is not None]
     gpu_mem = max(begins) if begins else None
     weights = _num(load_end.get("mem_usage"))
     if weights is None and begins and _num(load_end.get("avail_mem")) is not None:

@@ -254,10 +254,15 @@ def _not_enough_memory(text: str) -> dict[str, Value]:
 _AVAIL_MEM = re.compile(r"avail_mem=(\d{1,6}(?:\.\d{1,4})?) GB")
 
 
+_CAPTURED_SIZE = re.compile(r"\((bs|num_tokens)=(\d{1,8}) ")
+
+
 def _progress(text: str) -> dict[str, Value]:
-    """`Capturing batches (bs=4 avail_mem=18.72 GB):  33%|...`: the memory free at the first bar of the line."""
+    """`Capturing batches (bs=4 avail_mem=18.72 GB):  33%|...`: the memory free at the first bar of the line, and
+    the size it captures (`bs`; piecewise graphs: `num_tokens`)."""
     m = _AVAIL_MEM.search(text)
-    return {"avail_mem": float(m.group(1))} if m else {}
+    size = _CAPTURED_SIZE.search(text)
+    return ({"avail_mem": float(m.group(1))} if m else {}) | ({size.group(1): int(size.group(2))} if size else {})
 
 
 # -- load shedding and clients giving up (docs/log-formats.md §6.4) -----------------------------------

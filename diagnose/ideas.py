@@ -43,6 +43,8 @@ IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea("dtype", "weights' and activations' dtype", "--dtype", "--dtype", "set"),
     Idea("graph_max_bs", "largest captured CUDA-graph batch", "--cuda-graph-max-bs", "--max-cudagraph-capture-size",
          "set"),
+    Idea("piecewise_max_tokens", "largest piecewise CUDA-graph token count", "--piecewise-cuda-graph-max-tokens", None,
+         "set"),
     Idea("graphs_off", "CUDA graphs off", "--disable-cuda-graph", "--enforce-eager", "switch", off="graphs on"),
     Idea("torch_compile", "torch.compile", "--enable-torch-compile", None, "switch"),
     Idea("torch_compile_max_bs", "largest torch.compile batch", "--torch-compile-max-bs", None, "set"),

@@ -18,10 +18,11 @@ from pathlib import Path
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import ACCEPT_LENGTH, QUEUE
 from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
-from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, REFUSAL_WRAPPED,
-                                                  SELF_CONTINUING, engine_tag)
+from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
+                                                  REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
+                                                  engine_tag)
 from toolkit.diagnose.log_format.prefix import PASTE_QUOTE, engine_rank
-from toolkit.diagnose.messages import error_kinds, kind_of, line_kind
+from toolkit.diagnose.messages import error_kinds, error_line, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
 
 MAX_RECORD_LINES = 200
@@ -60,6 +61,7 @@ class PendingRecord:
     parts: list[str]
     chars: int = 0
     quoted: bool = False
+    headless: bool = False  # opened at a traceback's frame (the excerpt cut its head): only its error line's kinds
 
     def add(self, text: str) -> bool:
         if len(self.parts) >= MAX_RECORD_LINES or self.chars >= MAX_RECORD_CHARS:
@@ -77,6 +79,7 @@ class LineParser:
         self.source = source
         self.stats = stats if stats is not None else ParseStats()
         self.stamped = False  # a line with a time was seen: later lines without one continue records
+        self.begun = False  # an event or a record was read: a traceback's frame no longer opens one
         self._record: PendingRecord | None = None
         self._wraps, self._last = 0.0, None  # clock wraps added, last time read (clocks without a date)
 
@@ -89,7 +92,7 @@ class LineParser:
         events: list[Event] = []
         no = first_line - 1
         for no, line in enumerate(lines, first_line):
-            for i, part in enumerate(glued_records(unwrapped(line))):
+            for i, part in enumerate(records_of(line)):
                 record = self._record
                 if record is not None:
                     if self._continues(record, part):
@@ -125,6 +128,10 @@ class LineParser:
         if prefix.time is not None:
             self.stamped = True
         kind, start = message_kind(line, prefix)
+        headless = kind is None and not self.begun and _FRAME.match(line, prefix.start) is not None
+        if headless:
+            kind = "exception"  # NOTE: the excerpt begins inside a traceback: its frames are one record, read for
+            # the error its last line names (an OOM's own frames say where it happened: in graph capture, vllm#19186)
         if kind is None:
             if "\ufffd" in line or "\x00" in line:
                 self.stats.note_unread(no, line)
@@ -133,9 +140,10 @@ class LineParser:
             return None
         time, text = self._clock(prefix), line[start:]
         self.stats.vllm_events += prefix.vllm
+        self.begun = True
         if kind in OPENERS:
             quoted = prefix.start == 0 and ">" in line[:start]
-            self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text), quoted)
+            self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text), quoted, headless)
             return None
         if (kind in ("decode", "prefill") and not _readable_batch(kind, text)) or (glued and kind == "stats" and
                                                                                   "Running" not in text):
@@ -156,6 +164,8 @@ class LineParser:
         return t
 
     def _continues(self, record: PendingRecord, line: str) -> bool:
+        if record.headless and error_line(record.parts[-1]) is not None:
+            return False  # NOTE: a tail ends at its error line (gpustack#1800: a whole traceback follows it)
         if record.quoted and (quote := _QUOTE_MARGIN.match(line)) is not None:
             line = line[quote.end():]  # NOTE: the quote's lines continue it as the lines it quotes would
         prefix = read_prefix(line)
@@ -188,19 +198,31 @@ class LineParser:
         assert record is not None
         self._record = None
         text = "\n".join(record.parts)
-        kinds = [record.kind]
+        kinds = [] if record.headless else [record.kind]  # NOTE: a tail counts by its error line alone (trl#3310)
         if record.kind in ("exception", "oom"):  # NOTE: a chained OOM record can end in a graph capture's failure
             kinds += [kind for kind in error_kinds(text) if kind not in kinds]
         if record.kind == "leak" and "leak detected" not in text and "Warning: available_size" in text:
             kinds = []
+        if not kinds:
             self.stats.other += 1
         return [Event(kind, record.line, record.time, record.rank, text, self.source) for kind in kinds]
 
 
+def records_of(line: str) -> list[str]:
+    """The records a line holds, each from its own start: vLLM's glued records (`glued_records`), and a
+    traceback printed right after a progress bar's end (a bar's line ends in no newline: sglang#14476)."""
+    parts = glued_records(unwrapped(line))
+    last = parts[-1]
+    if TRACEBACK_HEAD in last and (m := _AFTER_PROGRESS.search(last)) is not None:
+        parts[-1:] = [last[: m.start()], last[m.start():]]
+    return parts
+
+
 def is_plain(line: str) -> bool:
     """A line `feed` counts as other and nothing more while no record is open: a readable line whose prefix has a
-    time (so the log is stamped) and whose message is no event. The fast path's workers classify slow lines with
-    it, so that the caller reads only the rest (`LineParser.skip_plain`)."""
+    time (so the log is stamped) and whose message is no event nor a traceback's frame (one opens a record where
+    the log begins inside a traceback). The fast path's workers classify slow lines with it, so that the caller
+    reads only the rest (`LineParser.skip_plain`)."""
     line = unwrapped(line)
     start = stamped_message_start(line)
     if start is None:
@@ -210,13 +232,14 @@ def is_plain(line: str) -> bool:
         if prefix.time is None:
             return False
         start = prefix.start
-    return line_kind(line, start) is None and "\ufffd" not in line and "\x00" not in line
+    return (line_kind(line, start) is None and _FRAME.match(line, start) is None and "\ufffd" not in line
+            and "\x00" not in line)
 
 
 def opens_record(line: str) -> bool:
     """Whether `feed` opens a multi-line record at `line` (read while none is open; at any of its glued records):
     only the next `RECORD_REACH` lines can then be read as part of it, or close it."""
-    return any(message_kind(part, read_prefix(part))[0] in OPENERS for part in glued_records(unwrapped(line)))
+    return any(message_kind(part, read_prefix(part))[0] in OPENERS for part in records_of(line))
 
 
 _CODE_SPAN = re.compile(r"`([^`]+)`\s*")
@@ -235,6 +258,8 @@ MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: o
 _PASTE_MARGIN = re.compile(f"(?:{PASTE_QUOTE})?" + r"(\s*)")  # a paste's margin: its quote, then blanks
 _QUOTE_MARGIN = re.compile(PASTE_QUOTE)
 _LAUNCH_AT = re.compile(LAUNCH_COMMAND)
+_FRAME = re.compile(TRACEBACK_FRAME)
+_AFTER_PROGRESS = re.compile(f"(?<={PROGRESS_END}){re.escape(TRACEBACK_HEAD)}")
 _LAUNCH_IN_CODE = re.compile(LAUNCH_IN_CODE)
 _IN_CONTAINER = re.compile(IN_CONTAINER)
 _REFUSAL_WRAPPED = re.compile(REFUSAL_WRAPPED)
@@ -246,8 +271,10 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     OutOfMemoryError: ...`, vllm#2140): where its first character is blank or `>` and no event starts there, the
     message starts after that margin. (A record's indented lines are read by the record first: they continue it.)
     A line without time may be the user's launch command, or hold one in inline code inside a sentence (vllm#2140)
-    or after `docker run ... IMAGE` (sglang#4489): it starts there. NOTE: never on a line with time, the engine's own
-    (the fast path counts those plain from their message's start, where no launch command is looked for)."""
+    or after `docker run ... IMAGE` (sglang#4489): it starts there; or a traceback's head after other text
+    (`router_init_state: Traceback ...`, sglang#485; a backtick, vllm#2785): the exception starts there. NOTE:
+    never on a line with time, the engine's own (the fast path counts those plain from their message's start,
+    where neither is looked for)."""
     kind = line_kind(line, prefix.start)
     if kind is not None or prefix.time is not None:
         return kind, prefix.start
@@ -267,6 +294,9 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
         command = (_LAUNCH_IN_CODE.search(line, start) if "`" in line else None) or _IN_CONTAINER.match(line, start)
         if command is not None:
             return "launch_command", command.start(1)
+    head = line.find(TRACEBACK_HEAD, start)
+    if head > 0:  # NOTE: after other text: `router_init_state: Traceback ...` (sglang#485), a backtick (vllm#2785)
+        return "exception", head
     return None, prefix.start
 
 

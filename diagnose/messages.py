@@ -13,7 +13,7 @@ import functools
 import re
 from re import _constants, _parser  # type: ignore[attr-defined]
 
-from toolkit.diagnose.log_format.messages import STARTS
+from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME
 
 _MESSAGE = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in STARTS.items()))
 _ERROR_LINE = re.compile(r"^\s*[\w.]{0,80}(?:Error|Exception|Warning): (.*)$", re.M)
@@ -23,8 +23,10 @@ _ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory", "graph_failed"})
 ERROR_START = r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])"
 _ERROR_START = re.compile(ERROR_START)
 # NOTE: a lookahead that fails at a message `line_kind` may read as an event: one `kind_of` reads, or any error
-# line (`line_kind` reads only some as events: it errs toward "maybe an event")
-NO_EVENT = "(?!" + "|".join(f"(?:{pattern})" for pattern in STARTS.values()) + ")(?!" + ERROR_START + ")"
+# line (`line_kind` reads only some as events: it errs toward "maybe an event"), or a traceback's frame (the first
+# line of a log that begins inside a traceback opens one)
+NO_EVENT = ("(?!" + "|".join(f"(?:{pattern})" for pattern in STARTS.values()) + ")(?!" + ERROR_START + ")(?!"
+            + TRACEBACK_FRAME + ")")
 
 
 def kind_of(line: str, start: int = 0) -> str | None:

@@ -10,7 +10,7 @@ title, a request body) is not that event. Prefixes, in the order they are tried:
   `YYYY-mm-dd HH:MM:SS | LEVEL | name | ` (QAnything);
 - at the start of the line only: SGLang's stamp without its `[` and vLLM's prefix without its level (a paste that
   began after them), an SGLang fork's `YYYY-mm-dd HH:MM:SS LEVEL pid [ DPn TPn file.py:N] `, `[gpu_id=N] ` /
-  `[gpu=N] ` (0.2.5), `Rank N: ` (0.1), torch.distributed's
+  `[gpu=N] ` (0.2.5), `Rank N: ` and `[rank=N] ` (0.1), torch.distributed's
   `[rankN]: `, a Python warning's `file.py:N: UserWarning: `, a container runtime's
   `2025-11-11T04:06:27.123Z stdout F `, journald's `Nov 26 21:03:11 host python[1234]: ` (no year: read as
   vLLM's clock is), markdown bold `**` (a line pasted into an issue);
@@ -254,7 +254,7 @@ def read_prefix(line: str) -> Prefix:
         return Prefix(None, process_rank(process.group(1)) if process else "", at, None)
     if m.group("gpu") is not None:
         return Prefix(None, gpu_rank(m.group('gpu')), m.end(), None)
-    rank = m.group("rank") or m.group("torch")
+    rank = m.group("rank") or m.group("torch") or m.group("early")
     if rank is not None:
         return Prefix(None, tp_rank(rank), m.end(), None)
     if m.group("process") is not None:

@@ -209,6 +209,8 @@ def read_chunk_lines(parser: LineParser, chunk: ReadChunk, first: int) -> tuple[
         if skipped:
             parser.skip_plain(skipped, first + end - 1)
         parser.stamped = parser.stamped or chunk.stamped(at, end)
+        if not parser.begun and skipped < end - at:
+            parser.begun = True  # NOTE: the run holds a hot line: an event, read here as the parser would
     return events, routed
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from toolkit.diagnose.fastpath.outer import Form, prefix_layouts
 from toolkit.diagnose.fastpath.scan import StampedLines
 from toolkit.diagnose.fastpath.words import Words
-from toolkit.diagnose.log_format.messages import STARTS
+from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME
 from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
                                                 VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
 from toolkit.diagnose.messages import ERROR_START, NO_EVENT
@@ -93,8 +93,8 @@ def _holding(joined: bytes, lengths: np.ndarray, table: np.ndarray) -> np.ndarra
 # (`NOTHING_MORE` fails there) or an event's or an error's start (`NO_EVENT` fails); each lookahead fails where one
 # of its pieces matches. One pattern: narrowing it by the message's first byte (as `kind_of` does) saves less per
 # line than a worker spends compiling each narrowed pattern.
-_NOT_PLAIN_AT = re.compile("|".join(f"(?:{piece})" for piece in (*PREFIXES_AFTER_STAMP, *STARTS.values(), ERROR_START))
-                           .encode("ascii"))
+_NOT_PLAIN_PIECES = (*PREFIXES_AFTER_STAMP, *STARTS.values(), ERROR_START, TRACEBACK_FRAME)
+_NOT_PLAIN_AT = re.compile("|".join(f"(?:{piece})" for piece in _NOT_PLAIN_PIECES).encode("ascii"))
 
 
 # NOTE: a vLLM prefix read by layouts: the grammar alone, its groups where `VLLM_PREFIX` has them

@@ -22,8 +22,9 @@ Kind = Literal[
     "graph_begin",       # Capture cuda graph begin ...
     "graph_end",         # Capture cuda graph end ...
     "graph_failed",      # Capture cuda graph failed: ...
-    "graph_progress",    # Capturing batches (bs=N avail_mem=X GB): P%|...| (the capture's progress bar, 0.4.5+)
-    "dist_init",         # Init torch distributed begin/ends
+    "graph_progress",    # Capturing batches (bs=N avail_mem=X GB): P%|...| (the capture's progress bar, 0.4.5+; piecewise
+                         # graphs: Capturing num tokens (num_tokens=N avail_mem=X GB))
+    "dist_init",         # Init torch distributed begin/ends (0.1: Init torch begin. Avail mem=...)
     "server_args",       # server_args=ServerArgs(...)
     "tokens_capped",     # max_total_tokens=X is larger than the profiled value Y
     "retract",           # decode OOM / KV cache pool is full. Retract requests.
@@ -50,6 +51,7 @@ Kind = Literal[
     "gpu_blocks",        # # GPU blocks: N, # CPU blocks: M
     "kv_memory",         # Available KV cache memory: X GiB
     "memory_profile",    # Memory profiling takes ... / total_gpu_memory (X) x gpu_memory_utilization (U) ...
+    "mm_profile",        # V0: Starting profile run for multi-modal models. (a dummy batch of max_num_seqs inputs)
     "weights_loaded",    # Model loading took X GiB and S seconds / Loading model weights took X GB
     "graph_captured",    # Graph capturing finished in S secs, took X GiB
     "engine_config",     # Initializing a V1 LLM engine (vX) with config: model=..., ...
@@ -67,7 +69,7 @@ SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end",
                           "tokens_capped", "retract", "leak", "watchdog", "sigquit", "shed", "queue_timeout",
                           "client_gone", "kv_transfer_failed", "input_too_long"})
 VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
-                        "gpu_blocks", "kv_memory", "memory_profile", "weights_loaded", "graph_captured",
+                        "gpu_blocks", "kv_memory", "memory_profile", "mm_profile", "weights_loaded", "graph_captured",
                         "engine_config", "engine_args", "scheduler_config"})
 
 # Multi-line records: their continuation lines (indented, an error line, vLLM's wrapped profile) join them.
@@ -75,6 +77,11 @@ OPENERS = frozenset({"exception", "oom", "leak", "memory_profile", "launch_comma
 # vLLM's max seq len refusal wrapped by a paste (kaito#2132): a `not_enough_memory` record continues with these only
 REFUSAL_WRAPPED = r"\(?[\d.]{1,20} GiB KV cache is needed|Based on the available memory"
 LINE_CONTINUES = "\\"  # a shell line that ends so continues on the next (a launch command's only continuation)
+TRACEBACK_HEAD = "Traceback (most recent call last)"
+# a traceback's frame line, the first line of one whose head the excerpt cut (vllm#19186)
+TRACEBACK_FRAME = r'\s{1,8}File "[^"]{1,1000}", line \d{1,7}, in '
+# where a progress bar's line ends (tqdm's `[elapsed<left, rate]`, no newline): what is printed next runs on in it
+PROGRESS_END = r"(?:it/s|s/it)\]"
 CONTINUATION = (r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
                 r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
                 r"|the current vLLM instance can use|model weights take|the rest of the memory|" + REFUSAL_WRAPPED)
@@ -114,8 +121,9 @@ STARTS: dict[str, str] = {
     "graph_failed": r"Capture (?:cuda|CUDA) graph failed",
     "graph_begin": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph begin",
     "graph_end": r"Capture (?:[\w-]{1,40} ){0,3}?(?:cuda|CUDA|npu|NPU|cpu|CPU|musa|MUSA) graph end",
-    "graph_progress": r"Capturing batches \((?:bs=\d{1,6} )?avail_mem=",
-    "dist_init": r"Init torch distributed (?:begin|ends?)",
+    # NOTE: piecewise CUDA graphs (0.5.6+) are captured by token counts: `Capturing num tokens (num_tokens=3968 ...`
+    "graph_progress": r"Capturing (?:batches|num tokens) \((?:(?:bs|num_tokens)=\d{1,8} )?avail_mem=",
+    "dist_init": r"Init torch (?:distributed )?(?:begin|ends?)",  # 0.1: `Init torch begin. Avail mem=78.81 GB`
     "server_args": r"server_args=",
     "tokens_capped": r"max_total_tokens=-?\d+ is larger than the profiled",
     # SGLang errors
@@ -158,6 +166,7 @@ STARTS: dict[str, str] = {
     "kv_memory": r"Available KV cache memory: ",
     "memory_profile": r"Memory profiling (?:takes|results: )|the current vLLM instance can use total_gpu_memory"
                       r"|model weights take ",
+    "mm_profile": r"Starting profile run for multi-modal models",
     "weights_loaded": r"Model loading took |Loading model weights took ",
     "graph_captured": r"Graph capturing finished in ",
     "engine_config": r"Initializing an? (?:V1 )?LLM engine (?:\(v[^)]{1,40}\) )?with config: ",

@@ -60,7 +60,9 @@ TRACING = r" {1,2}(?:TRACE|DEBUG|INFO|WARN|ERROR) [\w.:-]{1,200}:"
 # prefix of a line that prints no time (`vllm-0 vllm (APIServer pid=1) INFO:     ...`)
 STERN = r"(?:[a-z0-9][a-z0-9.-]{0,252} [a-z0-9][a-z0-9-]{0,62} )"
 # NOTE: a line without a stamp or a vLLM prefix (a traceback's lines, print output) starts after any of these
-LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?|" + COMPOSE +
+LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<torch>\d+)\]): ?|"
+              r"\[rank=(?P<early>\d+)\] |"  # SGLang 0.1's process rank before its start-up lines (sglang#485)
+              + COMPOSE +
               r"|[^\s:]{1,300}:\d+: \w{0,40}Warning: |\*\*(?=\S)"
               # vLLM's source tag, pasted from after its time (vllm#25350), or its process in brackets before it
               # (`[Worker_TP1] [model_runner.py:411] `, rtx6kpro#103)
@@ -146,7 +148,7 @@ def gpu_rank(gpu: str) -> str:
 
 
 def tp_rank(rank: str) -> str:
-    """SGLang 0.1's `Rank N: ` and torch.distributed's `[rankN]: ` as a rank."""
+    """SGLang 0.1's `Rank N: ` and `[rank=N] `, and torch.distributed's `[rankN]: `, as a rank."""
     return f"TP{rank}"
 
 

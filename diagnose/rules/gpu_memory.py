@@ -9,7 +9,8 @@ The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_me
 
 Where graph capture began and its end is not in the log (an excerpt cut there, or a capture that failed), what is
 left is at most what capture began with, and at least that less `GRAPH_ALLOWANCE_GB` (graphs take a few GB at
-most): too little is judged on the first, spare or too much on the second.
+most): too little is judged on the first, spare or too much on the second. A piecewise CUDA-graph capture that began
+so (`Capturing num tokens (num_tokens=N ...`, sglang#14476) offers `--piecewise-cuda-graph-max-tokens` N/2 too.
 
 vLLM prints no leftover; its memory profile says what it may use (`total_gpu_memory (T) x gpu_memory_utilization
 (U)`). The CUDA graphs it captures after allocating the KV cache live outside that budget: where graphs are on
@@ -61,12 +62,17 @@ def check(ctx: Context) -> list[Finding]:
     ev = Evidence(1, None, None, _startup_lines(ctx), facts)
     current = f"{mfs:g}" if mfs is not None else None
     if avail < LOW_GB:
+        piecewise = _piecewise_tokens(ctx) if bound else None  # NOTE: judged where the capture began
         return [Finding(
             "gpu_memory.too_little", "warning", f"Only {avail:.2f} GB GPU memory left after start-up",
             f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs{bound} "
-            f"(good: {LOW_GB:g}-{GOOD_GB:g} GB). Large prefills or batches can hit CUDA OOM.",
+            f"(good: {LOW_GB:g}-{GOOD_GB:g} GB). Large prefills or batches can hit CUDA OOM."
+            + (f" The failed capture was of piecewise CUDA graphs, from {piecewise} tokens down: fewer tokens take "
+               "less memory." if piecewise else ""),
             ev, change, current,
-            "A smaller KV pool holds fewer tokens: fewer concurrent requests.")]
+            "A smaller KV pool holds fewer tokens: fewer concurrent requests"
+            + ("; smaller piecewise graphs run larger prefills without them." if piecewise else "."),
+            alternatives=(Change("piecewise_max_tokens", str(piecewise // 2)),) if piecewise else ())]
     severity = "warning" if avail >= HIGH_GB else "info"
     return [Finding(
         "gpu_memory.too_much", severity, f"{'' if not bound else 'At least '}{avail:.2f} GB GPU memory left unused",
@@ -133,3 +139,10 @@ def _startup_lines(ctx: Context) -> tuple[int, ...]:
         if rows:
             return (rows[0].line,)
     return ()
+
+
+def _piecewise_tokens(ctx: Context) -> int | None:
+    """The largest token count a piecewise CUDA-graph capture began with (`Capturing num tokens (num_tokens=N`,
+    sglang#14476: the sizes are captured largest first), None where the capture was of batch sizes."""
+    sizes = [int(n) for e in ctx.timeline.kind("graph_progress") if isinstance(n := e.fields.get("num_tokens"), int)]
+    return max(sizes) if sizes else None

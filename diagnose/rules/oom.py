@@ -24,7 +24,10 @@
   (`diagnose.rules.kv_fit`), or raise `--gpu-memory-utilization` instead. V0 checks the max seq len against the
   GPU blocks it has just printed (`# GPU blocks: N`, N x `BLOCK_SIZE` tokens unless the log prints another block
   size): where the log's max seq len is larger, or the traceback right after the blocks is that check
-  (`initialize_cache`, `raise_if_cache_size_invalid`) with its error line cut, the same advice.
+  (`initialize_cache`, `raise_if_cache_size_invalid`) with its error line cut, the same advice. Where vLLM's memory
+  profile shows an activation peak of `PEAK_SHARE` of its budget or more, a shorter `--max-model-len` is the
+  alternative (vllm#13882). SGLang's start-up crash after weights that left at most `1 - WEIGHTS_FILL` of the GPU,
+  before any pool (sglang#485, its error line cut): a static fraction above what the weights leave, or more GPUs.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ _LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_load
 BLOCK_SIZE = 16  # vLLM's KV block on GPUs (tokens), where the log does not print `block_size`
 FULL_PRECISION = ("float", "float32", "fp32")  # as `--dtype` and the logs (after `torch.`) spell float32
 _CACHE_CHECK = re.compile(r"\binitialize_cache\b|\braise_if_cache_size_invalid\b|\b_verify_cache_size\b")
-_MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization")
+_MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization", "activation_peak_gb")
 _SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
          "kv_memory": "available KV cache memory <= 0", "memory_profile": "KV cache size <= 0 after profiling"}
 
@@ -81,9 +84,46 @@ def check(ctx: Context) -> list[Finding]:
     start = sorted(ctx.timeline.kind("not_enough_memory") + _no_cache(ctx), key=lambda e: e.line)
     if start:
         out.append(_startup(ctx, start))
+    elif (crash := _weights_fill(ctx)) is not None:
+        out.append(_no_pool_left(ctx, *crash))
     elif (blocks := _blocks_fit(ctx)) is not None:
         out.append(_context_fit(ctx, *blocks))
     return out
+
+
+WEIGHTS_FILL = 0.88  # SGLang: weights taking more of the GPU than this leave less than its static fraction's reserve
+
+
+def _weights_fill(ctx: Context) -> tuple[list[Event], float, float] | None:
+    """SGLang's start-up crash after weights that left less than `1 - WEIGHTS_FILL` of the GPU free, before any
+    KV pool (sglang#485: 5.59 of 78.81 GB left, its error line cut): (the weights' lines and the crash, the least
+    memory left on a rank, the memory before the weights)."""
+    cfg, tl = ctx.config, ctx.timeline
+    loaded = [e for e in tl.kind("load_end") if isinstance(e.fields.get("avail_mem"), float)]
+    if cfg.vllm or not loaded or not cfg.gpu_mem_gb:
+        return None
+    after = loaded[-1].line
+    if any(e.line > after for kind in ("kv_alloc", "pool", "pool_end", "decode", "prefill") for e in tl.kind(kind)):
+        return None
+    crash = [e for e in tl.kind("exception") if e.line > after][:1]
+    left = min(float(e.fields["avail_mem"]) for e in loaded)  # type: ignore[arg-type]
+    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb:
+        return None
+    return loaded + crash, left, cfg.gpu_mem_gb
+
+
+def _no_pool_left(ctx: Context, rows: list[Event], left: float, before: float) -> Finding:
+    fraction, quoted = memory_fraction(ctx.config)
+    needed = 1 - left / before  # NOTE: the static fraction above which anything is left for the pool
+    change = Change("kv_memory", f"{min(0.98, max(needed + 0.02, (fraction or 0) + 0.05)):.2f}")
+    return Finding(
+        "oom.startup", "critical", "The weights left no room for a KV cache at start-up",
+        f"After the weights only {left:.2f} of {before:.2f} GB were free ({left / before:.0%}), and start-up failed "
+        f"before a KV pool was made: the memory SGLang keeps back ({flag(ctx.config, 'kv_memory')} leaves "
+        f"1 - fraction of the GPU to activations) was more than what was left, unless the fraction is above "
+        f"{needed:.2f}.", evidence_events(rows, left_gb=left, before_weights_gb=before), change, quoted,
+        "A fraction this high leaves little for activations (large prefills may run out of memory); more GPUs "
+        "(tensor parallelism) or a quantized model leave room for both.", alternatives=(Change("tp", direction=1),))
 
 
 def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
@@ -193,14 +233,16 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
         return _context_fit(ctx, rows, fit)
     change, quoted = _kv_memory(ctx, 1), memory_fraction(ctx.config)[1]
     if ctx.config.vllm:
-        facts = {k: v for e in rows for k, v in e.fields.items() if k in _MEMORY_FACTS}
+        facts = {k: v for e in rows + ctx.timeline.kind("memory_profile") for k, v in e.fields.items()
+                 if k in _MEMORY_FACTS}
+        peak, shorter = _activation_peak(ctx, facts)
         return Finding(
             "oom.startup", "critical", "No memory left for the KV cache at start-up",
             "vLLM found no room for KV cache blocks after the weights and the profiled activation peak "
             f"({_said(rows)}): {flag(ctx.config, 'kv_memory')} is the share of the GPU it may use, and it was used "
-            "up before the cache.", evidence_events(rows, **facts), change, quoted,
+            f"up before the cache.{peak}", evidence_events(rows, **facts), change, quoted,
             "Less memory left for other processes on the GPU; if the weights alone do not fit, use more GPUs "
-            "(tensor parallelism) or a quantized model.")
+            "(tensor parallelism) or a quantized model.", alternatives=shorter)
     return Finding(
         "oom.startup", "critical", "Not enough memory for the KV cache at start-up",
         "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
@@ -209,6 +251,20 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
 
 
 _FREE_FACTS = ("free_gb", "total_gpu_memory_gb", "gpu_memory_utilization")  # vLLM's `Free memory on device`
+PEAK_SHARE = 0.15  # an activation peak above this share of vLLM's budget is worth making smaller
+
+
+def _activation_peak(ctx: Context, facts: dict) -> tuple[str, tuple[Change, ...]]:
+    """Where vLLM's memory profile shows an activation peak of at least `PEAK_SHARE` of its budget (vllm#13882:
+    1.42 of 5.60 GiB): a sentence on it, and a shorter max model len as the alternative (the profile run's batch
+    is the most tokens a step may take: the max model len where chunked prefill is off, V0's default)."""
+    peak, total, util = (facts.get(k) for k in ("activation_peak_gb", "total_gpu_memory_gb", "gpu_memory_utilization"))
+    if not (_is_number(peak) and _is_number(total) and _is_number(util)) or peak < PEAK_SHARE * total * util:
+        return "", ()
+    length = ctx.config.context_len
+    shorter = Change("context", str(length // 2)) if length and length >= 2048 else Change("context", direction=-1)
+    return (f" The profile run's activation peak took {peak:g} of the {total * util:.2f} GiB it may use: a shorter "
+            f"{flag(ctx.config, 'context')} makes the profiled batch, and that peak, smaller."), (shorter,)
 
 
 def _is_number(v: object) -> bool:

@@ -6,12 +6,16 @@ Trigger: >= 50% of steady load lines run >= 98% of the cap, most of those have a
 usage is < 0.8. The suggestion is sized by the evidence, not a fixed doubling: the cap the KV pool supports at a
 0.9 usage (cap x 0.9 / usage, since usage grows with the running requests), no more than the requests that wanted
 to run (the largest running + queued seen while pinned), at most `MAX_STEP` x the cap, and always above it.
+
+`running_cap.tiny` (info, low confidence: a start-up alone shows no load): a cap of at most `TINY_CAP` requests
+while the KV pool holds `ROOM_FACTOR` x as many requests of the whole context length or more (ktransformers#1870:
+1 running, a pool of 580,364 tokens at 8,192: 70). Suggest the largest power of two the pool holds at full length.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, confidence_of, evidence
+from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import MIN_LINES, Context
@@ -24,6 +28,8 @@ MAX_STEP = 16  # NOTE: bounds one step: the usage measured at a small cap extrap
 PLATEAU_LINES = 5  # `running_cap.plateau`: lines that show it
 PLATEAU_MIN = 8    # a batch this large or more (a few requests running is the load, not a cap)
 FLAT = 0.25        # the batch within this share of its largest on every line
+TINY_CAP = 4
+ROOM_FACTOR = 8
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -33,7 +39,7 @@ def check(ctx: Context) -> list[Finding]:
         return _plateau(ctx)
     steady = ctx.steady_enough()
     if steady is None:
-        return []
+        return _tiny(ctx, cap)
     pinned = steady.where(steady["running_req"] >= PINNED * cap)
     if len(pinned) / len(steady) < PINNED_FRACTION or pinned.fraction(pinned["queue_req"] > 0) < 0.5:
         return []
@@ -88,6 +94,25 @@ def _plateau(ctx: Context) -> list[Finding]:
         Change("running_cap", direction=1), None,
         "Larger batches raise inter-token latency and KV pressure (watch retractions).", rows.ranks,
         confidence=confidence)]
+
+
+def _tiny(ctx: Context, cap: int) -> list[Finding]:
+    cfg = ctx.config
+    pool, context = cfg.max_total_num_tokens, cfg.context_len
+    if cfg.vllm or cap > TINY_CAP or not pool or not context or pool < ROOM_FACTOR * cap * context:
+        return []
+    held = pool // context
+    suggested = 1 << (held.bit_length() - 1)
+    name = flag(cfg, "running_cap")
+    return [Finding(
+        "running_cap.tiny", "info", f"At most {cap} request{'s' if cap > 1 else ''} may run at once",
+        f"{name} is {cap} while the KV pool holds {pool} tokens: {held} requests of the whole context length "
+        f"({context} tokens) at once. Every other request waits, however much of the pool is free. (The start-up "
+        f"alone shows no load: set it to {suggested} unless one request at a time is what you want.)",
+        evidence_events(ctx.timeline.kind("pool")[-1:] or ctx.timeline.kind("kv_alloc")[-1:],
+                        max_running_requests=cap, max_total_num_tokens=pool, context_len=context),
+        Change("running_cap", str(suggested)), str(cap),
+        "More requests at once: more throughput, each decoding a little slower.", confidence="low")]
 
 
 def supported_cap(cap: int, usage: float, demand: int | None) -> int:

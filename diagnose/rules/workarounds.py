@@ -9,6 +9,9 @@
   `AsyncScheduler`, `async_scheduler.py`, `step_with_batch_queue`, `AsyncGPUModelRunnerOutput`): drop the flag;
 - an exception raised while SGLang starts up (the model runner built or initialized, or torch.compile's own frames)
   with `--enable-torch-compile` on: start without it (sglang#4489: a GPTQ-Marlin model);
+- an exception raised while SGLang starts up with a context length above `HUGE_CONTEXT` tokens (sglang#6744:
+  2,800,000): its per-request tables (`req_to_token`: the running cap x the context length) and buffers grow
+  with it: start with a smaller `--context-length`;
 - an exception raised while CUDA graphs are captured (SGLang's `cuda_graph_runner.py` in `__init__` / `capture*`,
   vLLM's `capture_model`) whose error line names no cause a rule of its own reads (an OOM, a failed capture: those
   are explained before): run without graphs (`--disable-cuda-graph` / `--enforce-eager`) to get the server up.
@@ -55,7 +58,7 @@ class Workaround(NamedTuple):
 def workaround(config: ServerConfig, exceptions: Sequence[Event]) -> Workaround | None:
     texts = [e.text for e in exceptions]
     return (_pd_tp(config, texts) or _overlap(config, texts) or _async_scheduling(config, texts)
-            or _torch_compile(config, texts) or _graph_capture(config, texts))
+            or _torch_compile(config, texts) or _huge_context(config, texts) or _graph_capture(config, texts))
 
 
 def _frames(pattern: re.Pattern[str], texts: Sequence[str]) -> list[str]:
@@ -124,6 +127,22 @@ def _torch_compile(config: ServerConfig, texts: Sequence[str]) -> Workaround | N
         "compile (quantized kernels often do not).",
         None, f"The server died starting up with torch.compile on ({', '.join(frames)}).",
         {"frames": ", ".join(frames)})
+
+
+HUGE_CONTEXT = 1 << 20  # tokens: above this a context length sizes start-up memory more than the model does
+
+
+def _huge_context(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    frames = _frames(_STARTUP_FRAMES, texts)
+    length = config.context_len
+    if config.vllm or not frames or not length or length <= HUGE_CONTEXT:
+        return None
+    return Workaround(
+        Change("context", str(HUGE_CONTEXT // 8)), str(length),
+        "Requests longer than the new context length are rejected; raise it in steps to the longest you serve.",
+        None, f"The server died starting up ({', '.join(frames)}) with a context length of {length} tokens: SGLang "
+        "sizes its per-request token table (the running cap x the context length) and buffers by it.",
+        {"frames": ", ".join(frames), "context_len": length})
 
 
 def _graph_capture(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:

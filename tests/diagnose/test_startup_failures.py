@@ -1,0 +1,192 @@
+"""Start-up failures users paste (held-out batch 13, tests/diagnose/real_logs/README.md): how their lines are read
+(a traceback after other text, after a progress bar, or without its head; SGLang 0.1's `[rank=N] ` lines, piecewise
+CUDA-graph capture) and the advice each gets, across each rule's threshold on synthetic lines and on the excerpts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolkit.diagnose import analyze
+from toolkit.diagnose.lines import ParseStats, parse_lines
+from toolkit.diagnose.rules.oom import PEAK_SHARE, WEIGHTS_FILL
+from toolkit.diagnose.rules.running_cap import ROOM_FACTOR, TINY_CAP
+from toolkit.diagnose.rules.workarounds import HUGE_CONTEXT
+
+REAL = Path(__file__).parent / "real_logs"
+FRAMES = ['  File "/x/vllm/worker/model_runner.py", line 1395, in capture_model',
+          '    graph_runner.capture(**capture_inputs)',
+          '  File "/x/torch/cuda/graphs.py", line 84, in capture_end',
+          '    super().capture_end()']
+OOM_LINE = "RuntimeError: CUDA error: out of memory"
+
+
+def _kinds(lines: list[str]) -> dict[str, int]:
+    stats = ParseStats()
+    events = list(parse_lines(lines, stats=stats))
+    return {kind: sum(e.kind == kind for e in events) for kind in {e.kind for e in events}}
+
+
+def _flags(d) -> dict[str, tuple[str | None, str | None]]:
+    return {f.id: (f.flag, f.suggested) for f in d.findings}
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line", ["Initialization failed. router_init_state: Traceback (most recent call last):",
+                                  "`Traceback (most recent call last):"])
+def test_a_traceback_head_after_other_text_opens_the_exception_there(line: str) -> None:
+    """sglang#485 (SGLang 0.1 printing the router's traceback after its state) and vllm#2785 (a backtick)."""
+    events = list(parse_lines([line, *FRAMES, "ValueError: bad"]))
+    assert [e.kind for e in events] == ["exception"] and events[0].text.startswith("Traceback")
+
+
+def test_a_traceback_printed_after_a_progress_bar_is_its_own_record() -> None:
+    """A progress bar's line ends in no newline: the traceback runs on in it (sglang#14476); the bar is still
+    read (a piecewise capture's, with its token count)."""
+    bar = ("Capturing num tokens (num_tokens=3968 avail_mem=0.05 GB):   2%|#   | 1/58 [00:00<00:56,  1.01it/s]"
+           "Traceback (most recent call last):")
+    events = list(parse_lines([bar, *FRAMES, "RuntimeError: boom"]))
+    assert [e.kind for e in events] == ["graph_progress", "exception"]
+    assert events[0].fields == {"avail_mem": 0.05, "num_tokens": 3968}
+    assert _kinds(["text 1.01it/s] no traceback here"]) == {}
+
+
+@pytest.mark.parametrize("prefix", ["", "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] "])
+def test_a_traceback_without_its_head_counts_by_its_error_line(prefix: str) -> None:
+    """An excerpt that begins inside a traceback (vllm#19186): its frames are one record, counted as the corpus
+    counts a tail, by its error line alone (an OOM); its frames say where (here: graph capture). Without an error
+    line the frames are nothing (trl#3310); the tail ends at its error line (gpustack#1800: a whole traceback
+    follows)."""
+    lines = [prefix + line for line in [*FRAMES, OOM_LINE]]
+    events = list(parse_lines(lines))
+    assert [e.kind for e in events] == ["oom"] and "capture_end" in events[0].text
+    assert _kinds([prefix + line for line in FRAMES]) == {}
+    after = [*lines, "Process SpawnProcess-1:", "Traceback (most recent call last):", *FRAMES, "ValueError: x"]
+    assert _kinds(after) == {"oom": 1, "exception": 1}
+
+
+def test_a_frame_after_the_log_began_is_no_record() -> None:
+    """Once an event was read, a stray frame line (another process's, interleaved) opens nothing."""
+    head = "[2025-05-29 14:59:00 TP0] Load weight begin. avail mem=78.81 GB"
+    assert _kinds([head, *FRAMES, OOM_LINE]) == {"load_begin": 1, "oom": 1}
+
+
+def test_sglang_0_1_rank_lines_give_the_memory_before_and_after_the_weights() -> None:
+    d = analyze(lines=["[rank=1] Init torch begin. Avail mem=78.81 GB",
+                       "[rank=1] Load weight end. Type=LlavaQwenForCausalLM. Avail mem=5.59 GB"])
+    assert (d.config.gpu_mem_gb, d.config.weight_mem_gb) == (78.81, 73.22)
+    assert {e.rank for e in d.timeline.kind("load_end")} == {"TP1"}
+
+
+# -- advice ----------------------------------------------------------------------------------------------------
+
+def _sglang_weights(left: float, *, pool: bool = False) -> list[str]:
+    lines = ["[rank=0] Init torch begin. Avail mem=80.00 GB", f"[rank=0] Load weight end. Type=M. Avail mem={left} GB"]
+    if pool:
+        lines.append("[2024-05-27 22:30:05 TP0] Memory pool end. avail mem=2.00 GB")
+    return [*lines, "Initialization failed. router_init_state: Traceback (most recent call last):", *FRAMES,
+            "RuntimeError: init failed"]
+
+
+@pytest.mark.parametrize("left,fires", [(80 * (1 - WEIGHTS_FILL) - 0.1, True), (80 * (1 - WEIGHTS_FILL) + 0.1, False)])
+def test_weights_that_leave_less_than_the_reserve_advise_a_higher_static_fraction(left: float, fires: bool) -> None:
+    d = analyze(lines=_sglang_weights(round(left, 2)))
+    found = _flags(d).get("oom.startup")
+    assert (found is not None) is fires
+    if fires:
+        assert found[0] == "--mem-fraction-static" and float(found[1].split()[0]) > 1 - left / 80
+
+
+def test_a_pool_made_after_the_weights_is_no_weights_failure() -> None:
+    assert "oom.startup" not in _flags(analyze(lines=_sglang_weights(5.0, pool=True)))
+
+
+def test_the_corpus_72b_on_four_gpus_gets_a_higher_static_fraction() -> None:
+    d = analyze([REAL / "sglang" / "sglang-485-llava-qwen-72b-avail-mem.log"])
+    assert _flags(d)["oom.startup"] == ("--mem-fraction-static", "0.95 (or --tp-size higher)")
+
+
+def _vllm_profile(peak: float) -> list[str]:
+    return ["INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x "
+            "gpu_memory_utilization (0.70) = 5.60GiB",
+            f"INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch "
+            f"activation peak memory takes {peak:.2f}GiB; the rest of the memory reserved for KV Cache is -1.05GiB.",
+            "INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681",
+            "INFO 02-26 09:54:05 executor_base.py:116] Maximum concurrency for 4096 tokens per request: 0.00x"]
+
+
+@pytest.mark.parametrize("share,fires", [(PEAK_SHARE + 0.01, True), (PEAK_SHARE - 0.01, False)])
+def test_a_large_activation_peak_adds_a_shorter_max_model_len(share: float, fires: bool) -> None:
+    f = next(f for f in analyze(lines=_vllm_profile(share * 5.6)).findings if f.id == "oom.startup")
+    assert f.flag == "--gpu-memory-utilization"
+    assert ("--max-model-len 2048" in f.suggested) is fires
+
+
+def _mm(*after: str, seqs: int | None = 128) -> list[str]:
+    command = ["vllm serve m --max-model-len 512" + (f" --max-num-seqs {seqs}" if seqs else "")]
+    return [*command, "INFO 10-24 18:12:26 model_runner.py:1067] Loading model weights took 19.8557 GB",
+            "INFO 10-24 18:12:26 enc_dec_model_runner.py:301] Starting profile run for multi-modal models.", *after]
+
+
+@pytest.mark.parametrize("concurrency,suggested", [(70.38, "64"), (127.9, "64"), (128.0, None), (0.5, None)])
+def test_a_multimodal_profile_that_leaves_fewer_requests_than_max_num_seqs(concurrency: float,
+                                                                           suggested: str | None) -> None:
+    d = analyze(lines=_mm("INFO 10-24 18:12:39 gpu_executor.py:122] # GPU blocks: 2252, # CPU blocks: 1638",
+                          f"INFO 10-24 18:12:39 gpu_executor.py:126] Maximum concurrency for 512 tokens per request: "
+                          f"{concurrency}x"))
+    assert _flags(d).get("multimodal.profile", (None, None))[1] == suggested
+
+
+@pytest.mark.parametrize("seqs,suggested", [(None, "64"), (32, "8")])
+def test_a_multimodal_profile_run_that_fails_start_up_lowers_max_num_seqs(seqs: int | None, suggested: str) -> None:
+    crash = ["[rank0]: Traceback (most recent call last):",
+             '[rank0]:   File "/x/vllm/executor/gpu_executor.py", line 114, in determine_num_available_blocks',
+             "[rank0]:     return self.driver_worker.determine_num_available_blocks()"]
+    assert _flags(analyze(lines=_mm(*crash, seqs=seqs)))["multimodal.profile"] == ("--max-num-seqs", suggested)
+    assert "multimodal.profile" not in _flags(analyze(lines=_mm(*crash[:1], seqs=seqs)))  # not through the profile
+
+
+def test_the_corpus_mllama_excerpts_lower_max_num_seqs() -> None:
+    for name, suggested in (("vllm-10569-mllama-profile-256-images", "64"), ("vllm-9630-mllama-h100-2252-blocks", "64")):
+        assert _flags(analyze([REAL / "vllm" / f"{name}.log"]))["multimodal.profile"] == ("--max-num-seqs", suggested)
+
+
+def _pool(cap: int, tokens: int, context: int = 8192) -> list[str]:
+    return [f"[2026-02-27 17:10:29 TP0] max_total_num_tokens={tokens}, chunked_prefill_size=2048, max_prefill_tokens="
+            f"16384, max_running_requests={cap}, context_len={context}, available_gpu_mem=6.63 GB"]
+
+
+@pytest.mark.parametrize("cap,tokens,suggested", [
+    (1, 580364, "64"), (TINY_CAP, ROOM_FACTOR * TINY_CAP * 8192, "32"), (TINY_CAP + 1, 10**7, None),
+    (TINY_CAP, ROOM_FACTOR * TINY_CAP * 8192 - 1, None)])
+def test_a_tiny_running_cap_beside_a_large_pool_is_named(cap: int, tokens: int, suggested: str | None) -> None:
+    found = _flags(analyze(lines=_pool(cap, tokens))).get("running_cap.tiny", (None, None))
+    assert found[1] == suggested
+    if suggested:
+        f = next(f for f in analyze(lines=_pool(cap, tokens)).findings if f.id == "running_cap.tiny")
+        assert (f.severity, f.confidence, f.current) == ("info", "low", str(cap))
+
+
+def _startup_crash(context: int) -> list[str]:
+    return [f"python3 -m sglang.launch_server --model-path m --tp 8 --context-length {context}",
+            "[2025-05-29 14:59:00 TP5] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/s/python/sglang/srt/model_executor/model_runner.py", line 233, in __init__',
+            "    self.initialize(min_per_gpu_memory)"]
+
+
+@pytest.mark.parametrize("context,fires", [(HUGE_CONTEXT + 1, True), (HUGE_CONTEXT, False)])
+def test_a_start_up_crash_with_a_huge_context_length_lowers_it(context: int, fires: bool) -> None:
+    f = next(f for f in analyze(lines=_startup_crash(context)).findings if f.id == "crash.exception")
+    assert (f.flag == "--context-length") is fires
+    if fires:
+        assert (f.suggested, f.current) == (str(HUGE_CONTEXT // 8), str(context))
+
+
+def test_a_failed_piecewise_capture_offers_smaller_piecewise_graphs() -> None:
+    d = analyze([REAL / "sglang" / "sglang-14476-olmo-piecewise-graph-oom.log"])
+    assert _flags(d)["gpu_memory.too_little"] == ("--mem-fraction-static",
+                                                  "lower (or --piecewise-cuda-graph-max-tokens 1984)")
+    batches = ["[2025-12-05 10:00:00 TP0] Capturing batches (bs=160 avail_mem=0.05 GB):   2%|#  | 1/58 [00:00<00:56, "
+               "1.01it/s]"]
+    assert _flags(analyze(lines=batches))["gpu_memory.too_little"] == ("--mem-fraction-static", "lower")
