@@ -119,11 +119,11 @@ def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_
     from toolkit.diagnose.fastpath.ahead import keep_freed_memory, range_workers
 
     keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
-    with _stash(export) as stash:
-        # NOTE: the workers start reading the first log (and stashing its hot lines for `--export`) while the
-        # analysis is imported
-        with range_workers(read_ahead=logs[0] if logs else None, job=stash.job if stash is not None else None):
-            _report(logs, fmt, plots, stash, fail_on, metrics, bench, html)
+    # NOTE: the workers start reading the first log (and stashing its hot lines for `--export`) while the analysis
+    # is imported
+    with (_stash(export) as stash,
+          range_workers(read_ahead=logs[0] if logs else None, job=stash.job if stash is not None else None)):
+        _report(logs, fmt, plots, stash, fail_on, metrics, bench, html)
 
 
 def _stash(export: str | None) -> AbstractContextManager:

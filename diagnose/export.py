@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
@@ -98,7 +98,8 @@ class EventStash:
     manager: its temporary directory (beside the output, so it is on the same disk) goes when it closes."""
 
     def __init__(self, out: str | Path) -> None:
-        import pyarrow.compute  # noqa: F401 - imported once here: the read's workers are forked after it
+        # NOTE: imported once here: the read's workers are forked after it
+        import pyarrow.compute
         import pyarrow.csv  # noqa: F401
 
         self.out = check_export_path(out)
@@ -115,7 +116,7 @@ class EventStash:
         if events:
             self.parts.append(_Part(source, 0, None, events))
 
-    def __enter__(self) -> EventStash:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -134,8 +135,6 @@ def export_events(paths: Sequence[str | Path], out: str | Path, **analysis) -> t
 
 def write_events(stash: EventStash, d: Diagnosis) -> Path:
     """Write the events `stash` kept of the read `d` analysed to its output (chosen by the suffix)."""
-    import pyarrow as pa
-
     schema = _schema(field_types(d))
     with _writer(stash.out, schema) as write:
         for part in stash.parts:
