@@ -229,22 +229,54 @@ def _hot_lines(directory: str, chunk: Chunk, scanned: ScannedChunk) -> JobResult
     numbered from 0 in the chunk; each batch field a float64 column as read, NaN where a line lacks it; the
     access fields as read), written to an Arrow file in `directory`: its path, and the lines left to the
     per-line parser (every other line, with the access lines whose fields or date the job cannot read)."""
-    words = Words(chunk.data)
     lines = scanned.access_lines
-    read_access, access = access_fields(chunk.data, words, lines, scanned.ends[lines.index])
+    read_access, access = access_fields(chunk.data, Words(chunk.data), lines, scanned.ends[lines.index])
     times, dated = stamp_times(lines.head)
     dated |= ~lines.timed
     taken = np.flatnonzero(read_access & dated)
     slow = np.ones(scanned.lines, bool)
     slow[scanned.batch.index] = False
     slow[lines.index[taken]] = False
-    parts = []
-    if len(scanned.batch.index):
-        parts.append(_hot_columns(chunk, scanned))
-    if len(taken):
-        kept = np.flatnonzero(dated[read_access])
-        parts.append(_access_columns(chunk, scanned, taken, access, kept, times))
-    return JobResult(_stashed(directory, _in_line_order(parts)) if parts else None, slow)
+    if not len(scanned.batch.index) and not len(taken):
+        return JobResult(None, slow)
+    kept = np.flatnonzero(dated[read_access])  # the rows of `access` that are taken
+    return JobResult(_stashed(directory, _hot_table(chunk, scanned, taken, times, access, kept)), slow)
+
+
+def _hot_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, times: np.ndarray, access: dict,
+               kept: np.ndarray) -> dict[str, pa.Array]:
+    """The columns with a value of the hot batch lines and the hot access lines `taken` (indices into the scan's
+    access lines, their times `times[taken]`, their fields the rows `kept` of `access`), rows in line order: each
+    column built in that order at once (the text copied out of the chunk once)."""
+    import pyarrow as pa
+
+    batch, lines = scanned.batch, scanned.access_lines
+    hot = len(batch.index)
+    line = np.concatenate([batch.index, lines.index[taken]])
+    order = np.argsort(line, kind="stable")
+    line = line[order]
+    of_access = order >= hot
+    untimed = np.concatenate([np.zeros(hot, bool), ~lines.timed[taken]])[order]
+    time = np.concatenate([batch.time, times[taken]])[order]
+    begin = np.concatenate([batch.label + 2, lines.client[taken] - len("INFO:     ")])[order]
+    columns = {
+        "kind": _names(np.concatenate([batch.kind, np.full(len(taken), 2, batch.kind.dtype)])[order],
+                       ["decode", "prefill", "access"]),
+        "time": pa.array(time, mask=untimed),
+        "timestamp": pa.array(np.round(np.where(untimed, 0, time) * 1000).astype(np.int64), pa.timestamp("ms"),
+                              mask=untimed),
+        "rank": _names(np.concatenate([batch.rank, lines.rank[taken]])[order], batch.ranks or [""]),
+        "line": pa.array(line.astype(np.int64)), "source": pa.array(np.zeros(len(line), np.int64)),
+        "text": strings(chunk.data, begin, scanned.ends[line]),
+    }
+    for name, values in batch.fields.items():
+        if name not in BASE and not np.isnan(values).all():
+            columns[name] = pa.array(np.concatenate([values, np.full(len(taken), np.nan)])[order], pa.float64())
+    at = np.where(of_access, order - hot, 0)  # each row's place among the access rows (0 on batch rows)
+    for name, column in access.items():
+        column = column.take(pa.array(kept)) if isinstance(column, pa.Array) else pa.array(column[kept])
+        columns[name] = column.take(pa.array(at, mask=~of_access))
+    return _with_values(columns)
 
 
 def _stashed(directory: str, columns: dict[str, pa.Array]) -> str:
@@ -256,20 +288,6 @@ def _stashed(directory: str, columns: dict[str, pa.Array]) -> str:
     with os.fdopen(handle, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
         writer.write_table(table)
     return path
-
-
-def _in_line_order(parts: list[dict[str, pa.Array]]) -> dict[str, pa.Array]:
-    """The parts' rows as one set of columns in line order (a column some part lacks is null there)."""
-    import pyarrow as pa
-
-    sizes = [len(part["line"]) for part in parts]
-    types = {name: column.type for part in parts for name, column in part.items()}
-    columns = {name: pa.concat_arrays([part[name] if name in part else pa.nulls(n, kind)
-                                       for part, n in zip(parts, sizes)]) for name, kind in types.items()}
-    order = np.argsort(columns["line"].to_numpy(), kind="stable")
-    if not bool((order[1:] > order[:-1]).all()):
-        columns = {name: column.take(pa.array(order)) for name, column in columns.items()}
-    return columns
 
 
 def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
@@ -347,33 +365,6 @@ def _merged(hot: pa.Table, slow: pa.Table) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def _access_columns(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, access: dict, kept: np.ndarray,
-                    times: np.ndarray) -> dict[str, pa.Array]:
-    """Hot access lines `taken` (indices into the scan's access lines), with `access`, the fields of the lines
-    read (`kept`: the rows of those taken among them): the columns with a value."""
-    import pyarrow as pa
-
-    lines = scanned.access_lines
-    rows = taken
-    index = lines.index[rows]
-    n = len(rows)
-    time = times[rows]
-    untimed = ~lines.timed[rows]
-    ranks = _names(lines.rank[rows], scanned.batch.ranks or [""])
-    columns = {
-        "kind": _names(np.zeros(n, np.int8), ["access"]), "time": pa.array(time, mask=untimed),
-        "timestamp": pa.array(np.round(np.where(untimed, 0, time) * 1000).astype(np.int64), pa.timestamp("ms"),
-                              mask=untimed),
-        "rank": ranks, "line": pa.array(index.astype(np.int64)),
-        "source": pa.array(np.zeros(n, np.int64)),
-        "text": strings(chunk.data, lines.client[rows] - len("INFO:     "), scanned.ends[index]),
-    }
-    for name, column in access.items():
-        column = column.take(pa.array(kept)) if isinstance(column, pa.Array) else pa.array(column[kept])
-        columns[name] = column
-    return _with_values(columns)
-
-
 def _events_table(events: list[Event], schema: pa.Schema) -> pa.Table:
     import pyarrow as pa
 
@@ -410,28 +401,6 @@ def _cell(value: object, kind: pa.DataType) -> object:
         return float(value)
     except OverflowError:
         return None
-
-
-def _hot_columns(chunk: Chunk, scanned: ScannedChunk) -> dict[str, pa.Array]:
-    """A chunk's hot batch lines (line numbers counted from 0 in the chunk): the columns with a value, each
-    field as read (float64, NaN where a line lacks it)."""
-    import pyarrow as pa
-
-    batch = scanned.batch
-    index = batch.index
-    n = len(index)
-    time = batch.time
-    columns = {
-        "kind": _names(batch.kind, ["decode", "prefill"]), "time": pa.array(time),
-        "timestamp": pa.array(np.round(time * 1000).astype(np.int64), pa.timestamp("ms")),
-        "rank": _names(batch.rank, batch.ranks or [""]), "line": pa.array(index.astype(np.int64)),
-        "source": pa.array(np.zeros(n, np.int64)),
-        "text": strings(chunk.data, batch.label + 2, scanned.ends[index]),
-    }
-    for name, values in batch.fields.items():
-        if name not in BASE and not np.isnan(values).all():
-            columns[name] = pa.array(values, pa.float64())
-    return _with_values(columns)
 
 
 def _with_values(columns: dict[str, pa.Array]) -> dict[str, pa.Array]:
