@@ -12,12 +12,16 @@
   (`bs=[1, ..., 32]`) below a quarter of the running cap and below 256 (where graphs matter most; sglang#33483: 32
   against 4096): steps above the largest graph would run eagerly; suggest the next power of two above twice it.
 - `cuda_graph.disabled`: graphs are off (`--disable-cuda-graph`, vLLM `--enforce-eager`) and the median steady
-  batch is <= 256: suggest turning them on.
+  batch is <= 256: suggest turning them on. A short excerpt (too few steady lines) gets it from its load lines
+  with requests running, at the confidence they carry (llama.cpp#11474: a pasted `--enforce-eager` launch, one
+  request at 32 tok/s).
 - `cuda_graph.capture_memory`: capturing took >= 1 GB and more than what is left: SGLang's `mem usage` of the
   captures against the `avail mem` after them; vLLM's `Graph capturing ... took X GiB` against >= 20% of the
   KV cache memory. Suggest half the captured maximum.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -41,6 +45,8 @@ def check(ctx: Context) -> list[Finding]:
     out = _capture_memory(ctx)
     steady = ctx.steady_enough()
     if steady is None:
+        if ctx.config.cuda_graph_disabled:
+            return out + _disabled_short(ctx)
         return out + _not_used_short(ctx) + _below_cap(ctx)
     if ctx.config.cuda_graph_disabled:
         return out + _disabled(ctx, steady)
@@ -152,17 +158,27 @@ def _ceiling(ctx: Context, steady) -> list[Finding]:
         "Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.", above.ranks)]
 
 
-def _disabled(ctx: Context, steady) -> list[Finding]:
+def _disabled(ctx: Context, steady, which: str = "steady batch") -> list[Finding]:
     median = steady.median("running_req")
     if median > DISABLED_MEDIAN_BS:
         return []
     name = flag(ctx.config, "graphs_off")
     return [Finding(
         "cuda_graph.disabled", "warning", "CUDA graphs are disabled",
-        f"{name} is set while the median steady batch is {median:.0f} requests; small decode "
+        f"{name} is set while the median {which} is {median:g} request{'' if median == 1 else 's'}; small decode "
         "batches are launch-bound and graphs speed them up.",
         evidence(steady, len(steady), median_running=median), Change("graphs_off", False),
         "set", "Graph capture takes start-up time and some GPU memory.", steady.ranks)]
+
+
+def _disabled_short(ctx: Context) -> list[Finding]:
+    load = ctx.load_or_none()
+    running = load.where(load["running_req"] >= 1) if load is not None and "running_req" in load else None
+    if running is None or not len(running):
+        return []
+    found = _disabled(ctx, running, f"batch of the {len(running)} load lines with requests running")
+    confidence = confidence_of(len(running), MIN_LINES)
+    return [replace(f, confidence=confidence, severity="info" if confidence == "low" else f.severity) for f in found]
 
 
 def _capture_memory(ctx: Context) -> list[Finding]:

@@ -190,3 +190,35 @@ def test_a_failed_piecewise_capture_offers_smaller_piecewise_graphs() -> None:
     batches = ["[2025-12-05 10:00:00 TP0] Capturing batches (bs=160 avail_mem=0.05 GB):   2%|#  | 1/58 [00:00<00:56, "
                "1.01it/s]"]
     assert _flags(analyze(lines=batches))["gpu_memory.too_little"] == ("--mem-fraction-static", "lower")
+
+
+# -- short excerpts of a light load (held-out batch 14) -----------------------------------------------------
+
+def _eager(running: list[int], model: str = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", tp: int = 2) -> list[str]:
+    command = [f"vllm serve {model} --tensor-parallel-size {tp} --max-model-len 8192 --enforce-eager"]
+    return command + [f"INFO 01-30 16:15:{44 + 5 * i} metrics.py:453] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+                      f"throughput: 32.5 tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: "
+                      f"1.4%, CPU KV cache usage: 0.0%." for i, r in enumerate(running)]
+
+
+@pytest.mark.parametrize("running,fires", [([1, 1, 1], True), ([300, 300], False), ([0, 0], False)])
+def test_a_short_excerpt_with_graphs_off_at_a_small_batch_is_advised_at_low_confidence(running: list[int],
+                                                                                       fires: bool) -> None:
+    """llama.cpp#11474: a pasted `--enforce-eager` launch and three stats lines of one request (too few steady lines
+    for the full rule): graphs on, at the confidence three lines carry; a batch above 256, or nothing running, no."""
+    f = next((f for f in analyze(lines=_eager(running)).findings if f.id == "cuda_graph.disabled"), None)
+    assert (f is not None) is fires
+    if fires:
+        assert (f.flag, f.suggested, f.severity, f.confidence) == ("--enforce-eager", "remove (graphs on)", "info", "low")
+
+
+@pytest.mark.parametrize("model,fires", [("qwen2.5-1.5B-wspo", True), ("Qwen2.5-4B", True), ("Qwen2.5-7B", False),
+                                         ("Mixtral-8x2B", False), ("model-v1.5b", False)])
+def test_a_small_model_by_its_name_split_over_tp_prefers_replicas(model: str, fires: bool) -> None:
+    """arena-hard-auto#81: a 1.5B model at TP 2 with no weights line: its name says it fits any GPU (at most 4B
+    parameters); an expert's or a version's number is no model size."""
+    f = next((f for f in analyze(lines=_eager([2, 1], model=model)).findings if f.id == "parallelism.dp_over_tp"),
+             None)
+    assert (f is not None) is fires
+    if fires:
+        assert (f.suggested, f.confidence) == ("2 (with --tensor-parallel-size 1)", "low")
