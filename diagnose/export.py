@@ -5,7 +5,8 @@ Columns: kind, time, timestamp, rank, line, source, text, then every field (abse
 logs are read, an `EventStash` keeps each chunk's hot batch and access lines as the worker that scanned it wrote
 them (an Arrow file in a temporary directory beside the output, their text as Arrow strings) and the per-line
 parser's events of the chunk; then each chunk's rows are made in line order and written, CSV formatted on
-`FORMATTERS` threads at once (Arrow's writers release the GIL).
+`FORMATTERS` threads at once (Arrow's writers release the GIL). The stash takes about as much disk as the CSV
+(239 MB for the 1M-line benchmark log's 234 MB), each file removed once written, the directory when done.
 """
 from __future__ import annotations
 
