@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import shutil
 import tempfile
 from collections import deque
@@ -84,12 +85,14 @@ def check_export_path(out: str | Path) -> Path:
 @dataclass(slots=True)
 class _Part:
     """One chunk as read: its source and first line number, the Arrow file of its hot lines (None: none), the
-    per-line parser's events of it and the hot lines that parser took (`routed`, numbered in the chunk)."""
+    file of the per-line parser's events of it (None: none) and the hot lines that parser took (`routed`,
+    numbered in the chunk). Nothing of a chunk stays in memory: a log the per-line parser reads whole has as
+    many events as lines."""
 
     source: int
     first: int
     hot: str | None
-    events: list[Event]
+    events: str | None
     routed: list[int] = field(default_factory=list)
 
 
@@ -106,16 +109,27 @@ class EventStash:
         self.out = check_export_path(out)
         if not self.out.parent.is_dir():
             raise ValueError(f"no such directory: {self.out.parent}")
-        self.directory = tempfile.mkdtemp(prefix=".toolkit-export-", dir=self.out.parent)
+        try:
+            self.directory = tempfile.mkdtemp(prefix=".toolkit-export-", dir=self.out.parent)
+        except OSError as exc:
+            raise OSError(f"cannot write in {self.out.parent}: {exc.strerror}") from exc
         self.job = functools.partial(_hot_lines, self.directory)
         self.parts: list[_Part] = []
 
     def chunk(self, source: int, first: int, read: ReadChunk, events: list[Event], routed: list[int]) -> None:
-        self.parts.append(_Part(source, first, read.extra, events, routed))  # type: ignore[arg-type]
+        self.parts.append(_Part(source, first, read.extra, self._spilled(events), routed))  # type: ignore[arg-type]
 
     def tail(self, source: int, events: list[Event]) -> None:
         if events:
-            self.parts.append(_Part(source, 0, None, events))
+            self.parts.append(_Part(source, 0, None, self._spilled(events)))
+
+    def _spilled(self, events: list[Event]) -> str | None:
+        if not events:
+            return None
+        handle, path = tempfile.mkstemp(suffix=".events", dir=self.directory)
+        with os.fdopen(handle, "wb") as f:
+            pickle.dump(events, f, protocol=pickle.HIGHEST_PROTOCOL)
+        return path
 
     def __enter__(self) -> Self:
         return self
@@ -297,7 +311,7 @@ def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    slow = _events_table(part.events, schema) if part.events else None
+    slow = _events_table(_unspilled(part.events), schema) if part.events is not None else None
     if part.hot is None:
         return slow if slow is not None else schema.empty_table()
     with pa.memory_map(part.hot) as source:
@@ -309,6 +323,13 @@ def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
     hot = hot.set_column(schema.get_field_index("source"), "source",
                          pa.array(np.full(hot.num_rows, part.source, np.int64)))
     return hot if slow is None else _merged(hot, slow)
+
+
+def _unspilled(path: str) -> list[Event]:
+    with open(path, "rb") as f:
+        events = pickle.load(f)  # NOTE: a file this process wrote in its own temporary directory
+    os.unlink(path)
+    return events
 
 
 def _conformed(hot: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -224,6 +224,8 @@ def is_plain(line: str) -> bool:
     the log begins inside a traceback). The fast path's workers classify slow lines with it, so that the caller
     reads only the rest (`LineParser.skip_plain`)."""
     line = unwrapped(line)
+    if TRACEBACK_HEAD in line:
+        return False  # NOTE: after a progress bar it is a record of its own (`records_of`); anywhere, not plain
     start = stamped_message_start(line)
     if start is None:
         if len(glued_records(line)) > 1:
@@ -237,9 +239,14 @@ def is_plain(line: str) -> bool:
 
 
 def opens_record(line: str) -> bool:
-    """Whether `feed` opens a multi-line record at `line` (read while none is open; at any of its glued records):
-    only the next `RECORD_REACH` lines can then be read as part of it, or close it."""
-    return any(message_kind(part, read_prefix(part))[0] in OPENERS for part in records_of(line))
+    """Whether `feed` may open a multi-line record at `line` (read while none is open; at any of its glued
+    records; a traceback's frame, where the log begins inside a traceback): only the next `RECORD_REACH` lines can
+    then be read as part of it, or close it."""
+    for part in records_of(line):
+        prefix = read_prefix(part)
+        if message_kind(part, prefix)[0] in OPENERS or _FRAME.match(part, prefix.start):
+            return True
+    return False
 
 
 _CODE_SPAN = re.compile(r"`([^`]+)`\s*")

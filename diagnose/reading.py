@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Protocol
 
@@ -124,14 +125,16 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
     if fast and use_processes(path):
         try:
             before = {kind: sink.builder.rows(kind) for kind in BATCH_KINDS}
-            for chunk in scanned_ranges(path, chunk_size(), job=job):
-                no += _read_chunk(chunk, no, parser, sink, tap)
-                if before is not None:
-                    # NOTE: the first range tells how many batch lines the file holds, about.
-                    ranges = os.path.getsize(path) / chunk_size()
-                    for kind, rows in before.items():
-                        sink.builder.reserve(kind, rows + int((sink.builder.rows(kind) - rows) * ranges * 1.1))
-                    before = None
+            # NOTE: closed however the loop ends: its workers stop before a caller's stash goes (`closing`)
+            with closing(scanned_ranges(path, chunk_size(), job=job)) as ranges:
+                for chunk in ranges:
+                    no += _read_chunk(chunk, no, parser, sink, tap)
+                    if before is not None:
+                        # NOTE: the first range tells how many batch lines the file holds, about.
+                        count = os.path.getsize(path) / chunk_size()
+                        for kind, rows in before.items():
+                            sink.builder.reserve(kind, rows + int((sink.builder.rows(kind) - rows) * count * 1.1))
+                        before = None
             offset = -1
         except LineTooLong as too_long:
             offset = too_long.offset
@@ -141,10 +144,11 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
                 stream.seek(offset)
             reader = LineReader(stream)
             chunks = scanned_chunks(reader.chunks(), job=job) if fast else (_whole(c) for c in reader.chunks())
-            for chunk in chunks:
-                if chunk.cut:
-                    reader.note_cut(no)
-                no += _read_chunk(chunk, no, parser, sink, tap)
+            with closing(chunks):  # NOTE: its scan threads stop however the loop ends (see above)
+                for chunk in chunks:
+                    if chunk.cut:
+                        reader.note_cut(no)
+                    no += _read_chunk(chunk, no, parser, sink, tap)
             reader.report_cuts(stats)
     tail = parser.finish()
     if tap is not None:

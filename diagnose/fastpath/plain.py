@@ -21,7 +21,7 @@ import numpy as np
 from toolkit.diagnose.fastpath.outer import Form, prefix_layouts
 from toolkit.diagnose.fastpath.scan import StampedLines
 from toolkit.diagnose.fastpath.words import Words
-from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME
+from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME, TRACEBACK_HEAD
 from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
                                                 VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
 from toolkit.diagnose.messages import ERROR_START, NO_EVENT
@@ -38,6 +38,7 @@ _PLAIN_VLLM = re.compile(("(?!" + FIRST_STAMP + ")(?>" + VLLM_PREFIX + ")" + NO_
 _VLLM_DATE = tuple(re.compile(FIRST_STAMP).groups + g for g in VLLM_MONTH_DAY)
 _NOT_PRINTABLE = bytes(sorted(set(range(256)) - {ord("\t")} - set(range(0x20, 0x7F))))
 _PASTED_RESET = PASTED_RESET.encode()  # decoding removes the colour codes of a line that holds it
+_TRACEBACK = TRACEBACK_HEAD.encode()  # a line that holds one anywhere is no plain line (`lines.is_plain`)
 _NOT_PRINTABLE_NOR_NEWLINE = _NOT_PRINTABLE.replace(b"\n", b"")
 _UNPRINTABLE = np.zeros(256, bool)  # by byte value: `_NOT_PRINTABLE_NOR_NEWLINE`
 _UNPRINTABLE[list(_NOT_PRINTABLE_NOR_NEWLINE)] = True
@@ -47,7 +48,7 @@ def surely_plain(raw: bytes | bytearray) -> bool:
     """True only for a line (its bytes, no newline) that `is_plain` reads as plain once decoded: a printable ASCII
     line behind an SGLang stamp or a vLLM prefix, the commonest plain lines, told without decoding; False: ask
     `is_plain`."""
-    if len(raw.translate(None, _NOT_PRINTABLE)) != len(raw) or _PASTED_RESET in raw:
+    if len(raw.translate(None, _NOT_PRINTABLE)) != len(raw) or _PASTED_RESET in raw or _TRACEBACK in raw:
         return False
     m = _PLAIN_SGLANG.match(raw)
     if m is not None:
@@ -74,10 +75,24 @@ def stamped_plain(data: bytearray, starts: np.ndarray, ends: np.ndarray, stamped
     joined = b"\n".join([view[a:b] for a, b in zip(begin.tolist(), end.tolist())])
     if len(joined.translate(None, _NOT_PRINTABLE_NOR_NEWLINE)) != len(joined):
         plain[rows[_holding(joined, end - begin, _UNPRINTABLE)]] = False
+    if _TRACEBACK in joined:
+        plain[rows[_finding(joined, end - begin, _TRACEBACK)]] = False
     rows = np.flatnonzero(plain)
     found = map(_NOT_PLAIN_AT.match, repeat(data), stamped.message[rows].tolist(), ends[stamped.index[rows]].tolist())
     plain[rows] = np.fromiter((m is None for m in found), bool, len(rows))
     return plain
+
+
+def _finding(joined: bytes, lengths: np.ndarray, piece: bytes) -> np.ndarray:
+    """Which of the lines joined (by newlines, `lengths` bytes each) hold `piece` (a rare one: found one by one)."""
+    at, found = joined.find(piece), []
+    while at >= 0:
+        found.append(at)
+        at = joined.find(piece, at + 1)
+    begins = np.concatenate(([0], np.cumsum(lengths[:-1] + 1)))
+    holds = np.zeros(len(lengths), bool)
+    holds[np.searchsorted(begins, np.array(found, np.int64), side="right") - 1] = True
+    return holds
 
 
 def _holding(joined: bytes, lengths: np.ndarray, table: np.ndarray) -> np.ndarray:

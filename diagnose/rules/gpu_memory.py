@@ -67,8 +67,8 @@ def check(ctx: Context) -> list[Finding]:
             "gpu_memory.too_little", "warning", f"Only {avail:.2f} GB GPU memory left after start-up",
             f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs{bound} "
             f"(good: {LOW_GB:g}-{GOOD_GB:g} GB). Large prefills or batches can hit CUDA OOM."
-            + (f" The failed capture was of piecewise CUDA graphs, from {piecewise} tokens down: fewer tokens take "
-               "less memory." if piecewise else ""),
+            + (f" The capture was of piecewise CUDA graphs, from {piecewise} tokens down: fewer tokens take less "
+               "memory." if piecewise else ""),
             ev, change, current,
             "A smaller KV pool holds fewer tokens: fewer concurrent requests"
             + ("; smaller piecewise graphs run larger prefills without them." if piecewise else "."),
@@ -142,7 +142,13 @@ def _startup_lines(ctx: Context) -> tuple[int, ...]:
 
 
 def _piecewise_tokens(ctx: Context) -> int | None:
-    """The largest token count a piecewise CUDA-graph capture began with (`Capturing num tokens (num_tokens=N`,
-    sglang#14476: the sizes are captured largest first), None where the capture was of batch sizes."""
-    sizes = [int(n) for e in ctx.timeline.kind("graph_progress") if isinstance(n := e.fields.get("num_tokens"), int)]
-    return max(sizes) if sizes else None
+    """The largest token count (2 or more) of the last capture's piecewise CUDA graphs (`Capturing num tokens
+    (num_tokens=N`, sglang#14476: the sizes are captured largest first; the last capture: its bars after the last
+    capture's end), None where it captured batch sizes."""
+    tl = ctx.timeline
+    ended = max((e.line for e in tl.kind("graph_end")), default=-1)
+    bars = [e for e in tl.kind("graph_progress") if e.line > ended]
+    if not bars or not isinstance(bars[-1].fields.get("num_tokens"), int):
+        return None
+    largest = max(int(n) for e in bars if isinstance(n := e.fields.get("num_tokens"), int))
+    return largest if largest >= 2 else None

@@ -7,7 +7,8 @@ leaves. Trigger: that line, and after it either a start-up traceback through the
 (`determine_num_available_blocks`, `profile_run`) before any GPU blocks line, or GPU blocks that hold fewer
 requests of the max model len than `--max-num-seqs` (`Maximum concurrency for L tokens per request: C x`, C below
 it; vllm#9630: 70.38 x for 128). Advice: `--max-num-seqs` the largest power of two at most C, or where start-up
-failed a quarter of the current (V0's default 256 where the log does not give it).
+failed (its error line cut, or naming memory) a quarter of the current (V0's default 256 where the log does not
+give it); nothing where that is not below the current.
 """
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ import re
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.messages import error_line
 from toolkit.diagnose.rules.context import Context
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's, on GPUs
 _THROUGH_PROFILE = re.compile(r"\bdetermine_num_available_blocks\b|\bprofile_run\b")
+_MEMORY_WORDS = re.compile(r"memory|\bOOM\b", re.I)
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -32,21 +35,28 @@ def check(ctx: Context) -> list[Finding]:
     current = seqs if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs > 0 else None
     blocks = [e for e in tl.kind("gpu_blocks") if e.source == at.source and e.line > at.line]
     failed = [e for e in tl.kind("exception") if e.source == at.source and e.line > at.line
-              and _THROUGH_PROFILE.search(e.text)]
+              and _THROUGH_PROFILE.search(e.text) and _about_memory(e.text)]
     if failed and not blocks:
         asked = current or DEFAULT_MAX_NUM_SEQS
-        return [_finding(ctx, [at, *failed[:1]], max(1, asked // 4), asked, current,
-                         "start-up failed in the profile run")]
+        if asked // 4 < 1:
+            return []
+        return [_finding(ctx, [at, *failed[:1]], asked // 4, asked, current, "start-up failed in the profile run")]
     held = [e for e in tl.kind("max_concurrency") if e.source == at.source and e.line > at.line
             and isinstance(e.fields.get("max_concurrency"), float)]
     if not held or current is None:
         return []
     fits = float(held[-1].fields["max_concurrency"])  # type: ignore[arg-type]
-    if fits >= current or fits < 1:
+    if fits >= current or fits < 2:  # NOTE: below 2 the largest power of two under it is 1: no smaller batch
         return []
     return [_finding(ctx, [at, held[-1]], 1 << (int(fits).bit_length() - 1), current, current,
                      f"the KV cache left holds {fits:g} requests of the max model len, fewer than the {current} it "
                      "may run")]
+
+
+def _about_memory(text: str) -> bool:
+    """Whether an exception's error line is cut (a traceback's tail not pasted) or names memory."""
+    said = error_line(text)
+    return said is None or _MEMORY_WORDS.search(said) is not None
 
 
 def _finding(ctx: Context, rows: list[Event], suggested: int, asked: int, current: int | None, what: str) -> Finding:

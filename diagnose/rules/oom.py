@@ -26,8 +26,9 @@
   size): where the log's max seq len is larger, or the traceback right after the blocks is that check
   (`initialize_cache`, `raise_if_cache_size_invalid`) with its error line cut, the same advice. Where vLLM's memory
   profile shows an activation peak of `PEAK_SHARE` of its budget or more, a shorter `--max-model-len` is the
-  alternative (vllm#13882). SGLang's start-up crash after weights that left at most `1 - WEIGHTS_FILL` of the GPU,
-  before any pool (sglang#485, its error line cut): a static fraction above what the weights leave, or more GPUs.
+  alternative (vllm#13882). SGLang's start-up crash (its error line cut, or naming memory) after weights that left
+  at most `1 - WEIGHTS_FILL` of the GPU and less than a known static fraction keeps back, before any pool
+  (sglang#485): a static fraction above what the weights leave, or more GPUs.
 """
 from __future__ import annotations
 
@@ -96,20 +97,34 @@ WEIGHTS_FILL = 0.88  # SGLang: weights taking more of the GPU than this leave le
 
 def _weights_fill(ctx: Context) -> tuple[list[Event], float, float] | None:
     """SGLang's start-up crash after weights that left less than `1 - WEIGHTS_FILL` of the GPU free, before any
-    KV pool (sglang#485: 5.59 of 78.81 GB left, its error line cut): (the weights' lines and the crash, the least
-    memory left on a rank, the memory before the weights)."""
+    KV pool (sglang#485: 5.59 of 78.81 GB left, its error line cut), where the static fraction (if the log gives
+    it) is below what the weights leave room for and the crash's error line is cut or names memory: (the weights'
+    lines and the crash, the least memory left on a rank, the memory before the weights)."""
     cfg, tl = ctx.config, ctx.timeline
     loaded = [e for e in tl.kind("load_end") if isinstance(e.fields.get("avail_mem"), float)]
     if cfg.vllm or not loaded or not cfg.gpu_mem_gb:
         return None
-    after = loaded[-1].line
-    if any(e.line > after for kind in ("kv_alloc", "pool", "pool_end", "decode", "prefill") for e in tl.kind(kind)):
+    source, after = loaded[-1].source, loaded[-1].line
+    if any(e.source == source and e.line > after
+           for kind in ("kv_alloc", "pool", "pool_end", "decode", "prefill") for e in tl.kind(kind)):
         return None
-    crash = [e for e in tl.kind("exception") if e.line > after][:1]
-    left = min(float(e.fields["avail_mem"]) for e in loaded)  # type: ignore[arg-type]
-    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb:
+    crash = [e for e in tl.kind("exception") if e.source == source and e.line > after][:1]
+    left = min(float(e.fields["avail_mem"]) for e in loaded if e.source == source)  # type: ignore[arg-type]
+    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb or not _about_memory(crash[0].text):
         return None
-    return loaded + crash, left, cfg.gpu_mem_gb
+    fraction = memory_fraction(cfg)[0]
+    if fraction is not None and fraction > 1 - left / cfg.gpu_mem_gb:
+        return None  # NOTE: its reserve fitted what the weights left: something else failed
+    return [e for e in loaded if e.source == source] + crash, left, cfg.gpu_mem_gb
+
+
+_MEMORY_WORDS = re.compile(r"memory|\bOOM\b", re.I)
+
+
+def _about_memory(text: str) -> bool:
+    """Whether an exception's error line is cut (a traceback's tail not pasted) or names memory."""
+    said = error_line(text)
+    return said is None or _MEMORY_WORDS.search(said) is not None
 
 
 def _no_pool_left(ctx: Context, rows: list[Event], left: float, before: float) -> Finding:

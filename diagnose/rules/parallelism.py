@@ -4,7 +4,8 @@ Trigger: `--tp-size` >= 2, `--dp-size` 1, and the whole model's weights (per-ran
 <= 50% of one GPU: replicas (data parallelism) avoid all-reduce per layer and usually give more throughput.
 Where the log gives no weights (a pasted launch command and a few stats lines, arena-hard-auto#81), the model's
 name may: a model of at most `SMALL_PARAMS_B` billion parameters (`qwen2.5-1.5B`: at most 2 bytes each, half of
-a 16 GB GPU at most) fits one GPU whatever it is; judged at low confidence.
+a 16 GB GPU at most) fits one GPU of 16 GB or more, and one the log sizes where they take at most half of it;
+judged at low confidence.
 """
 from __future__ import annotations
 
@@ -45,16 +46,18 @@ def check(ctx: Context) -> list[Finding]:
 
 def _small_by_name(ctx: Context) -> list[Finding]:
     cfg = ctx.config
-    name = cfg.model or ""
+    name = (cfg.model or "").rstrip("/")
     m = _PARAMS.search(name.rsplit("/", 1)[-1])
     if m is None or float(m.group(1)) > SMALL_PARAMS_B or not len(ctx.timeline.load()):
         return []
     params, tp = float(m.group(1)), cfg.tp_size
+    if cfg.gpu_mem_gb and 2 * params > FITS_FRACTION * cfg.gpu_mem_gb:
+        return []
     dp, tp_flag = flag(cfg, "dp"), flag(cfg, "tp")
     load = ctx.timeline.load()
     return [Finding(
         "parallelism.dp_over_tp", "info", "Model fits on one GPU: prefer data parallelism",
-        f"The model's name says {params:g}B parameters (at most {2 * params:g} GB in 16-bit weights: any GPU holds "
+        f"The model's name says {params:g}B parameters (at most {2 * params:g} GB in 16-bit weights: one GPU holds "
         f"it) but it runs with tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer all-reduce.",
         Evidence(len(load), None, None, tuple(int(x) for x in load.head(5)["line"].tolist()),
                  {"params_b": params, "tp_size": tp, "model": name}),

@@ -407,3 +407,62 @@ def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatc
         got = pd.read_csv(out, keep_default_na=False, na_values=[""])
     want = export_against_per_line(tmp_path, monkeypatch, path.read_text().splitlines(), 16 * 1024, True)[0]
     assert got.equals(want)
+
+
+TRACEBACK_TAIL = ['  File "/x/scheduler.py", line 10, in run', "    self.step()", "RuntimeError: CUDA error: out of memory"]
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+@pytest.mark.parametrize("plain_before", [0, 3, 250])
+def test_a_log_that_begins_inside_a_traceback_reads_as_the_per_line_parser_reads_it(tmp_path, monkeypatch, processes,
+                                                                                   plain_before: int) -> None:
+    """Its first frame opens a record (counted by its error line) wherever it falls in a range: after plain lines
+    the workers classify, past the lines a range sends for a record open at its start."""
+    lines = [f"[2025-11-11 04:06:27 TP0] some other line {i}" for i in range(plain_before)]
+    lines += TRACEBACK_TAIL + [f"[2025-11-11 04:06:28 TP0] another line {i}" for i in range(5)]
+    _same(tmp_path, monkeypatch, ("\n".join(lines) + "\n").encode(), chunk=4096, processes=processes)
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+@pytest.mark.parametrize("prefix", ["", "[2025-11-11 04:06:27 TP0] ", "2025-11-11T04:06:27.123Z stderr F ",
+                                    "(APIServer pid=1) INFO 11-11 04:06:27 [loader.py:12] "])
+def test_a_traceback_run_on_after_a_progress_bar_reads_as_the_per_line_parser_reads_it(tmp_path, monkeypatch,
+                                                                                       processes, prefix: str) -> None:
+    bar = prefix + "Loading safetensors checkpoint shards: 100% | 4/4 [00:01<00:00, 2.00it/s]Traceback (most recent call last):"
+    lines = [f"[2025-11-11 04:06:2{i} TP0] some other line" for i in range(3)] + [bar] + TRACEBACK_TAIL
+    _same(tmp_path, monkeypatch, ("\n".join(lines) + "\n").encode(), chunk=4096, processes=processes)
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_an_export_that_fails_mid_read_leaves_no_stash_and_no_scanners(tmp_path, monkeypatch, processes) -> None:
+    """The scanners (threads or worker processes) stop before the stash's directory goes, however the read ends
+    (here: an error after two chunks); the per-line events of a chunk are spilled to the stash, not kept."""
+    import threading
+
+    from toolkit.diagnose import reading
+    from toolkit.diagnose.export import EventStash, export_events
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 4000, mix="realistic")
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
+    read, seen = reading._read_chunk, []
+
+    def failing(chunk, first, parser, sink, tap):
+        seen.append(first)
+        if len(seen) > 2:
+            raise RuntimeError("interrupted")
+        return read(chunk, first, parser, sink, tap)
+
+    monkeypatch.setattr(reading, "_read_chunk", failing)
+    try:
+        export_events([path], tmp_path / "events.csv")
+    except RuntimeError:  # NOTE: checked while the error's traceback (and every frame in it) is alive
+        left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".toolkit-export")]
+        scanning = [t.name for t in threading.enumerate() if t.name.startswith("diagnose-scan")]
+    assert seen and not left and not scanning
+    monkeypatch.setattr(reading, "_read_chunk", read)
+    with EventStash(tmp_path / "events.csv") as stash:
+        analyze([path], tap=stash)
+        assert all(part.events is None or isinstance(part.events, str) for part in stash.parts)
+        assert any(part.events for part in stash.parts)

@@ -81,12 +81,12 @@ def test_sglang_0_1_rank_lines_give_the_memory_before_and_after_the_weights() ->
 
 # -- advice ----------------------------------------------------------------------------------------------------
 
-def _sglang_weights(left: float, *, pool: bool = False) -> list[str]:
+def _sglang_weights(left: float, *, pool: bool = False, error: str | None = None) -> list[str]:
     lines = ["[rank=0] Init torch begin. Avail mem=80.00 GB", f"[rank=0] Load weight end. Type=M. Avail mem={left} GB"]
     if pool:
         lines.append("[2024-05-27 22:30:05 TP0] Memory pool end. avail mem=2.00 GB")
     return [*lines, "Initialization failed. router_init_state: Traceback (most recent call last):", *FRAMES,
-            "RuntimeError: init failed"]
+            *([error] if error else [])]
 
 
 @pytest.mark.parametrize("left,fires", [(80 * (1 - WEIGHTS_FILL) - 0.1, True), (80 * (1 - WEIGHTS_FILL) + 0.1, False)])
@@ -100,6 +100,21 @@ def test_weights_that_leave_less_than_the_reserve_advise_a_higher_static_fractio
 
 def test_a_pool_made_after_the_weights_is_no_weights_failure() -> None:
     assert "oom.startup" not in _flags(analyze(lines=_sglang_weights(5.0, pool=True)))
+
+
+@pytest.mark.parametrize("error,fires", [(None, True), ("RuntimeError: Not enough memory. Please try to increase "
+                                                        "--mem-fraction-static.", True),
+                                         ("ImportError: cannot import name 'flash_attn_varlen_func'", False)])
+def test_only_a_crash_cut_before_its_error_or_naming_memory_is_put_on_the_weights(error: str | None,
+                                                                                  fires: bool) -> None:
+    assert ("oom.startup" in _flags(analyze(lines=_sglang_weights(5.0, error=error)))) is fires
+
+
+@pytest.mark.parametrize("fraction,fires", [(0.9, True), (0.95, False)])
+def test_a_static_fraction_whose_reserve_fits_what_is_left_is_not_blamed(fraction: float, fires: bool) -> None:
+    """5 of 80 GB left: a fraction of 0.9 keeps 8 GB back (more than is left); 0.95 keeps 4 GB (it fits)."""
+    args = f"[2024-05-27 22:30:00] server_args=ServerArgs(model_path='m', mem_fraction_static={fraction}, tp_size=1)"
+    assert ("oom.startup" in _flags(analyze(lines=[args, *_sglang_weights(5.0)]))) is fires
 
 
 def test_the_corpus_72b_on_four_gpus_gets_a_higher_static_fraction() -> None:
@@ -138,13 +153,16 @@ def test_a_multimodal_profile_that_leaves_fewer_requests_than_max_num_seqs(concu
     assert _flags(d).get("multimodal.profile", (None, None))[1] == suggested
 
 
-@pytest.mark.parametrize("seqs,suggested", [(None, "64"), (32, "8")])
-def test_a_multimodal_profile_run_that_fails_start_up_lowers_max_num_seqs(seqs: int | None, suggested: str) -> None:
+@pytest.mark.parametrize("seqs,suggested", [(None, "64"), (32, "8"), (4, "1"), (3, None)])
+def test_a_multimodal_profile_run_that_fails_start_up_lowers_max_num_seqs(seqs: int | None,
+                                                                          suggested: str | None) -> None:
     crash = ["[rank0]: Traceback (most recent call last):",
              '[rank0]:   File "/x/vllm/executor/gpu_executor.py", line 114, in determine_num_available_blocks',
              "[rank0]:     return self.driver_worker.determine_num_available_blocks()"]
-    assert _flags(analyze(lines=_mm(*crash, seqs=seqs)))["multimodal.profile"] == ("--max-num-seqs", suggested)
+    assert _flags(analyze(lines=_mm(*crash, seqs=seqs))).get("multimodal.profile", (None, None))[1] == suggested
     assert "multimodal.profile" not in _flags(analyze(lines=_mm(*crash[:1], seqs=seqs)))  # not through the profile
+    other = [*crash, "[rank0]: ValueError: the image processor expects 4 channels"]
+    assert "multimodal.profile" not in _flags(analyze(lines=_mm(*other, seqs=seqs)))  # no memory error
 
 
 def test_the_corpus_mllama_excerpts_lower_max_num_seqs() -> None:
@@ -213,7 +231,8 @@ def test_a_short_excerpt_with_graphs_off_at_a_small_batch_is_advised_at_low_conf
 
 
 @pytest.mark.parametrize("model,fires", [("qwen2.5-1.5B-wspo", True), ("Qwen2.5-4B", True), ("Qwen2.5-7B", False),
-                                         ("Mixtral-8x2B", False), ("model-v1.5b", False)])
+                                         ("Mixtral-8x2B", False), ("model-v1.5b", False),
+                                         ("/models/Qwen2.5-1.5B-Instruct/", True)])
 def test_a_small_model_by_its_name_split_over_tp_prefers_replicas(model: str, fires: bool) -> None:
     """arena-hard-auto#81: a 1.5B model at TP 2 with no weights line: its name says it fits any GPU (at most 4B
     parameters); an expert's or a version's number is no model size."""
@@ -222,3 +241,12 @@ def test_a_small_model_by_its_name_split_over_tp_prefers_replicas(model: str, fi
     assert (f is not None) is fires
     if fires:
         assert (f.suggested, f.confidence) == ("2 (with --tensor-parallel-size 1)", "low")
+
+
+def test_a_small_model_by_its_name_is_judged_against_a_gpu_the_log_sizes() -> None:
+    """A 4B model (at most 8 GB) on GPUs the memory profile says have 8 GiB: it does not fit half of one."""
+    profile = ("INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x "
+               "gpu_memory_utilization (0.90) = 7.20GiB")
+    lines = _eager([2, 1], model="Qwen/Qwen3-4B")
+    assert "parallelism.dp_over_tp" in _flags(analyze(lines=lines))
+    assert "parallelism.dp_over_tp" not in _flags(analyze(lines=[lines[0], profile, *lines[1:]]))
