@@ -2,7 +2,10 @@
 
 Trigger: `--chunked-prefill-size` C is in the log, at least MIN_PREFILLS prefill lines (steady ones when there are
 enough, else all), and in >= CUT_FRACTION of them the step was cut at the chunk (`#new-token` >= C) while the KV
-pool had room (token usage < ROOM). Each cut line leaves its last request's prompt to the next step, so prompts
+pool had room (token usage < ROOM). Where the log does not print C, the lines may: `CUTS_SEEN` or more steps with a
+queue of exactly one power of two of tokens (at least 64), one of them of several requests (a cut: prompts of that
+length would come one a step), read as cut at a chunk of that size (sglang#11648: 512 tokens a DP rank, the chunk
+divided over the ranks): info at low confidence, a chunk the log does not state. Each cut line leaves its last request's prompt to the next step, so prompts
 longer than C take several steps and everyone queued behind them waits.
 
 `prefill_chunk.tiny` (SGLang): a `--chunked-prefill-size` below `TINY_CHUNK` in the log (sglang#3713 ran with 64):
@@ -29,12 +32,17 @@ CUT_FRACTION = 0.5
 ROOM = 0.9
 MAX_CHUNK = 8192
 TINY_CHUNK = 512
+CUTS_SEEN = 3
+MIN_SEEN_CHUNK = 64
 
 
 def check(ctx: Context) -> list[Finding]:
     chunk = ctx.config.chunked_prefill_size
-    if ctx.config.vllm or not chunk or chunk <= 0:
+    if ctx.config.vllm:
         return []
+    if not chunk or chunk <= 0:
+        seen = _chunk_in_the_lines(ctx)
+        return _too_small(ctx, seen)[0] if seen else []
     found, why = _too_small(ctx, chunk)
     if found:
         return found
@@ -44,6 +52,21 @@ def check(ctx: Context) -> list[Finding]:
     if why is not None:
         ctx.cannot_judge(why)
     return []
+
+
+def _chunk_in_the_lines(ctx: Context) -> int | None:
+    """The chunk the prefill lines show where the log does not print it (the module's docstring), or None."""
+    prefill = ctx.timeline.series("prefill")
+    if not len(prefill) or "new_token" not in prefill or "new_seq" not in prefill or "queue_req" not in prefill:
+        return None
+    queued = prefill.where(prefill["queue_req"] > 0)
+    tokens = queued["new_token"]
+    whole = tokens[np.isfinite(tokens)].astype(np.int64)
+    sizes, counts = np.unique(whole[(whole >= MIN_SEEN_CHUNK) & ((whole & (whole - 1)) == 0)], return_counts=True)
+    for size in sizes[counts >= CUTS_SEEN][::-1].tolist():
+        if bool(((tokens == size) & (queued["new_seq"] >= 2)).any()):
+            return int(size)
+    return None
 
 
 def _too_small(ctx: Context, chunk: int) -> tuple[list[Finding], str | None]:
@@ -89,15 +112,16 @@ def _budget_along(ctx: Context, suggested: int) -> tuple[Change, ...]:
 
 def _finding(ctx: Context, chunk: int, suggested: int, cut, total: int, prompt: float, waiting: float) -> Finding:
     companions = _budget_along(ctx, suggested)
-    confidence = confidence_of(total, MIN_LINES)
+    seen = "" if ctx.config.chunked_prefill_size else " (read from the lines: the log does not print it)"
+    confidence = confidence_of(total, MIN_LINES) if not seen else "low"
     return Finding(
         "prefill_chunk.too_small", "info" if confidence == "low" else "warning", "The prefill chunk paces admission",
-        f"{len(cut)} of {total} prefill steps were cut at the chunk of {chunk} tokens with the KV pool below "
+        f"{len(cut)} of {total} prefill steps were cut at the chunk of {chunk} tokens{seen} with the KV pool below "
         f"{ROOM:.0%} used: prompts average about {prompt:.0f} tokens, so each takes several steps and the "
         f"{waiting - 1:.0f} queued behind the cut one (median) wait for them. {suggested} tokens holds those "
         "prompts in one step.",
         evidence(cut, total, chunk=chunk, mean_prompt_tokens=round(prompt, 1), median_waiting=waiting),
-        Change("prefill_budget", str(suggested), companions=companions), str(chunk),
+        Change("prefill_budget", str(suggested), companions=companions), str(chunk) if not seen else None,
         "Larger prefill steps make the decode steps that share them slower (higher ITL for running requests) and "
         "need more activation memory.", cut.ranks, confidence=confidence)
 

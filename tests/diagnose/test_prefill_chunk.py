@@ -131,3 +131,29 @@ def test_the_corpus_lora_server_with_a_64_token_chunk_is_advised() -> None:
     d = analyze([Path(__file__).parent / "real_logs" / "sglang" / "sglang-3713-lora-chunked-prefill-64.log"])
     (f,) = [f for f in d.findings if f.id == "prefill_chunk.tiny"]
     assert (f.suggested, f.evidence.facts["cut_lines"]) == ("2048", 2)
+
+
+def _unprinted(batches: list[tuple[int, int]], queue: int = 7) -> list[str]:
+    """Prefill lines of a PD prefill server with DP ranks (no start-up, no chunk printed): (#new-seq, #new-token)."""
+    return [f"[2025-10-15 14:44:3{i} DP{i} TP{i} EP{i}] Prefill batch. #new-seq: {seqs}, #new-token: {tokens}, "
+            f"#cached-token: 0, token usage: 0.01, #unbootstrapped-req: 0, #queue-req: {queue}, #transferring-req: 1, "
+            f"input throughput (token/s): 1367.19, " for i, (seqs, tokens) in enumerate(batches)]
+
+
+@pytest.mark.parametrize("batches,fires", [
+    ([(1, 512), (3, 512), (1, 512), (4, 331), (2, 512)], True),   # sglang#11648: four steps of 512, two of several
+    ([(1, 512), (3, 512), (4, 331), (2, 300), (1, 200)], False),  # two steps of 512: fewer than CUTS_SEEN
+    ([(1, 512), (1, 512), (1, 512), (4, 331), (1, 512)], False),  # one request a step: prompts of 512, maybe
+    ([(1, 500), (3, 500), (1, 500), (4, 331), (2, 500)], False),  # no power of two: no chunk
+])
+def test_a_chunk_the_lines_show_where_the_log_does_not_print_it(batches: list[tuple[int, int]], fires: bool) -> None:
+    from toolkit.diagnose.rules.prefill_chunk import CUTS_SEEN
+
+    assert CUTS_SEEN == 3
+    f = next((f for f in analyze(lines=_unprinted(batches)).findings if f.id == "prefill_chunk.too_small"), None)
+    assert (f is not None) is fires
+    if fires:
+        assert (f.flag, f.suggested, f.current, f.severity, f.confidence) == (
+            "--chunked-prefill-size", "4096", None, "info", "low")  # 8 waiting prompts of ~340 tokens
+        assert "read from the lines" in f.message
+    assert not any(f.id == "prefill_chunk.too_small" for f in analyze(lines=_unprinted(batches, queue=0)).findings)
