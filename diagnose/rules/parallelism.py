@@ -6,18 +6,31 @@ Where the log gives no weights (a pasted launch command and a few stats lines, a
 name may: a model of at most `SMALL_PARAMS_B` billion parameters (`qwen2.5-1.5B`: at most 2 bytes each, half of
 a 16 GB GPU at most) fits one GPU of 16 GB or more, and one the log sizes where they take at most half of it;
 judged at low confidence.
+
+`parallelism.tp_too_small`: the other way round: at TP 1, a model whose name says more parameters than one GPU
+holds in 16-bit weights (2 bytes each above the log's GPU memory, else above `LARGEST_GPU_GB`; not a quantized
+checkpoint's name) and a start-up that failed before its weights were loaded (downstream qwen3-vl#239: a 72B model
+at TP 1, 144 GB): the power of two of GPUs whose `USABLE_GB` each hold the weights.
 """
 from __future__ import annotations
 
+import math
 import re
 
-from toolkit.diagnose.findings import Evidence, Finding
+from toolkit.diagnose.findings import Evidence, Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.rules.context import Context
 
 FITS_FRACTION = 0.5
 SMALL_PARAMS_B = 4.0
+LARGEST_GPU_GB = 141.0  # H200's; a GPU the log does not size holds at most this
+USABLE_GB = 64.0  # of an 80 GB GPU, for weights beside the KV cache and activations
+# start-up lines printed once the weights are loaded (vLLM's, then SGLang's)
+_LOADED = ("weights_loaded", "memory_profile", "kv_memory", "kv_capacity", "gpu_blocks", "graph_captured",
+           "load_end", "kv_alloc", "pool", "pool_end", "graph_begin", "graph_progress", "graph_end")
+# a quantized checkpoint's name, or a model published quantized (gpt-oss: MXFP4 weights)
+_QUANTIZED = re.compile(r"awq|gptq|int[48]|fp8|fp4|[48]bit|gguf|bnb|w[48]a\d+|nf4|mxfp|gpt-oss", re.I)
 # a parameter count in a model's name (`Qwen2.5-1.5B`, `Qwen3-30B-A3B`: the first, the whole model's), not an
 # expert's (`8x7B`) or a version's
 _PARAMS = re.compile(r"(?<![\w.])(\d{1,4}(?:\.\d{1,2})?)[Bb](?![a-zA-Z0-9])")
@@ -26,6 +39,8 @@ _PARAMS = re.compile(r"(?<![\w.])(\d{1,4}(?:\.\d{1,2})?)[Bb](?![a-zA-Z0-9])")
 def check(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     tp, weights, gpu = cfg.tp_size, cfg.total_weight_gb, cfg.gpu_mem_gb
+    if tp == 1:
+        return _too_large_by_name(ctx)
     if tp < 2 or cfg.dp_size > 1:
         return []
     if weights is None:
@@ -44,13 +59,45 @@ def check(ctx: Context) -> list[Finding]:
         "Each replica has a smaller KV pool and a single request decodes slower than with TP.")]
 
 
+def _params_b(name: str) -> float | None:
+    """The billions of parameters a model's name says (its last path part), None where it says none."""
+    m = _PARAMS.search(name.rstrip("/").rsplit("/", 1)[-1])
+    return float(m.group(1)) if m is not None else None
+
+
+def _too_large_by_name(ctx: Context) -> list[Finding]:
+    cfg, tl = ctx.config, ctx.timeline
+    name = cfg.model or ""
+    params = _params_b(name)
+    gpu = cfg.gpu_mem_gb or LARGEST_GPU_GB
+    if params is None or 2 * params <= gpu or _QUANTIZED.search(name):
+        return []
+    if any(tl.kind(kind) for kind in _LOADED) or len(tl.load()):
+        return []  # NOTE: the weights loaded (a line printed after loading them): they fitted
+    crash = (tl.kind("exception") + tl.kind("oom"))[:1]
+    if not crash:
+        return []
+    gpus = 1 << max(1, math.ceil(math.log2(2 * params / USABLE_GB)))
+    tp_flag = flag(cfg, "tp")
+    return [Finding(
+        "parallelism.tp_too_small", "warning", "The model is larger than one GPU holds",
+        f"The model's name says {params:g}B parameters: {2 * params:g} GB in 16-bit weights, more than "
+        + (f"one GPU holds ({cfg.gpu_mem_gb:g} GB here)" if cfg.gpu_mem_gb else
+           f"any one GPU holds ({LARGEST_GPU_GB:g} GB at most)")
+        + f"; it ran with tp_size=1 and start-up failed before the weights were loaded. {tp_flag} {gpus} spreads "
+        f"them over {gpus} GPUs ({2 * params / gpus:.0f} GB each).",
+        evidence_events(crash, params_b=params, tp_size=1, model=name), Change("tp", str(gpus)), "1",
+        "More GPUs for one server; a quantized checkpoint (FP8, AWQ) instead halves or quarters the weights.",
+        confidence="medium")]
+
+
 def _small_by_name(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     name = (cfg.model or "").rstrip("/")
-    m = _PARAMS.search(name.rsplit("/", 1)[-1])
-    if m is None or float(m.group(1)) > SMALL_PARAMS_B or not len(ctx.timeline.load()):
+    params_b = _params_b(name)
+    if params_b is None or params_b > SMALL_PARAMS_B or not len(ctx.timeline.load()):
         return []
-    params, tp = float(m.group(1)), cfg.tp_size
+    params, tp = params_b, cfg.tp_size
     if cfg.gpu_mem_gb and 2 * params > FITS_FRACTION * cfg.gpu_mem_gb:
         return []
     dp, tp_flag = flag(cfg, "dp"), flag(cfg, "tp")
