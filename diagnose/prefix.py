@@ -34,13 +34,14 @@ import time
 from functools import lru_cache
 from typing import NamedTuple
 
-from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
+from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP, SOURCE_LEVEL,
                                                 SGLANG_STAMP_CUT, STERN, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR,
                                                 VLLM_LEVELS, VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS,
                                                 VLLM_PROCESS_BODY, VLLM_STAMP, YEAR, days_since_epoch, gpu_rank,
                                                 is_date, month_number, process_rank, rank_name, time_of_day, tp_rank)
 
 _SGLANG = re.compile(SGLANG_STAMP)
+_SOURCE_LEVEL = re.compile(SOURCE_LEVEL)
 _SGLANG_CUT = re.compile(SGLANG_STAMP_CUT)
 _VLLM_CUT = re.compile(VLLM_STAMP)  # at a line's start: vLLM's prefix pasted without its level
 _PID_FILE = re.compile(PID_FILE_LOGGING)
@@ -165,6 +166,8 @@ def _sglang(line: str) -> Prefix | None:
     rank = rank_name(m.group(8))
     if gpu is not None and gpu.group("gpu") is not None:
         start, rank = gpu.end(), rank or gpu_rank(gpu.group('gpu'))
+    elif (source := _SOURCE_LEVEL.match(line, start)) is not None:
+        start = source.end()
     return Prefix(time, rank, start, period)
 
 
@@ -219,7 +222,7 @@ def stamped_message_start(line: str) -> int | None:
     if m is None:
         return None
     start = m.end()
-    if line.startswith("[gpu", start) or _VLLM.match(line, start):
+    if line.startswith("[gpu", start) or _VLLM.match(line, start) or _SOURCE_LEVEL.match(line, start):
         return None
     y, mo, d = m.group(1, 2, 3)
     if mo is not None and _midnight(y, mo, d, None) is None:

@@ -36,7 +36,10 @@ FIRST_STAMP = "(?>" + _BEFORE_STAMP + ")(?>" + SGLANG_STAMP + ")"
 FIRST_STAMP_DATE = tuple(re.compile(_BEFORE_STAMP).groups + g for g in (1, 2, 3))
 # what can follow the first stamp when it is the whole prefix (`stamped_message_start`): no stamp, GPU tag or vLLM
 # prefix right after it
-PREFIXES_AFTER_STAMP = (SGLANG_STAMP, r"\[gpu", VLLM_PREFIX)
+# a logging config's source and level right after SGLang's stamp: `[2026-04-15 17:13:10][scheduler_metrics_mixin.py:424]
+# [INFO]: Prefill batch, ...` (sglang#22877)
+SOURCE_LEVEL = r"\[[\w./-]{1,200}:\d{1,7}\]\[" + VLLM_LEVELS + r"\]: ?"
+PREFIXES_AFTER_STAMP = (SGLANG_STAMP, r"\[gpu", VLLM_PREFIX, SOURCE_LEVEL)
 NOTHING_MORE = "".join(f"(?!{prefix})" for prefix in PREFIXES_AFTER_STAMP)
 # an SGLang fork's logger (antgroup/sglang): `2025-10-29 02:27:35 INFO 8900 [ DP15 TP15 EP15 file.py:222] `
 PID_FILE_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? " + VLLM_LEVELS

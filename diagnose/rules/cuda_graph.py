@@ -4,7 +4,9 @@
   their batches are larger than `cuda_graph_max_bs`, suggest raising it to cover the p90 batch (power of two,
   <= 1024) and lowering `--mem-fraction-static` by 0.02 per doubling to pay for the graphs. A short excerpt (too
   few steady lines) gets it when its lines split by batch (every step without a graph larger than every step
-  with one), at the confidence its lines carry.
+  with one), at the confidence its lines carry; or when at least `ALL_OFF_LINES` print False and none True, at
+  batches up to 256 (mineru#3470: 20 running; graphs off, or captured below the batch): the maximum that covers
+  the largest batch, or graphs on (`--disable-cuda-graph` off).
 - `cuda_graph.ceiling`: the lines do not say (older SGLang, vLLM), but the running batch sits above the
   captured maximum in >= 50% of steady load lines: those steps run eagerly. Suggest raising the maximum to
   cover the p90 batch (vLLM `--max-cudagraph-capture-size`, default 512).
@@ -85,6 +87,9 @@ def _not_used(ctx: Context, steady) -> list[Finding]:
         None, str(cgmb) if cgmb else None, None, off.ranks)]
 
 
+ALL_OFF_LINES = 3
+
+
 def _not_used_short(ctx: Context) -> list[Finding]:
     """A short excerpt (too few steady lines) whose `cuda graph:` lines split by batch: every step without a graph
     ran more requests than every step with one, so the capture's maximum lies between (sglang#13023: False at 46
@@ -94,6 +99,8 @@ def _not_used_short(ctx: Context) -> list[Finding]:
         return []
     printed = load.where(np.isfinite(load["cuda_graph"]) & np.isfinite(load["running_req"]))
     off, on = printed.where(printed["cuda_graph"] == 0), printed.where(printed["cuda_graph"] == 1)
+    if len(off) >= ALL_OFF_LINES and not len(on):
+        return _all_off(ctx, off)
     if not len(off) or not len(on):
         return []
     largest_on, smallest_off = float(np.max(on["running_req"])), float(np.min(off["running_req"]))
@@ -111,6 +118,25 @@ def _not_used_short(ctx: Context) -> list[Finding]:
         Change("graph_max_bs", str(target)), str(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
         "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks,
         confidence=confidence)]
+
+
+def _all_off(ctx: Context, off) -> list[Finding]:
+    """A short excerpt whose every line says `cuda graph: False` at batches up to DISABLED_MEDIAN_BS."""
+    largest = float(np.max(off["running_req"]))
+    if largest > DISABLED_MEDIAN_BS or largest < 1:
+        return []
+    cfg = ctx.config
+    target = pow2_at_least(largest, MAX_SUGGESTED_BS)
+    confidence = confidence_of(len(off), MIN_LINES)
+    return [Finding(
+        "cuda_graph.not_used", "info" if confidence == "low" else "warning", "Decode ran without CUDA graphs",
+        f"In a short excerpt, every one of the {len(off)} decode steps that say so ran without a CUDA graph, at "
+        f"batches up to {largest:.0f} requests: graphs are off, or captured only below these batches. Graphs "
+        "remove launch overhead.",
+        evidence(off, len(off), largest_without=largest), Change("graph_max_bs", str(target)),
+        str(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
+        "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks,
+        (Change("graphs_off", False),), confidence=confidence)]
 
 
 def _below_cap(ctx: Context) -> list[Finding]:

@@ -30,7 +30,7 @@ from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
 MIN_PREFILLS = 5
 CUT_FRACTION = 0.5
 ROOM = 0.9
-MAX_CHUNK = 8192
+MAX_CHUNK = 16384  # SGLang's own default chunk on its largest GPUs (mineru#3303: 8,192 a step with 60 queued)
 TINY_CHUNK = 512
 CUTS_SEEN = 3
 MIN_SEEN_CHUNK = 64

@@ -278,3 +278,30 @@ def test_a_model_larger_than_one_gpu_at_tp_1_that_fails_to_load(model: str, tp: 
     assert found[1] == suggested
     if suggested:
         assert found[0] == "--tensor-parallel-size"
+
+
+# -- held-out batch 15 ------------------------------------------------------------------------------------------
+
+def _off(running: list[int], graph: str = "False") -> list[str]:
+    return [f"[2025-08-10 10:00:0{i}] Decode batch. #running-req: {r}, #token: 9000, token usage: 0.05, cuda graph: "
+            f"{graph}, gen throughput (token/s): 300.00, #queue-req: 0" for i, r in enumerate(running)]
+
+
+@pytest.mark.parametrize("lines,suggested", [
+    (_off([20, 20, 19]), "32"),              # mineru#3470: every line off at 20 running
+    (_off([20, 20]), None),                  # two lines: too few to say
+    (_off([300, 300, 300]), None),           # above 256: graphs are not for such batches
+    (_off([20, 20, 19], graph="True"), None),
+])
+def test_a_short_excerpt_whose_every_line_ran_without_a_graph(lines: list[str], suggested: str | None) -> None:
+    f = next((f for f in analyze(lines=lines).findings if f.id == "cuda_graph.not_used"), None)
+    assert (f.suggested if f else None) == (None if suggested is None else f"{suggested} (or --disable-cuda-graph "
+                                                                             "remove (graphs on))")
+
+
+def test_a_logging_config_s_source_and_level_after_the_stamp_are_prefix() -> None:
+    """sglang#22877: `[time][file.py:N][LEVEL]: ` before the message."""
+    line = ("[2026-04-15 17:13:10][scheduler_metrics_mixin.py:424][INFO]: Prefill batch, #new-seq: 1, #new-token: 1, "
+            "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, #prealloc-req: 18, cuda graph: False")
+    (e,) = parse_lines([line])
+    assert (e.kind, e.text[:14], e.fields["new_seq"]) == ("prefill", "Prefill batch,", 1)
