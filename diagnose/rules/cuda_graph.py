@@ -106,37 +106,39 @@ def _not_used_short(ctx: Context) -> list[Finding]:
     largest_on, smallest_off = float(np.max(on["running_req"])), float(np.min(off["running_req"]))
     if smallest_off <= largest_on:
         return []
-    cfg = ctx.config
-    target = pow2_at_least(float(np.max(off["running_req"])), MAX_SUGGESTED_BS)
-    confidence = confidence_of(len(printed), MIN_LINES)
-    return [Finding(
-        "cuda_graph.not_used", "info" if confidence == "low" else "warning", "Decode ran without CUDA graphs",
+    return [_short_not_used(
+        ctx, off, len(printed),
         f"In a short excerpt, the {len(off)} decode steps without a graph ran {smallest_off:.0f} requests or more "
-        f"and the {len(on)} with one at most {largest_on:.0f}: graphs were captured up to a batch between them. "
-        "Graphs remove launch overhead.",
-        evidence(off, len(printed), largest_with_graph=largest_on, smallest_without=smallest_off),
-        Change("graph_max_bs", str(target)), str(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
-        "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks,
-        confidence=confidence)]
+        f"and the {len(on)} with one at most {largest_on:.0f}: graphs were captured up to a batch between them.",
+        {"largest_with_graph": largest_on, "smallest_without": smallest_off})]
 
 
 def _all_off(ctx: Context, off) -> list[Finding]:
-    """A short excerpt whose every line says `cuda graph: False` at batches up to DISABLED_MEDIAN_BS."""
+    """A short excerpt whose every line says `cuda graph: False` at batches up to DISABLED_MEDIAN_BS: graphs off,
+    or captured below them (so turning them on is the alternative)."""
     largest = float(np.max(off["running_req"]))
     if largest > DISABLED_MEDIAN_BS or largest < 1:
         return []
-    cfg = ctx.config
-    target = pow2_at_least(largest, MAX_SUGGESTED_BS)
-    confidence = confidence_of(len(off), MIN_LINES)
-    return [Finding(
-        "cuda_graph.not_used", "info" if confidence == "low" else "warning", "Decode ran without CUDA graphs",
+    return [_short_not_used(
+        ctx, off, len(off),
         f"In a short excerpt, every one of the {len(off)} decode steps that say so ran without a CUDA graph, at "
-        f"batches up to {largest:.0f} requests: graphs are off, or captured only below these batches. Graphs "
-        "remove launch overhead.",
-        evidence(off, len(off), largest_without=largest), Change("graph_max_bs", str(target)),
+        f"batches up to {largest:.0f} requests: graphs are off, or captured only below these batches.",
+        {"largest_without": largest}, (Change("graphs_off", False),))]
+
+
+def _short_not_used(ctx: Context, off, printed: int, what: str, facts: dict[str, float],
+                    alternatives: tuple[Change, ...] = ()) -> Finding:
+    """`cuda_graph.not_used` for a short excerpt: the maximum that covers its largest batch without a graph, at the
+    confidence its `printed` lines carry."""
+    cfg = ctx.config
+    target = pow2_at_least(float(np.max(off["running_req"])), MAX_SUGGESTED_BS)
+    confidence = confidence_of(printed, MIN_LINES)
+    return Finding(
+        "cuda_graph.not_used", "info" if confidence == "low" else "warning", "Decode ran without CUDA graphs",
+        f"{what} Graphs remove launch overhead.", evidence(off, printed, **facts), Change("graph_max_bs", str(target)),
         str(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
-        "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks,
-        (Change("graphs_off", False),), confidence=confidence)]
+        "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks, alternatives,
+        confidence=confidence)
 
 
 def _below_cap(ctx: Context) -> list[Finding]:
