@@ -130,6 +130,16 @@ def error_line(text: str) -> str | None:
     return found[-1] if found else None
 
 
+_MEMORY_WORDS = re.compile(r"memory|\bOOM\b", re.I)
+
+
+def cut_or_about_memory(text: str) -> bool:
+    """Whether an exception's error line is cut (a traceback's tail not pasted) or names memory: a start-up crash
+    a memory rule may explain."""
+    said = error_line(text)
+    return said is None or _MEMORY_WORDS.search(said) is not None
+
+
 def error_kinds(text: str) -> list[str]:
     """The error kinds (`_ERROR_KINDS`) named by the error lines of an exception's text."""
     found: list[str] = []

@@ -80,6 +80,11 @@ def pow2_at_least(n: float, cap: int) -> int:
     return int(min(cap, 2 ** int(np.ceil(np.log2(max(n, 1.0))))))
 
 
+def pow2_at_most(n: float) -> int:
+    """The largest power of two <= n (n >= 1)."""
+    return 1 << (int(n).bit_length() - 1)
+
+
 def first_load_after(ctx: Context, line: int, source: int) -> int | None:
     """The line of the first load line (decode, prefill or stats) of `source` after `line`: where the server ran
     again; None when it did not (in the log)."""

@@ -17,12 +17,11 @@ import re
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import error_line
-from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.messages import cut_or_about_memory
+from toolkit.diagnose.rules.context import Context, pow2_at_most
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's, on GPUs
 _THROUGH_PROFILE = re.compile(r"\bdetermine_num_available_blocks\b|\bprofile_run\b")
-_MEMORY_WORDS = re.compile(r"memory|\bOOM\b", re.I)
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -35,7 +34,7 @@ def check(ctx: Context) -> list[Finding]:
     current = seqs if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs > 0 else None
     blocks = [e for e in tl.kind("gpu_blocks") if e.source == at.source and e.line > at.line]
     failed = [e for e in tl.kind("exception") if e.source == at.source and e.line > at.line
-              and _THROUGH_PROFILE.search(e.text) and _about_memory(e.text)]
+              and _THROUGH_PROFILE.search(e.text) and cut_or_about_memory(e.text)]
     if failed and not blocks:
         asked = current or DEFAULT_MAX_NUM_SEQS
         if asked // 4 < 1:
@@ -48,15 +47,9 @@ def check(ctx: Context) -> list[Finding]:
     fits = float(held[-1].fields["max_concurrency"])  # type: ignore[arg-type]
     if fits >= current or fits < 2:  # NOTE: below 2 the largest power of two under it is 1: no smaller batch
         return []
-    return [_finding(ctx, [at, held[-1]], 1 << (int(fits).bit_length() - 1), current, current,
+    return [_finding(ctx, [at, held[-1]], pow2_at_most(fits), current, current,
                      f"the KV cache left holds {fits:g} requests of the max model len, fewer than the {current} it "
                      "may run")]
-
-
-def _about_memory(text: str) -> bool:
-    """Whether an exception's error line is cut (a traceback's tail not pasted) or names memory."""
-    said = error_line(text)
-    return said is None or _MEMORY_WORDS.search(said) is not None
 
 
 def _finding(ctx: Context, rows: list[Event], suggested: int, asked: int, current: int | None, what: str) -> Finding:

@@ -41,7 +41,7 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import error_line
+from toolkit.diagnose.messages import cut_or_about_memory, error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 
@@ -110,21 +110,13 @@ def _weights_fill(ctx: Context) -> tuple[list[Event], float, float] | None:
         return None
     crash = [e for e in tl.kind("exception") if e.source == source and e.line > after][:1]
     left = min(float(e.fields["avail_mem"]) for e in loaded if e.source == source)  # type: ignore[arg-type]
-    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb or not _about_memory(crash[0].text):
+    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb or not cut_or_about_memory(crash[0].text):
         return None
     fraction = memory_fraction(cfg)[0]
     if fraction is not None and fraction > 1 - left / cfg.gpu_mem_gb:
         return None  # NOTE: its reserve fitted what the weights left: something else failed
     return [e for e in loaded if e.source == source] + crash, left, cfg.gpu_mem_gb
 
-
-_MEMORY_WORDS = re.compile(r"memory|\bOOM\b", re.I)
-
-
-def _about_memory(text: str) -> bool:
-    """Whether an exception's error line is cut (a traceback's tail not pasted) or names memory."""
-    said = error_line(text)
-    return said is None or _MEMORY_WORDS.search(said) is not None
 
 
 def _no_pool_left(ctx: Context, rows: list[Event], left: float, before: float) -> Finding:

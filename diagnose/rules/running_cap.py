@@ -18,7 +18,7 @@ import numpy as np
 from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import MIN_LINES, Context
+from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_most
 
 PINNED = 0.98
 PINNED_FRACTION = 0.5
@@ -102,7 +102,7 @@ def _tiny(ctx: Context, cap: int) -> list[Finding]:
     if cfg.vllm or cap > TINY_CAP or not pool or not context or pool < ROOM_FACTOR * cap * context:
         return []
     held = pool // context
-    suggested = 1 << (held.bit_length() - 1)
+    suggested = pow2_at_most(held)
     name = flag(cfg, "running_cap")
     return [Finding(
         "running_cap.tiny", "info", f"At most {cap} request{'s' if cap > 1 else ''} may run at once",
