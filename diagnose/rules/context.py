@@ -80,6 +80,12 @@ def pow2_at_least(n: float, cap: int) -> int:
     return int(min(cap, 2 ** int(np.ceil(np.log2(max(n, 1.0))))))
 
 
+def power_of_two(values: np.ndarray) -> np.ndarray:
+    """Which values are a power of two (whole and positive): prefill batches cut at a chunk are so sized."""
+    whole = values.astype(np.int64)
+    return (whole == values) & (whole > 0) & ((whole & (whole - 1)) == 0)
+
+
 def pow2_at_most(n: float) -> int:
     """The largest power of two <= n (n >= 1)."""
     return 1 << (int(n).bit_length() - 1)

@@ -23,7 +23,7 @@ import numpy as np
 from toolkit.diagnose.eras import default_max_prefill_tokens
 from toolkit.diagnose.findings import Finding, confidence_of, evidence
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
+from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, power_of_two
 from toolkit.diagnose.series import Rows
 
 ROOM = 0.9
@@ -65,17 +65,13 @@ def _ended_by_budget(rows: Rows, budget: int, chunk: int | None, cap: int | None
         below &= tokens < chunk
         full &= chunk > budget
     else:
-        below &= ~_power_of_two(tokens)  # NOTE: read as cut at a chunk the log does not print (chunks are so sized)
+        below &= ~power_of_two(tokens)  # NOTE: read as cut at a chunk the log does not print (chunks are so sized)
     ended = (seqs >= MIN_SEQS) & (below | full)
     if cap and "running_req" in rows:
         running = rows["running_req"]  # NOTE: NaN on a line that does not print it (a PD prefill server's)
         ended &= np.isnan(running) | (running + seqs < cap)
     return ended
 
-
-def _power_of_two(values: np.ndarray) -> np.ndarray:
-    whole = values.astype(np.int64)
-    return (whole == values) & (whole > 0) & ((whole & (whole - 1)) == 0)
 
 
 def _finding(ctx: Context, budget: int, capped: Rows, waiting: int) -> Finding:

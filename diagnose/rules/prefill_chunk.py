@@ -25,7 +25,7 @@ import numpy as np
 from toolkit.diagnose.findings import MAX_LINES as MAX_EVIDENCE_LINES, Evidence, Finding, confidence_of, evidence
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
+from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, power_of_two
 
 MIN_PREFILLS = 5
 CUT_FRACTION = 0.5
@@ -61,8 +61,7 @@ def _chunk_in_the_lines(ctx: Context) -> int | None:
         return None
     queued = prefill.where(prefill["queue_req"] > 0)
     tokens = queued["new_token"]
-    whole = tokens[np.isfinite(tokens)].astype(np.int64)
-    sizes, counts = np.unique(whole[(whole >= MIN_SEEN_CHUNK) & ((whole & (whole - 1)) == 0)], return_counts=True)
+    sizes, counts = np.unique(tokens[power_of_two(tokens) & (tokens >= MIN_SEEN_CHUNK)], return_counts=True)
     for size in sizes[counts >= CUTS_SEEN][::-1].tolist():
         if bool(((tokens == size) & (queued["new_seq"] >= 2)).any()):
             return int(size)
