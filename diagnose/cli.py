@@ -116,7 +116,8 @@ def diagnose(
 
 def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_on: str | None,
          metrics: str | None, bench: str | None, html: str | None) -> None:
-    from toolkit.diagnose.fastpath.ahead import keep_freed_memory, range_workers
+    from toolkit.diagnose.fastpath.ahead import range_workers
+    from toolkit.runtime.host_memory import keep_freed_memory
 
     keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
     # NOTE: the workers start reading the first log (and stashing its hot lines for `--export`) while the analysis

@@ -15,9 +15,12 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console  # imported where used: `toolkit` imports this module for every command
 
 QUESTIONS = (
     "What is the capital of France?", "Name three primary colors.", "What is 7 times 8?",
@@ -121,6 +124,8 @@ class DemoFailed(RuntimeError):
 
 def run_demo(settings: DemoSettings, console: Console | None = None) -> Path | None:
     """Runs the story; returns the tune page's path. No server outlives this call."""
+    from rich.console import Console
+
     from toolkit.tune.session import run_tune
 
     console = console or Console()
@@ -158,6 +163,8 @@ def demo(
     device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu or cuda."),
 ) -> None:
     """Tune the embedded model's server from a mistuned start and show the gain, step by step."""
+    from rich.console import Console
+
     console = Console()
     try:
         load = (num_prompts, repeats) if num_prompts and repeats else default_load(device)
