@@ -12,6 +12,7 @@ import functools
 import math
 import re
 import shlex
+from collections.abc import Iterable
 from typing import Union
 
 from toolkit.diagnose.log_format.batch import BINDING_USAGE, LABELS, MIXED, USAGES
@@ -344,12 +345,18 @@ def _stats(text: str) -> dict[str, Value]:
         out["engines" if tag.aggregated else "engine"] = tag.number
         text = text[tag.end:]
     out.update(pairs(text))
-    devices = {found.group(1): key for key in out if (found := _KV_USAGE.match(key))}
-    pool = devices.get("gpu") or next((key for dev, key in devices.items() if dev != "cpu"), None) \
-        or devices.get("cpu")
+    pool = pool_usage_field(out)
     if pool is not None:
         out["token_usage"] = out[pool]
     return out
+
+
+def pool_usage_field(names: Iterable[str]) -> str | None:
+    """Which of a stats line's fields is the usage of its KV pool (read as `token_usage`): a GPU's, else another
+    device's than the CPU, else the CPU's; None where the line prints none."""
+    devices = {found.group(1): name for name in names if (found := _KV_USAGE.match(name))}
+    return devices.get("gpu") or next((name for dev, name in devices.items() if dev != "cpu"), None) \
+        or devices.get("cpu")
 
 
 def _after_label(text: str) -> dict[str, Value]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
+import numpy as np
+
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import ACCEPT_LENGTH, QUEUE
 from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
@@ -149,19 +151,34 @@ class LineParser:
                                                                                   "Running" not in text):
             self.stats.note_unread(no, line)
             return None
-        rank = _engine_rank(text, prefix.rank) if kind == "stats" else prefix.rank
+        rank = stats_rank(text, prefix.rank) if kind == "stats" else prefix.rank
         return Event(kind, no, time, rank, text, self.source)
 
     def _clock(self, prefix: Prefix) -> float | None:
         """The prefix's time, with the wraps of a clock without a date (or year) added."""
         if prefix.time is None or prefix.period is None:
             return prefix.time
-        t = prefix.time + self._wraps
-        if self._last is not None and t < self._last - prefix.period / 2:
-            self._wraps += prefix.period
-            t += prefix.period
+        return self._wrapped(prefix.time, prefix.period)
+
+    def _wrapped(self, time: float, period: float) -> float:
+        t = time + self._wraps
+        if self._last is not None and t < self._last - period / 2:
+            self._wraps += period
+            t += period
         self._last = t
         return t
+
+    def on_clock(self, times: np.ndarray, period: float) -> np.ndarray:
+        """The times of lines read elsewhere (in line order, all after the lines fed so far, on a clock of
+        `period`), with the wraps `feed` would add reading them, added (and noted for the lines after)."""
+        if not len(times):
+            return times
+        moved = times + self._wraps
+        before = np.concatenate(([self._last if self._last is not None else -np.inf], moved[:-1]))
+        if (moved >= before - period / 2).all():
+            self._last = float(moved[-1])
+            return moved
+        return np.array([self._wrapped(t, period) for t in times.tolist()])
 
     def _continues(self, record: PendingRecord, line: str) -> bool:
         if record.headless and error_line(record.parts[-1]) is not None:
@@ -321,7 +338,7 @@ def _readable_batch(kind: str, text: str) -> bool:
     return counted and ": " in text
 
 
-def _engine_rank(text: str, rank: str) -> str:
+def stats_rank(text: str, rank: str) -> str:
     """vLLM's stats line names its engine (a DP rank): `Engine 001:` -> `DP1`; aggregated lines -> `DP*`."""
     tag = engine_tag(text)
     if tag is None or "DP" in rank:

@@ -171,11 +171,17 @@ def _sglang(line: str) -> Prefix | None:
     return Prefix(time, rank, start, period)
 
 
+def vllm_clock(month: str, day: str, hour: str, minute: str, second: str,
+               fraction: str | None) -> tuple[float, float | None] | None:
+    """(seconds, period) of vLLM's year-less `MM-DD HH:MM:SS(.ffffff)`, None where `MM-DD` is no calendar date."""
+    return _clock(None, month, day, hour, minute, second, fraction, VLLM_DEFAULT_YEAR)
+
+
 def _vllm(line: str) -> Prefix | None:
     m = _VLLM.search(line) if _VLLM_CLOCK.search(line) is not None else None
     if m is None or not _unquoted(line[: m.start()]):
         return None
-    clock = _clock(None, *m.group(*VLLM_CLOCK_GROUPS), VLLM_DEFAULT_YEAR)
+    clock = vllm_clock(*m.group(*VLLM_CLOCK_GROUPS))
     time, period = clock if clock is not None else (None, None)
     return Prefix(time, process_rank(m.group(1) or ""), m.end(), period, vllm=True)
 
@@ -246,7 +252,7 @@ def read_prefix(line: str) -> Prefix:
         return _on_clock(_clock(*cut.groups()[:7]), rank_name(cut.group(8)), cut.end())
     cut = _VLLM_CUT.match(line)
     if cut is not None:  # NOTE: `11-21 00:12:08 llm_engine.py:624] Avg prompt ...`: the paste began after the level
-        return _on_clock(_clock(None, *cut.groups(), VLLM_DEFAULT_YEAR), "", cut.end(), vllm=True)
+        return _on_clock(vllm_clock(*cut.groups()), "", cut.end(), vllm=True)
     fork = _PID_FILE.match(line)
     if fork is not None:
         return _on_clock(_clock(*fork.groups()[:7]), rank_name(fork.group(8)), fork.end())

@@ -21,6 +21,7 @@ from toolkit.diagnose.fastpath.ahead import (Job, LineTooLong, ReadChunk, runs, 
                                               scanned_ranges, use_processes)
 from toolkit.diagnose.lines import LineParser, ParseStats
 from toolkit.diagnose.log_format.messages import BATCH_KINDS
+from toolkit.diagnose.log_format.prefix import YEAR
 from toolkit.diagnose.prefix import read_prefix, window_on_clock
 from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.source import Chunk, LineReader, cleaned, decode_lines, open_log
@@ -197,6 +198,7 @@ def read_chunk_lines(parser: LineParser, chunk: ReadChunk, first: int) -> tuple[
     plain_before = None if chunk.plain is None else np.concatenate(([0], np.cumsum(chunk.plain))).tolist()
     events: list[Event] = []
     routed: list[int] = []
+    clock = _StatsClock(chunk, parser)
     for begin, end, is_loud in runs(loud):
         if is_loud:
             events += parser.feed(chunk.texts(begin, end), first + begin)
@@ -209,6 +211,7 @@ def read_chunk_lines(parser: LineParser, chunk: ReadChunk, first: int) -> tuple[
             at += 1
         if at == end:
             continue
+        clock.read(at, end)
         skipped = plain_before[end] - plain_before[at] if plain_before is not None else 0
         if skipped:
             parser.skip_plain(skipped, first + end - 1)
@@ -216,6 +219,26 @@ def read_chunk_lines(parser: LineParser, chunk: ReadChunk, first: int) -> tuple[
         if not parser.begun and skipped < end - at:
             parser.begun = True  # NOTE: the run holds a hot line: an event, read here as the parser would
     return events, routed
+
+
+class _StatsClock:
+    """The hot stats lines' times on the per-line parser's clock: each run of them gets the wraps `feed` would
+    add, in line order with the lines it reads (a year-less clock wraps at the new year)."""
+
+    def __init__(self, chunk: ReadChunk, parser: LineParser) -> None:
+        self.parser = parser
+        self.columns = (chunk.columns or {}).get("stats")
+        if self.columns is not None:
+            self.line, self.time = self.columns["line"], self.columns["time"].copy()
+            self.columns["time"] = self.time
+
+    def read(self, begin: int, end: int) -> None:
+        """Put the hot stats lines in [begin, end) on the clock."""
+        if self.columns is None:
+            return
+        a, b = np.searchsorted(self.line, (begin, end)).tolist()
+        if a < b:
+            self.time[a:b] = self.parser.on_clock(self.time[a:b], YEAR)
 
 
 def _hot_columns(chunk: ReadChunk, first: int, parser: LineParser, builder: BatchTableBuilder,
@@ -235,6 +258,8 @@ def _hot_columns(chunk: ReadChunk, first: int, parser: LineParser, builder: Batc
             keep = np.flatnonzero(~mine)
             line = line[keep]
         stats.kinds[kind] += len(line)
+        if kind == "stats":
+            stats.vllm_events += len(line)  # NOTE: each behind vLLM's own prefix (`fastpath.stats`)
         if not len(line):
             continue
         columns = {"source": np.full(len(line), parser.source, np.int16), "line": line + first}

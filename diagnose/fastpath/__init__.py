@@ -1,5 +1,6 @@
 """The fast path: the common lines of a chunk (decode, prefill and HTTP access lines in the layout SGLang's
-logger writes since 0.3.6, also behind a collector's prefix) classified and read in vectorized numpy operations;
+logger writes since 0.3.6, also behind a collector's prefix; vLLM's stats lines) classified and read in vectorized
+numpy operations (the stats lines, a few in a chunk, one pattern match each);
 every other line goes to the per-line parser (`diagnose.lines`), in order.
 
 Results equal the per-line parser: for every line it reads, the kind, line number, time, rank and fields are
@@ -18,6 +19,7 @@ equal chunks scanned one by one).
 - `scan`: which lines are hot (matched against a chunk's few layouts), their kind, time and rank;
 - `fields`: the `key: value` pieces of hot decode and prefill lines, walked in groups of one key sequence;
 - `access`: the fields of hot access lines (for `--export`);
+- `stats`: vLLM's stats lines in their common form, read one pattern match each;
 - `plain`: which slow lines are plain, told from their bytes where they are the commonest plain lines;
 - `ahead`: chunks scanned on worker threads, or byte ranges of a large file in worker processes, while the
   caller consumes earlier ones.

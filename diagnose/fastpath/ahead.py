@@ -14,9 +14,6 @@ parser (hot access lines whose fields it cannot read) are slow for the caller to
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import multiprocessing
 import os
 from collections import deque
@@ -33,23 +30,10 @@ from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
 from toolkit.diagnose.fastpath.plain import stamped_plain, surely_plain, vllm_plain
 from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
 from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_line, decode_lines
+from toolkit.runtime.host_memory import keep_freed_memory  # torch-free
 
 WORKERS = min(2, os.cpu_count() or 1)
 PROCESS_MIN_BYTES = 32 << 20  # smaller files are not worth starting processes for
-KEEP_BYTES = 1 << 30
-
-
-@functools.lru_cache(maxsize=1)
-def keep_freed_memory() -> bool:
-    """Keep freed blocks below KEEP_BYTES in the process heap (glibc's mallopt; False elsewhere): every chunk
-    allocates arrays of the same sizes, and with glibc's defaults each one above 128 KB is a fresh mapping whose
-    pages fault in again. The heap then keeps its peak size, which is what the process peaks at anyway."""
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(-3, KEEP_BYTES)) and bool(mallopt(-1, KEEP_BYTES))  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
-
 
 Columns = dict[str, dict[str, np.ndarray]]  # hot batch lines by kind (`BatchLines.by_kind`)
 
@@ -115,12 +99,16 @@ def _view(chunk: Chunk, scanned: ScannedChunk, job: Job | None = None) -> ReadCh
 
     result = job(chunk, scanned) if job is not None else JobResult(None)
     slow, access = scanned.slow, scanned.access
+    columns, ranks = scanned.columns()
     if result.slow is not None:
-        # NOTE: a job leaves only hot access lines to the per-line parser: they count as its lines, not hot ones
-        access -= int(np.count_nonzero(result.slow & ~slow))
+        # NOTE: a job leaves hot access lines and the stats lines to the per-line parser: they count as its lines
+        stats = len(scanned.stats.index)
+        assert result.slow[scanned.stats.index].all(), "a job's rows have no time on the log's clock"
+        access -= int(np.count_nonzero(result.slow & ~slow)) - stats
         slow = result.slow
-    return ReadChunk(scanned.lines, slow, scanned.batch.by_kind(), scanned.batch.ranks, access, chunk.cut, texts,
-                     result.payload, scanned.access_lines.untimed)
+        columns.pop("stats", None)
+    return ReadChunk(scanned.lines, slow, columns, ranks, access, chunk.cut, texts, result.payload,
+                     scanned.access_lines.untimed)
 
 
 def _scan(chunk: Chunk, job: Job | None) -> ReadChunk:

@@ -4,8 +4,9 @@ A hot line starts `[YYYY-mm-dd HH:MM:SS(.fff)( TAGn)*] ` (SGLang's logger since 
 directly or after an outer prefix (docker compose, CRI, Ray, journald: `outer`, read past before anything else),
 and its message is a decode or prefill line whose pieces the field reader reads completely, or an HTTP access
 line (counted only: the analysis keeps no access events), also vLLM's API server's access line after its process
-prefix alone (no time). Every other line (any other prefix, era, kind, garbled, non-ASCII or with CR, escape
-codes or pasted colour codes) is `slow`: the per-line parser reads it, in order.
+prefix alone (no time); or vLLM's stats line in its common form (`fastpath.stats`). Every other line (any other
+prefix, era, kind, garbled, non-ASCII or with CR, escape codes or pasted colour codes) is `slow`: the per-line
+parser reads it, in order.
 
 Each line's first `HEAD` bytes and the `LABEL` bytes at its `]` are gathered once, as rows of 64-bit words, and
 read at fixed offsets. What a chunk repeats is worked out once per distinct value: a rank tag per distinct tag
@@ -21,6 +22,7 @@ import numpy as np
 
 from toolkit.diagnose.fastpath.fields import read_pieces
 from toolkit.diagnose.fastpath.outer import BEFORE_ACCESS, outer_lengths
+from toolkit.diagnose.fastpath.stats import StatsLines, stats_lines
 from toolkit.diagnose.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather,
                                              is_literal, parse_digits, two_digits, window, word_at)
 from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, PREFILL_LABEL
@@ -112,7 +114,8 @@ class StampedLines:
 @dataclass(slots=True)
 class ScannedChunk:
     """A chunk's `lines` line bounds, which are `slow`, its hot batch lines, its hot access lines (only
-    counted by the analysis; `--export` reads their fields), and the slow lines behind a whole SGLang stamp."""
+    counted by the analysis; `--export` reads their fields), the slow lines behind a whole SGLang stamp, and
+    vLLM's stats lines (hot: read by `fastpath.stats`)."""
 
     starts: np.ndarray
     ends: np.ndarray
@@ -120,6 +123,18 @@ class ScannedChunk:
     batch: BatchLines
     access_lines: AccessLines
     stamped: StampedLines
+    stats: StatsLines
+
+    def columns(self) -> tuple[dict[str, dict[str, np.ndarray]], list[str]]:
+        """The hot batch and stats lines as table columns by kind (`BatchLines.by_kind`; stats lines as kind
+        "stats", their time before the clock's wraps), and the rank names their codes index."""
+        columns, ranks = self.batch.by_kind(), self.batch.ranks
+        stats = self.stats
+        if len(stats.index):
+            ranks = ranks + [name for name in stats.ranks if name not in ranks]
+            codes = np.array([ranks.index(name) for name in stats.ranks], np.int16)
+            columns["stats"] = {"line": stats.index, "time": stats.time, "rank": codes[stats.rank], **stats.fields}
+        return columns, ranks
 
     @property
     def access(self) -> int:
@@ -172,7 +187,10 @@ def scan_chunk(data: bytearray, size: int) -> ScannedChunk:
     if len(timeless):
         slow[timeless] = False
         access_lines = _with_timeless(access_lines, timeless, client, layout.ranks)
-    return ScannedChunk(starts, ends, slow, lines, access_lines, _stamped(whole_rows, whole_message, whole_head, slow))
+    stats = stats_lines(data, size, starts, ends, slow & candidate)
+    slow[stats.index] = False
+    return ScannedChunk(starts, ends, slow, lines, access_lines, _stamped(whole_rows, whole_message, whole_head, slow),
+                        stats)
 
 
 def _stamped(rows: np.ndarray, message: np.ndarray, head: np.ndarray, slow: np.ndarray) -> StampedLines:

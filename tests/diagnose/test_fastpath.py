@@ -29,7 +29,22 @@ STAMPS = ["[2025-11-11 04:06:27] ", "[2025-11-11 04:06:27 TP3] ", "[2025-11-11 0
           "sglang-1  | [2025-11-11 04:06:27 TP0] ", "[12:34:56 TP0] ", "[0000-01-01 00:00:00] ", "",
           "[2025-11-11 04:06:27]", "(APIServer pid=1) INFO 11-11 04:06:27 [loggers.py:335] ",
           "[2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] ", "> ERROR 04-05 01:12:55 [core.py:390] ",
-          "[rank0]: ", "2024-04-27 10:13:05 | ERROR | stderr | ", "**"]
+          "[rank0]: ", "2024-04-27 10:13:05 | ERROR | stderr | ", "**",
+          "(EngineCore_DP1 pid=77) INFO 02-29 23:59:59.123 [loggers.py:335] ", "INFO 12-31 23:59:59 metrics.py:345] ",
+          "(APIServer pid=1) INFO 02-30 04:06:27 [loggers.py:335] ", '("x pid=1) INFO 11-11 04:06:27 [loggers.py:335] ']
+# vLLM's stats lines: V1 and V0 forms, data-parallel engines, other devices, and pieces the fast path leaves
+STATS_BODIES = [
+    "Engine 000: Avg prompt throughput: 10784.6 tokens/s, Avg generation throughput: 1064.7 tokens/s, Running: 25 "
+    "reqs, Waiting: 0 reqs, GPU KV cache usage: 79.7%, Prefix cache hit rate: 9.8%",
+    "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 12.5 tokens/s, Running: 3 reqs, Swapped: 0 "
+    "reqs, Pending: 7 reqs, GPU KV cache usage: 99.1%, CPU KV cache usage: 0.0%.",
+    "4 Engines Aggregated: Avg prompt throughput: 1.0 tokens/s, Running: 8 reqs, Waiting: 2 reqs, GPU KV cache usage: 12%",
+    "Avg prompt throughput: 1 tokens/s, Running: 2 reqs, XPU KV cache usage: 5.0%, CPU KV cache usage: 1.0%, Running: 3",
+    "Engine 001: Avg prompt throughput: 1.0 tokens/s, Running: 1234567890123456 reqs, GPU KV cache usage: 1e-05%",
+    "Avg prompt throughput: 1.0 tokens/s, Mode: fast",
+    "Avg prompt throughput: 1.0 tokens/s, Running: 1 reqs, ",
+    "Avg prompt throughput: 1.0 tokens/s. Running: 1 reqs",
+]
 BODIES = [
     lf.decode("0.4.9", running=233, token=370959, usage=0.82, throughput=4594.01, queue=317),
     lf.decode("0.5.5", running=3, token=9, usage=0.0, throughput=1.0, queue=0, it=51341),
@@ -55,6 +70,7 @@ BODIES = [
     "input throughput (token/s): 178.18, est. prefill TFLOPS/s (per GPU): 9.90, fwd occupancy: nan%",
     "Prefill batch. #new-seq: 1, #new-token: 1024, #cached-token: 0, token usage: 0.00, #unbootstrapped-req: 0, "
     "#queue-req: 3, #transferring-req: 2, input throughput (token/s): 1234.50, ",
+    *STATS_BODIES,
     lf.retract("0.4.9", k=1, old=0.5, new=1.0),
     "Scheduler hit an exception: Traceback (most recent call last):",
     '  File "scheduler.py", line 10, in run',
@@ -108,7 +124,7 @@ def _same(tmp_path, monkeypatch, data: bytes, chunk: int = 8 << 20, max_line: in
     want, want_stats = _read(tmp_path, monkeypatch, data, chunk, max_line, fast=False)
     assert _table_rows(got) == _table_rows(want)
     assert got.events == want.events
-    for name in ("lines", "other", "unread", "kinds", "unread_examples"):
+    for name in ("lines", "other", "unread", "kinds", "unread_examples", "vllm_events"):
         assert getattr(got_stats, name) == getattr(want_stats, name), name
 
 
