@@ -1,7 +1,10 @@
 """The `toolkit` command: the composition root that wires each part's CLI into one typer app."""
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 import typer
 
@@ -58,8 +61,32 @@ for _name, _command, _settings in _COMMANDS:
 use_html_writer(diagnosis_html)
 
 
+# NOTE: commands that leave nothing to tear down when they return (every file they write closed, no thread or
+# child process left) end the process at once, without the interpreter's teardown: ~40 ms of freeing a few hundred
+# modules and the tables, 4% of `toolkit diagnose` on a 1M-line log.
+_ENDS_WITHOUT_TEARDOWN = frozenset({"diagnose"})
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        if sys.argv[1:2] and sys.argv[1] in _ENDS_WITHOUT_TEARDOWN:
+            _exit_now(done.code)
+        raise
+
+
+def _exit_now(code: object) -> NoReturn:
+    """`sys.exit(code)`'s status (a message printed), with the output flushed, and no teardown."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # NOTE: a reader that went away (`| head`): what the interpreter's own exit would ignore too
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":

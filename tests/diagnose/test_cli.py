@@ -151,3 +151,29 @@ def test_script_tags_and_control_characters_are_reported_as_text(tmp_path) -> No
     crash = next(f for f in doc["findings"] if f["id"] == "crash.exception")
     assert "<script>alert('x')</script>" in crash["message"]
     assert "<script>alert(1)</script>" in doc["command"]
+
+
+def test_the_command_as_a_process_ends_with_its_output_and_status(tmp_path) -> None:
+    """`toolkit diagnose` ends its process without the interpreter's teardown (`toolkit.cli.main`): the report,
+    the export and the status are all there, for a success, a `--fail-on` status and a bad input."""
+    import subprocess
+    import sys
+
+    log, out = _log(tmp_path), tmp_path / "events.csv"
+    command = [sys.executable, "-m", "toolkit.cli", "diagnose", log]
+    done = subprocess.run([*command, "--format", "json", "--export", str(out)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["event_counts"]["decode"] == 200, "the whole report, flushed"
+    assert len(pd.read_csv(out)) == _events(log), "the whole export, closed"
+    failed = subprocess.run([*command, "--fail-on", "warning"], capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "Verdict" in failed.stdout
+    bad = subprocess.run([*command[:-1], str(tmp_path / "missing.log")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def _events(log: str) -> int:
+    from toolkit.diagnose.lines import parse_lines
+
+    with open(log) as f:
+        return sum(1 for _ in parse_lines(f.read().splitlines()))
