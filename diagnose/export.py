@@ -2,8 +2,8 @@
 
 Columns: kind, time, timestamp, rank, line, source, text, then every field (absent fields empty). The column set
 (and each field's type: number, boolean or text) comes from the analysis, so the rows wait for it: while the
-logs are read, an `EventStash` keeps each chunk's hot batch and access lines as the worker that scanned it wrote
-them (an Arrow file in a temporary directory beside the output, their text as Arrow strings) and the per-line
+logs are read, an `EventStash` keeps each chunk's hot batch, stats and access lines as the worker that scanned it
+wrote them (an Arrow file in a temporary directory beside the output, their text as Arrow strings) and the per-line
 parser's events of the chunk; then each chunk's rows are made in line order and written, CSV formatted on
 `FORMATTERS` threads at once (Arrow's writers release the GIL). The stash takes about as much disk as the CSV
 (239 MB for the 1M-line benchmark log's 234 MB), each file removed once written, the directory when done.
@@ -29,7 +29,7 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.fastpath.access import access_fields, strings
 from toolkit.diagnose.fastpath.ahead import JobResult, ReadChunk
 from toolkit.diagnose.fastpath.fields import BOOLEAN
-from toolkit.diagnose.fastpath.scan import ScannedChunk, stamp_times
+from toolkit.diagnose.fastpath.scan import ACCESS, ScannedChunk, stamp_times
 from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.series import META
@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 FORMATS = (".csv", ".parquet")
 BASE = ("kind", "time", "timestamp", "rank", "line", "source", "text")
 FORMATTERS = 2  # threads formatting CSV: the read's workers are done by then
+_KINDS = ("decode", "prefill", "access", "stats")  # a hot row's kind by code: the scan's, then stats
+_ACCESS_CODE, _STATS = _KINDS.index("access"), _KINDS.index("stats")
+assert _KINDS[_ACCESS_CODE] == "access" and _ACCESS_CODE == ACCESS, "the scan's kind codes"
 _DERIVED = frozenset({"usage", "hit_rate", "phase", "after_idle"})
 _ACCESS = {"client": "text", "method": "text", "path": "text", "status": "number"}
 
@@ -85,8 +88,9 @@ def check_export_path(out: str | Path) -> Path:
 @dataclass(slots=True)
 class _Part:
     """One chunk as read: its source and first line number, the Arrow file of its hot lines (None: none), the
-    file of the per-line parser's events of it (None: none) and the hot lines that parser took (`routed`,
-    numbered in the chunk). Nothing of a chunk stays in memory: a log the per-line parser reads whole has as
+    file of the per-line parser's events of it (None: none), the hot lines that parser took (`routed`,
+    numbered in the chunk) and the hot stats lines' times on the reader's clock (`stats_clock`: their lines in
+    the chunk, their times). Nothing of a chunk stays in memory: a log the per-line parser reads whole has as
     many events as lines."""
 
     source: int
@@ -94,6 +98,7 @@ class _Part:
     hot: str | None
     events: str | None
     routed: list[int] = field(default_factory=list)
+    stats_clock: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class EventStash:
@@ -117,7 +122,9 @@ class EventStash:
         self.parts: list[_Part] = []
 
     def chunk(self, source: int, first: int, read: ReadChunk, events: list[Event], routed: list[int]) -> None:
-        self.parts.append(_Part(source, first, read.extra, self._spilled(events), routed))  # type: ignore[arg-type]
+        stats = (read.columns or {}).get("stats")
+        clock = (stats["line"], stats["time"]) if stats is not None else None
+        self.parts.append(_Part(source, first, read.extra, self._spilled(events), routed, clock))  # type: ignore[arg-type]
 
     def tail(self, source: int, events: list[Event]) -> None:
         if events:
@@ -174,12 +181,12 @@ class _writer:
         self.sink: object = None
 
     def __enter__(self) -> Callable[[Callable[[], pa.Table]], None]:
-        import pyarrow.parquet as pq
-
         if self.csv:
             self.sink = open(self.out, "wb")
             self.sink.write(_csv(self.schema.empty_table(), header=True))  # type: ignore[attr-defined]
         else:
+            import pyarrow.parquet as pq  # NOTE: here only: a CSV export does not wait for it
+
             self.sink = pq.ParquetWriter(str(self.out), self.schema)
         return self.write
 
@@ -240,10 +247,10 @@ def _schema(types: dict[str, str]) -> pa.Schema:
 
 
 def _hot_lines(directory: str, chunk: Chunk, scanned: ScannedChunk) -> JobResult:
-    """The job of the read's workers: a chunk's hot batch and access lines as one table in line order (lines
-    numbered from 0 in the chunk; each batch field a float64 column as read, NaN where a line lacks it; the
-    access fields as read), written to an Arrow file in `directory`: its path, and the lines left to the
-    per-line parser (every other line, with the access lines whose fields or date the job cannot read)."""
+    """The job of the read's workers: a chunk's hot batch, stats and access lines as one table in line order
+    (lines numbered from 0 in the chunk; each batch or stats field a float64 column as read, NaN where a line
+    lacks it; the access fields as read), written to an Arrow file in `directory`: its path, and the lines left
+    to the per-line parser (every other line, with the access lines whose fields or date the job cannot read)."""
     lines = scanned.access_lines
     read_access, access = access_fields(chunk.data, Words(chunk.data), lines, scanned.ends[lines.index])
     times, dated = stamp_times(lines.head)
@@ -251,8 +258,9 @@ def _hot_lines(directory: str, chunk: Chunk, scanned: ScannedChunk) -> JobResult
     taken = np.flatnonzero(read_access & dated)
     slow = np.ones(scanned.lines, bool)
     slow[scanned.batch.index] = False
+    slow[scanned.stats.index] = False
     slow[lines.index[taken]] = False
-    if not len(scanned.batch.index) and not len(taken):
+    if not len(scanned.batch.index) and not len(scanned.stats.index) and not len(taken):
         return JobResult(None, slow)
     kept = np.flatnonzero(dated[read_access])  # the rows of `access` that are taken
     return JobResult(_stashed(directory, _hot_table(chunk, scanned, taken, times, access, kept)), slow)
@@ -260,33 +268,41 @@ def _hot_lines(directory: str, chunk: Chunk, scanned: ScannedChunk) -> JobResult
 
 def _hot_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, times: np.ndarray, access: dict,
                kept: np.ndarray) -> dict[str, pa.Array]:
-    """The columns with a value of the hot batch lines and the hot access lines `taken` (indices into the scan's
-    access lines, their times `times[taken]`, their fields the rows `kept` of `access`), rows in line order: each
-    column built in that order at once (the text copied out of the chunk once)."""
+    """The columns with a value of the hot batch and stats lines and the hot access lines `taken` (indices into
+    the scan's access lines, their times `times[taken]`, their fields the rows `kept` of `access`), rows in line
+    order: each column built in that order at once (the text copied out of the chunk once). The stats lines'
+    times are before the clock's wraps: `_part_table` puts them on the reader's clock."""
     import pyarrow as pa
 
-    batch, lines = scanned.batch, scanned.access_lines
-    hot = len(batch.index)
-    line = np.concatenate([batch.index, lines.index[taken]])
+    batch, stats, lines = scanned.batch, scanned.stats, scanned.access_lines
+    hot = len(batch.index) + len(stats.index)
+    line = np.concatenate([batch.index, stats.index, lines.index[taken]])
     order = np.argsort(line, kind="stable")
     line = line[order]
     of_access = order >= hot
     untimed = np.concatenate([np.zeros(hot, bool), ~lines.timed[taken]])[order]
-    time = np.concatenate([batch.time, times[taken]])[order]
-    begin = np.concatenate([batch.label + 2, lines.client[taken] - len("INFO:     ")])[order]
+    time = np.concatenate([batch.time, stats.time, times[taken]])[order]
+    begin = np.concatenate([batch.label + 2, stats.message, lines.client[taken] - len("INFO:     ")])[order]
+    kind = np.concatenate([batch.kind, np.full(len(stats.index), _STATS, batch.kind.dtype),
+                           np.full(len(taken), _ACCESS_CODE, batch.kind.dtype)])
+    ranks = batch.ranks + stats.ranks
+    rank = np.concatenate([batch.rank, stats.rank + len(batch.ranks), lines.rank[taken]])
     columns = {
-        "kind": _names(np.concatenate([batch.kind, np.full(len(taken), 2, batch.kind.dtype)])[order],
-                       ["decode", "prefill", "access"]),
+        "kind": _names(kind[order], list(_KINDS)),
         "time": pa.array(time, mask=untimed),
         "timestamp": pa.array(np.round(np.where(untimed, 0, time) * 1000).astype(np.int64), pa.timestamp("ms"),
                               mask=untimed),
-        "rank": _names(np.concatenate([batch.rank, lines.rank[taken]])[order], batch.ranks or [""]),
+        "rank": _names(rank[order], ranks or [""]),
         "line": pa.array(line.astype(np.int64)), "source": pa.array(np.zeros(len(line), np.int64)),
         "text": strings(chunk.data, begin, scanned.ends[line]),
     }
-    for name, values in batch.fields.items():
+    blank_batch, blank_stats, blank_access = (np.full(n, np.nan) for n in (len(batch.index), len(stats.index),
+                                                                           len(taken)))
+    for name in dict.fromkeys([*batch.fields, *stats.fields]):
+        parts = [batch.fields.get(name, blank_batch), stats.fields.get(name, blank_stats), blank_access]
+        values = np.concatenate(parts)[order]
         if name not in BASE and not np.isnan(values).all():
-            columns[name] = pa.array(np.concatenate([values, np.full(len(taken), np.nan)])[order], pa.float64())
+            columns[name] = pa.array(values, pa.float64())
     at = np.where(of_access, order - hot, 0)  # each row's place among the access rows (0 on batch rows)
     for name, column in access.items():
         column = column.take(pa.array(kept)) if isinstance(column, pa.Array) else pa.array(column[kept])
@@ -317,12 +333,29 @@ def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
     with pa.memory_map(part.hot) as source:
         hot = _conformed(pa.ipc.open_file(source).read_all(), schema)
     os.unlink(part.hot)
+    if part.stats_clock is not None:
+        hot = _on_clock(hot, schema, *part.stats_clock)
     if part.routed:
         hot = hot.filter(pc.invert(pc.is_in(hot.column("line"), pa.array(part.routed, pa.int64()))))
     hot = hot.set_column(schema.get_field_index("line"), "line", pc.add(hot.column("line"), part.first))
     hot = hot.set_column(schema.get_field_index("source"), "source",
                          pa.array(np.full(hot.num_rows, part.source, np.int64)))
     return hot if slow is None else _merged(hot, slow)
+
+
+def _on_clock(hot: pa.Table, schema: pa.Schema, lines: np.ndarray, times: np.ndarray) -> pa.Table:
+    """The hot table with its stats rows' times (and timestamps) those the reader put on the log's clock (the
+    rows of `lines`, numbered in the chunk, at `times`)."""
+    import pyarrow as pa
+
+    time = hot.column("time").to_numpy(zero_copy_only=False).copy()
+    at = np.searchsorted(hot.column("line").to_numpy(), lines)  # NOTE: every stats line has its hot row
+    time[at] = times
+    missing = hot.column("time").is_null().to_numpy(zero_copy_only=False)
+    hot = hot.set_column(schema.get_field_index("time"), "time", pa.array(time, mask=missing))
+    stamp = np.round(np.where(missing, 0, time) * 1000).astype(np.int64)
+    return hot.set_column(schema.get_field_index("timestamp"), "timestamp",
+                          pa.array(stamp, pa.timestamp("ms"), mask=missing))
 
 
 def _unspilled(path: str) -> list[Event]:

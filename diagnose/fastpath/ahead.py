@@ -101,12 +101,9 @@ def _view(chunk: Chunk, scanned: ScannedChunk, job: Job | None = None) -> ReadCh
     slow, access = scanned.slow, scanned.access
     columns, ranks = scanned.columns()
     if result.slow is not None:
-        # NOTE: a job leaves hot access lines and the stats lines to the per-line parser: they count as its lines
-        stats = len(scanned.stats.index)
-        assert result.slow[scanned.stats.index].all(), "a job's rows have no time on the log's clock"
-        access -= int(np.count_nonzero(result.slow & ~slow)) - stats
+        # NOTE: a job leaves only hot access lines to the per-line parser: they count as its lines, not hot ones
+        access -= int(np.count_nonzero(result.slow & ~slow))
         slow = result.slow
-        columns.pop("stats", None)
     return ReadChunk(scanned.lines, slow, columns, ranks, access, chunk.cut, texts, result.payload,
                      scanned.access_lines.untimed)
 

@@ -38,11 +38,12 @@ _OTHER_STARTS = re.compile(r"[\[\"'`]")  # before the clock (in a process name):
 
 @dataclass(slots=True)
 class StatsLines:
-    """A chunk's stats lines read here, in line order: index in the chunk, time (seconds on vLLM's year-less
-    clock, no wraps), rank (index into `ranks`) and every field by canonical name (float64, NaN where a line
-    does not print it)."""
+    """A chunk's stats lines read here, in line order: index in the chunk, offset of its message in the chunk,
+    time (seconds on vLLM's year-less clock, no wraps), rank (index into `ranks`) and every field by canonical
+    name (float64, NaN where a line does not print it)."""
 
     index: np.ndarray
+    message: np.ndarray
     time: np.ndarray
     rank: np.ndarray
     ranks: list[str]
@@ -50,7 +51,7 @@ class StatsLines:
 
     @staticmethod
     def none() -> StatsLines:
-        return StatsLines(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int16), [], {})
+        return StatsLines(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int16), [], {})
 
 
 def stats_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarray, open_lines: np.ndarray) -> StatsLines:
@@ -60,7 +61,7 @@ def stats_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarray
         return StatsLines.none()
     reader = _Reader()
     for i, begin, end in zip(found.tolist(), starts[found].tolist(), ends[found].tolist()):
-        reader.read(i, data[begin:end].decode("ascii"))
+        reader.read(i, begin, data[begin:end].decode("ascii"))
     return reader.lines()
 
 
@@ -89,13 +90,15 @@ class _Reader:
 
     def __init__(self) -> None:
         self.index: list[int] = []
+        self.messages: list[int] = []
         self.times: list[float] = []
         self.ranks: list[str] = []
         self.rows: list[dict[str, float]] = []
         self._forms: dict[tuple[str, ...], tuple[list[str], str | None]] = {}
         self._rank_of: dict[tuple[str | None, str], str] = {}
 
-    def read(self, i: int, line: str) -> None:
+    def read(self, i: int, begin: int, line: str) -> None:
+        """Read line `i` (starting at offset `begin` of the chunk) if it is a stats line in the form read here."""
         m = _LINE.fullmatch(line)
         if m is None or _OTHER_STARTS.search(line, 0, m.start(2)) or _PREFIX.match(line).end() != m.start("message"):
             return  # NOTE: the message starts where the per-line parser's prefix (the grammar alone) ends
@@ -113,6 +116,7 @@ class _Reader:
         if pool is not None:
             row["token_usage"] = row[pool]
         self.index.append(i)
+        self.messages.append(begin + m.start("message"))
         self.times.append(clock[0])
         self.ranks.append(self._rank(m.group(1), message, tag))
         self.rows.append(row)
@@ -133,10 +137,11 @@ class _Reader:
         return rank
 
     def lines(self) -> StatsLines:
-        return _columns(self.index, self.times, self.ranks, self.rows)
+        return _columns(self.index, self.messages, self.times, self.ranks, self.rows)
 
 
-def _columns(index: list[int], times: list[float], rank_names: list[str], rows: list[dict[str, float]]) -> StatsLines:
+def _columns(index: list[int], messages: list[int], times: list[float], rank_names: list[str],
+             rows: list[dict[str, float]]) -> StatsLines:
     ranks = list(dict.fromkeys(rank_names))
     codes = {name: code for code, name in enumerate(ranks)}
     fields: dict[str, np.ndarray] = {}
@@ -146,5 +151,5 @@ def _columns(index: list[int], times: list[float], rank_names: list[str], rows: 
             if column is None:
                 column = fields[name] = np.full(len(rows), np.nan)
             column[i] = value
-    return StatsLines(np.array(index, np.int64), np.array(times, np.float64),
+    return StatsLines(np.array(index, np.int64), np.array(messages, np.int64), np.array(times, np.float64),
                       np.array([codes[name] for name in rank_names], np.int16), ranks, fields)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from toolkit.diagnose.fastpath.scan import scan_chunk
 from toolkit.diagnose.fields import parse_fields
 from toolkit.diagnose.source import PAD
-from tests.diagnose.test_fastpath import STATS_BODIES, _read, _same, _table_rows
+from tests.diagnose.test_fastpath import STATS_BODIES, _read, _same, _table_rows, export_against_per_line
 
 V1 = "(APIServer pid=1) INFO {date} [loggers.py:123] "
 
@@ -92,3 +92,13 @@ def test_a_year_less_clock_that_wraps_reads_as_the_per_line_parser_reads_it(tmp_
     times = _table_rows(got)["stats"]["time"]
     assert times[:20] == sorted(times[:20]) and times[19] - times[0] == 19, "the new year follows the old one"
     assert times[23] - times[0] > 366 * 86400, "a jump back by more than half a year reads as one more wrap"
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_the_export_puts_stats_rows_on_the_clock_the_analysis_reads(tmp_path, monkeypatch, processes) -> None:
+    """The export's workers write the stats rows with the scan (times before any wrap); each row's time is the
+    one the reader gave it, as the per-line parser's events have it, across the new year."""
+    got, want = export_against_per_line(tmp_path, monkeypatch, _year_end_log(), 300, processes)
+    stats = got[got["kind"] == "stats"]
+    assert len(stats) == 25 and stats["running_req"].notna().all()
+    assert stats["timestamp"].is_monotonic_increasing is False, "the clock's jump back is kept, as read"
