@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP, SOURCE_LEVEL,
-                                                SGLANG_STAMP_CUT, STERN, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR,
+                                                SGLANG_STAMP_CUT, SGLANG_STAMP_YEAR_CUT, STERN, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR,
                                                 VLLM_LEVELS, VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS,
                                                 VLLM_PROCESS_BODY, VLLM_STAMP, YEAR, days_since_epoch, gpu_rank,
                                                 is_date, month_number, process_rank, rank_name, time_of_day, tp_rank)
@@ -43,6 +43,7 @@ from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGIN
 _SGLANG = re.compile(SGLANG_STAMP)
 _SOURCE_LEVEL = re.compile(SOURCE_LEVEL)
 _SGLANG_CUT = re.compile(SGLANG_STAMP_CUT)
+_SGLANG_YEAR_CUT = re.compile(SGLANG_STAMP_YEAR_CUT)
 _VLLM_CUT = re.compile(VLLM_STAMP)  # at a line's start: vLLM's prefix pasted without its level
 _PID_FILE = re.compile(PID_FILE_LOGGING)
 _FIRST_SGLANG = re.compile(r"[^\"'`]*?" + SGLANG_STAMP)  # the first stamp, only unquoted text before it
@@ -250,6 +251,9 @@ def read_prefix(line: str) -> Prefix:
     cut = _SGLANG_CUT.match(line)
     if cut is not None:  # NOTE: `2025-02-09 10:14:05 TP0] Decode batch. ...`: the paste began after the `[`
         return _on_clock(_clock(*cut.groups()[:7]), rank_name(cut.group(8)), cut.end())
+    cut = _SGLANG_YEAR_CUT.match(line)
+    if cut is not None:  # NOTE: `025-06-23 18:55:20 TP0] Decode batch. ...`: the paste began inside the year
+        return Prefix(None, rank_name(cut.group(1)), cut.end(), None)
     cut = _VLLM_CUT.match(line)
     if cut is not None:  # NOTE: `11-21 00:12:08 llm_engine.py:624] Avg prompt ...`: the paste began after the level
         return _on_clock(vllm_clock(*cut.groups()), "", cut.end(), vllm=True)

@@ -19,6 +19,8 @@ TIME = r"(?:(\d{4})-(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?Z?"
 RANK_TAGS = r"(?:\s+[A-Z][A-Z_]*\d+)*"  # ` DP1 TP2 EP3`: the tags inside SGLang's stamp
 SGLANG_STAMP_CUT = TIME + r"(" + RANK_TAGS + r")\s*\] ?"  # at a line's start: a stamp pasted without its `[`
 SGLANG_STAMP = r"\[" + SGLANG_STAMP_CUT
+# at a line's start: a stamp pasted from inside its year (`025-06-23 18:55:20 TP0] `): its date is lost (no time)
+SGLANG_STAMP_YEAR_CUT = r"\d{0,3}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?Z?(" + RANK_TAGS + r")\s*\] ?"
 # NOTE: the dated SGLang stamp's fixed layout, digits as `0`, for byte-wise readers: `TIME` with a date.
 SGLANG_STAMP_LAYOUT = b"[0000-00-00 00:00:00"
 VLLM_PROCESS_BODY = r"([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+"  # after its `(`

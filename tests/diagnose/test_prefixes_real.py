@@ -62,6 +62,9 @@ PREFIXED = [
     # https://github.com/sgl-project/sglang/issues/3424: the paste began after the stamp's `[`
     ("sglang stamp without its [", SG_TIME + " TP0] " + DECODE, "decode", SG_TIME, "TP0"),
     ("time-only stamp without its [", "21:03:11 TP2] " + DECODE, "decode", "21:03:11", "TP2"),
+    # https://github.com/sgl-project/sglang/pull/7481: the paste began inside the year: the date is lost, no time
+    ("sglang stamp from inside its year", "025-11-26 21:03:11 TP0] " + DECODE, "decode", "?", "TP0"),
+    ("sglang stamp from its date's dash", "-11-26 21:03:11.250] " + DECODE, "decode", "?", ""),
     # https://github.com/vllm-project/vllm/issues/11517: Python logging with a datefmt (no milliseconds)
     ("python logging without ms", "2024-12-23 18:28:10 - vllm.engine.metrics - INFO - " + STATS, "stats",
      "2024-12-23 18:28:10", "DP0"),
