@@ -4,9 +4,10 @@
   their batches are larger than `cuda_graph_max_bs`, suggest raising it to cover the p90 batch (power of two,
   <= 1024) and lowering `--mem-fraction-static` by 0.02 per doubling to pay for the graphs. A short excerpt (too
   few steady lines) gets it when its lines split by batch (every step without a graph larger than every step
-  with one), at the confidence its lines carry; or when at least `ALL_OFF_LINES` print False and none True, at
-  batches up to 256 (mineru#3470: 20 running; graphs off, or captured below the batch): the maximum that covers
-  the largest batch, or graphs on (`--disable-cuda-graph` off).
+  with one), at the confidence its lines carry; or when its lines print False and none True (one is enough,
+  sglang#29853: an NPU decode line at 128 running), at batches up to 256 (mineru#3470: 20 running; graphs off,
+  or captured below the batch), without speculative decoding's figures (its steps may run eagerly by design,
+  sglang#25960): the maximum that covers the largest batch, or graphs on (`--disable-cuda-graph` off).
 - `cuda_graph.ceiling`: the lines do not say (older SGLang, vLLM), but the running batch sits above the
   captured maximum in >= 50% of steady load lines: those steps run eagerly. Suggest raising the maximum to
   cover the p90 batch (vLLM `--max-cudagraph-capture-size`, default 512).
@@ -87,7 +88,9 @@ def _not_used(ctx: Context, steady) -> list[Finding]:
         None, str(cgmb) if cgmb else None, None, off.ranks)]
 
 
-ALL_OFF_LINES = 3
+ALL_OFF_LINES = 1  # one decode line that says False is a step that ran eagerly (sglang#29853: at 128 running)
+SPECULATIVE = "accept"  # in the name of what a decode line of speculative decoding prints (`accept len`, `accept
+# rate`, `block accept len`; a paste that cut `token usage: ..., accept rate` into `token usaccept rate`, sglang#25960)
 
 
 def _not_used_short(ctx: Context) -> list[Finding]:
@@ -117,13 +120,19 @@ def _all_off(ctx: Context, off) -> list[Finding]:
     """A short excerpt whose every line says `cuda graph: False` at batches up to DISABLED_MEDIAN_BS: graphs off,
     or captured below them (so turning them on is the alternative)."""
     largest = float(np.max(off["running_req"]))
-    if largest > DISABLED_MEDIAN_BS or largest < 1:
-        return []
-    return [_short_not_used(
-        ctx, off, len(off),
-        f"In a short excerpt, every one of the {len(off)} decode steps that say so ran without a CUDA graph, at "
-        f"batches up to {largest:.0f} requests: graphs are off, or captured only below these batches.",
-        {"largest_without": largest}, (Change("graphs_off", False),))]
+    if largest > DISABLED_MEDIAN_BS or largest < 1 or _speculative(off):
+        return []  # NOTE: speculative decoding may run its steps without a graph by itself (the long path says so)
+    steps = (f"the one decode step that says so ran without a CUDA graph, at a batch of {largest:.0f} requests: "
+             "graphs are off, or captured only below this batch" if len(off) == 1 else
+             f"every one of the {len(off)} decode steps that say so ran without a CUDA graph, at batches up to "
+             f"{largest:.0f} requests: graphs are off, or captured only below these batches")
+    return [_short_not_used(ctx, off, len(off), f"In a short excerpt, {steps}.", {"largest_without": largest},
+                            (Change("graphs_off", False),))]
+
+
+def _speculative(rows) -> bool:
+    """Whether these decode lines print speculative decoding's acceptance."""
+    return any(SPECULATIVE in name and name in rows for name in rows.table.columns)
 
 
 def _short_not_used(ctx: Context, off, printed: int, what: str, facts: dict[str, float],

@@ -289,14 +289,20 @@ def _off(running: list[int], graph: str = "False") -> list[str]:
 
 @pytest.mark.parametrize("lines,suggested", [
     (_off([20, 20, 19]), "32"),              # mineru#3470: every line off at 20 running
-    (_off([20, 20]), None),                  # two lines: too few to say
-    (_off([300, 300, 300]), None),           # above 256: graphs are not for such batches
+    (_off([128]), "128"),                    # sglang#29853: one line is a step that ran eagerly (low confidence)
+    (_off([256]), "256"),
+    (_off([257]), None),                     # above 256: graphs are not for such batches
+    (_off([300, 300, 300]), None),
+    (_off([0]), None),                       # nothing ran
+    ([line.replace("cuda graph", "accept len: 1.50, cuda graph") for line in _off([45])], None),  # sglang#25960
     (_off([20, 20, 19], graph="True"), None),
 ])
 def test_a_short_excerpt_whose_every_line_ran_without_a_graph(lines: list[str], suggested: str | None) -> None:
     f = next((f for f in analyze(lines=lines).findings if f.id == "cuda_graph.not_used"), None)
     assert (f.suggested if f else None) == (None if suggested is None else f"{suggested} (or --disable-cuda-graph "
                                                                              "remove (graphs on))")
+    if f is not None and len(lines) == 1:
+        assert (f.severity, f.confidence) == ("info", "low") and "the one decode step" in f.message
 
 
 def test_a_logging_config_s_source_and_level_after_the_stamp_are_prefix() -> None:
