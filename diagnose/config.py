@@ -279,6 +279,14 @@ def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, V
     return found if found is not None else _num(pool_end.get("avail_mem"))
 
 
+def _past_capture(events: Mapping[str, list[Event]], samples: Mapping[str, str], args: dict[str, Value]) -> bool:
+    """Whether the memory pool's end is what start-up leaves, with no capture line in the log: graphs are off, or
+    the log goes on past where a capture would be (the pool's summary line, batch lines). An excerpt that ends at
+    the pool's end stops before the capture (sglang#3434): what it will leave is not in the log."""
+    served = any(kind in samples for kind in ("decode", "prefill")) or bool(events.get("pool"))
+    return bool(args.get("disable_cuda_graph", False)) or served
+
+
 def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],
                    extra: dict) -> ServerConfig:
     args = {**launch, **_first(events, "server_args")}  # NOTE: the pool line's numbers come first below
@@ -300,7 +308,7 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         elif any(events.get(kind) for kind in CAPTURE_BEGAN):
             # NOTE: a capture begun without its end in the log (cut, or failed): what it leaves is unknown
             before_graphs = _capture_began_with(events, pool_end)
-        else:
+        elif _past_capture(events, samples, args):
             avail = _num(pool_end.get("avail_mem"))
     begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]
     if not begins:  # NOTE: 0.1 printed the free memory at `Init torch begin.` instead (sglang#485)

@@ -143,6 +143,26 @@ def test_a_capture_that_failed_leaves_nothing_to_call_unused(failure: str | None
     assert [f.id for f in d.findings if f.id.startswith("gpu_memory")] == ([found] if found else [])
 
 
+@pytest.mark.parametrize("after,found", [
+    ("", None),                                             # sglang#3434: the excerpt ends at the pool's end
+    ("max_total_num", "gpu_memory.too_much"),               # the pool's summary: start-up went on without a capture
+    ("decode", "gpu_memory.too_much"),                      # the server ran
+    ("graphs off", "gpu_memory.too_much"),                  # nothing is captured after the pool
+])
+def test_an_excerpt_that_ends_at_the_memory_pools_end(after: str, found: str | None) -> None:
+    """With no capture line, the pool's end is what start-up leaves only where graphs are off or the log goes on
+    past where a capture would be; an excerpt that ends there stops before the capture: not judged."""
+    log = base(Startup(available=15.85), disable_cuda_graph=after == "graphs off")
+    if after == "decode":
+        log = log.decode_series(5)
+    keep = ("Capture cuda graph",) + (() if after == "max_total_num" else ("max_total_num",))
+    lines = [line for line in log.lines if not any(k in line for k in keep)]
+    d = analyze(lines=lines)
+    assert [f.id for f in d.findings if f.id.startswith("gpu_memory")] == ([found] if found else [])
+    if found is None:
+        assert ("gpu_memory", "the memory left after start-up is not in the log") in d.unjudged
+
+
 def test_an_error_after_the_server_ran_is_no_failed_capture() -> None:
     """Capture began (its end cut from the log), the server decoded, then an unrelated traceback: the capture did
     not fail, so 30 GB at its start still leaves at least 26 GB unused."""
