@@ -56,7 +56,7 @@ _VLLM_PROCESS = re.compile(VLLM_PROCESS)
 _VLLM_PROCESS_FIRST = re.compile(r"(?:" + STERN + r"?\(|(?=[A-Z]))" + VLLM_PROCESS_BODY)
 _PYLOG = re.compile(PYTHON_LOGGING)
 # NOTE: every Python logging prefix holds it: a quick test
-_PYLOG_CLOCK = re.compile(r":\d\d(?:(?:,\d{3})?(?: - | \[[A-Z])| \| )")
+_PYLOG_CLOCK = re.compile(r":\d\d(?:(?:[,.]\d{3})?(?: - | \[[A-Z]| [a-z_])| \| )")
 _START = re.compile(LINE_START)
 _TIME = re.compile(TIME)
 _SYSLOG = re.compile(SYSLOG_STAMP)

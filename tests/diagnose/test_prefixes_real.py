@@ -492,3 +492,16 @@ def test_a_decode_line_trimmed_to_its_rank_and_accept_length_is_read(line: str, 
     assert [(e.kind, e.rank) for e in events] == ([(kind, rank)] if kind else [])
     if kind:
         assert events[0].time is None and events[0].fields["accept_len"] > 1
+
+
+def test_kserve_s_access_log_is_read_through_its_logger_prefix() -> None:
+    """kserve#4470: KServe logs uvicorn's access line as `%(asctime)s.%(msecs)03d %(name)s %(levelprefix)s`, and
+    prints the server's process id after the client; its own trace logger prints the id before its name (other)."""
+    access = ('2025-05-14 17:45:10.901 uvicorn.access INFO:     127.0.0.1:42226 1647689 - "POST /openai/v1/chat/'
+              'completions HTTP/1.1" 200 OK')
+    trace = "2025-05-14 17:45:10.901 1647689 kserve.trace Received request chatcmpl-017ee87d: prompt: 'x'"
+    stats = ParseStats()
+    (event,) = parse_lines([access, trace], stats=stats)
+    assert (event.kind, clock_text(event.time), stats.other) == ("access", "2025-05-14 17:45:10", 1)
+    assert event.fields == {"client": "127.0.0.1:42226", "method": "POST", "path": "/openai/v1/chat/completions",
+                            "status": 200}
