@@ -274,8 +274,9 @@ def read_prefix(line: str) -> Prefix:
         return Prefix(None, process_rank(m.group("process")), m.end(), None)
     if m.group("tags") is not None:
         return Prefix(None, rank_name(m.group("tags")), m.end(), None)
-    if m.group("iso") is not None:
-        iso = _TIME.match(m.group("iso").replace("T", " "))
+    stamp = m.group("iso") or m.group("viewer")
+    if stamp is not None:
+        iso = _TIME.match(stamp.replace("T", " "))
         clock = _clock(*iso.groups()) if iso else None
         return _process_after(line, Prefix(clock[0] if clock else None, "", m.end(), None))
     if m.group("syslog") is not None:

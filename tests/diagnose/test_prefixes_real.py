@@ -505,3 +505,15 @@ def test_kserve_s_access_log_is_read_through_its_logger_prefix() -> None:
     assert (event.kind, clock_text(event.time), stats.other) == ("access", "2025-05-14 17:45:10", 1)
     assert event.fields == {"client": "127.0.0.1:42226", "method": "POST", "path": "/openai/v1/chat/completions",
                             "status": 200}
+
+
+def test_a_log_viewer_s_stamp_is_the_only_time_of_a_line_without_an_engine_stamp() -> None:
+    """vllm#18916 (held-out batch 16): `YYYY-mm-dd HH:MM:SS.mmm | ` before every line; the access line prints no
+    engine stamp, so the viewer's is its time; before vLLM's prefix, the engine's stamp keeps the time."""
+    access = '2025-05-30 09:55:22.282 | INFO:     172.17.0.1:41148 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    stats = ("2025-05-30 09:55:29.284 | INFO 05-30 07:55:29 [loggers.py:116] Engine 000: Avg prompt throughput: 1.1 "
+             "tokens/s, Avg generation throughput: 315.1 tokens/s, Running: 2 reqs, Waiting: 0 reqs, GPU KV cache "
+             "usage: 2.9%, Prefix cache hit rate: 0.0%")
+    first, second = parse_lines([access, stats])
+    assert (first.kind, clock_text(first.time), first.fields["status"]) == ("access", "2025-05-30 09:55:22", 200)
+    assert (second.kind, clock_text(second.time)) == ("stats", "05-30 07:55:29")
