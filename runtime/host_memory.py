@@ -35,9 +35,11 @@ def keep_freed_memory() -> bool:
 def _mallopt() -> Callable[[int, int], int] | None:
     """The C library's `mallopt`, looked up among the symbols the process has loaded (`find_library` runs
     `ldconfig`, ~30 ms: `toolkit diagnose` calls this before it starts reading), else in the library found."""
-    for name in (None, ctypes.util.find_library("c") or "libc.so.6"):
-        try:
-            return ctypes.CDLL(name).mallopt
-        except (OSError, AttributeError):
-            continue
-    return None
+    try:
+        return ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        pass
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None

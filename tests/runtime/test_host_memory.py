@@ -51,3 +51,22 @@ def test_a_decode_step_does_not_fault_its_tensors_in_again():
     logits_pages = 256 * 49152 * 4 // 4096
     assert _median_faults_per_step("default") >= logits_pages, "glibc maps and unmaps the logits every step"
     assert _median_faults_per_step("keep") < logits_pages // 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_mallopt_is_found_without_running_ldconfig(monkeypatch) -> None:
+    """`toolkit diagnose` applies the thresholds before its read starts: the lookup must not run `ldconfig`
+    (`ctypes.util.find_library`, ~30 ms) where the process has the C library loaded."""
+    import ctypes.util
+
+    from toolkit.runtime import host_memory
+
+    def no_ldconfig(name: str) -> str:
+        raise AssertionError(f"find_library({name!r}) was called")
+
+    monkeypatch.setattr(ctypes.util, "find_library", no_ldconfig)
+    host_memory.keep_freed_memory.cache_clear()
+    try:
+        assert host_memory.keep_freed_memory()
+    finally:
+        host_memory.keep_freed_memory.cache_clear()
