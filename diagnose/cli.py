@@ -82,10 +82,11 @@ def _fleet_logs(logs: list[str], fleet: bool) -> list[str] | None:
 
 
 def _no_blas_threads() -> None:
-    """One BLAS thread, unless the user set a number (read when numpy is first imported): the analysis multiplies
-    no matrices, and OpenBLAS's idle threads spin a while after they start, on a core the read's workers need
-    (~70 ms of CPU on a 1M-line log)."""
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    """One BLAS thread, unless the user set a number (`OPENBLAS_NUM_THREADS`, or `OMP_NUM_THREADS` that OpenBLAS
+    reads after it; read when numpy is first imported): the analysis multiplies no matrices, and OpenBLAS's idle
+    threads spin a while after they start, on a core the read's workers need (~70 ms of CPU on a 1M-line log)."""
+    if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def _check_fleet(export: str | None, metrics: str | None, bench: str | None, html: str | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from contextlib import closing
+from operator import itemgetter
 from pathlib import Path
 from typing import Protocol
 
@@ -50,13 +51,18 @@ class _Sink:
         self.batch: list[Event] = []
         self.samples: dict[str, str] = {}
 
-    def take(self, events: list[Event]) -> None:
+    def take(self, events: list[Event], hot: Sequence[tuple[int, str, str]] = ()) -> None:
+        """Keep the events, and the first and last message of each batch kind in line order among their batch
+        events and `hot` (line, kind, message) samples of the hot lines read with them."""
+        batch = []
         for e in events:
             if e.kind in BATCH_KINDS:
                 self.batch.append(e)
-                self.sample(e.kind, e.text)
+                batch.append((e.line, e.kind, e.text))
             elif e.kind != "access":
                 self.events.setdefault(e.kind, []).append(e)
+        for _, kind, text in sorted([*batch, *hot], key=itemgetter(0)) if hot else batch:
+            self.sample(kind, text)
 
     def sample(self, kind: str, text: str) -> None:
         self.samples.setdefault(kind, text)
@@ -178,15 +184,24 @@ def _read_chunk(chunk: ReadChunk, first: int, parser: LineParser, sink: _Sink, t
     events, routed = read_chunk_lines(parser, chunk, first)
     if tap is not None:
         tap.chunk(parser.source, first, chunk, events, routed)
-    sink.take(events)
     if chunk.columns is None:
+        sink.take(events)
         sink.flush()
         return chunk.lines
+    sink.take(events, _hot_samples(chunk, first, routed))
     sink.flush(_hot_columns(chunk, first, parser, sink.builder, routed))
-    for kind, i in samples(chunk.columns):
-        text = chunk.texts(i, i + 1)[0]
-        sink.sample(kind, text[read_prefix(text).start:])
     return chunk.lines
+
+
+def _hot_samples(chunk: ReadChunk, first: int, routed: list[int]) -> list[tuple[int, str, str]]:
+    """(line, kind, message) of the first and last hot line of each batch kind (those the per-line parser took are
+    its events)."""
+    picks = []
+    for kind, i in samples(chunk.columns):
+        if i not in routed:
+            text = chunk.texts(i, i + 1)[0]
+            picks.append((first + i, kind, text[read_prefix(text).start:]))
+    return picks
 
 
 def read_chunk_lines(parser: LineParser, chunk: ReadChunk, first: int) -> tuple[list[Event], list[int]]:

@@ -226,12 +226,8 @@ class BatchTableBuilder:
                     column = fields[name] = [math.nan] * n
                 column[i] = number
         for name, column in fields.items():
-            values = np.array(column, np.float64)
-            if name in part:  # NOTE: a field named like a META column overwrites it where the line prints it
-                printed = ~np.isnan(values)
-                part[name][printed] = values[printed]
-            else:
-                part[name] = values
+            if name not in part:  # NOTE: a field named like a META column is not kept: the prefix says those
+                part[name] = np.array(column, np.float64)
         return part
 
     def latest_time(self) -> float | None:

@@ -6,7 +6,8 @@ A line is read here only in its common form: vLLM's prefix at the line's start (
 its file's, no quote), the stats label, then only `Key: number unit` pieces (unit `tokens/s`, `reqs`, `%` or none;
 a key of letters and blanks; a number of at most `MAX_DIGITS` digits before and after its point), an optional `.`
 and nothing after. For such a line `parse_fields` reads each piece's number the way `float` reads it (a percent
-divided by 100), so the fields here are exactly its fields as the series keeps them (float64). The time is the
+divided by 100), so the fields here are exactly its fields as the series keeps them (float64; a field named like a
+table's own column, `line` or `time`, is not kept by either). The time is the
 prefix's on vLLM's year-less clock, before the wraps the reader adds in line order (`LineParser.on_clock`); a
 date that is no calendar date leaves the line slow. The rank is `lines.stats_rank` of the prefix's process.
 """
@@ -17,15 +18,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolkit.diagnose.fields import MAX_DIGITS as FIELD_DIGITS
 from toolkit.diagnose.fields import canonical, pool_usage_field
 from toolkit.diagnose.lines import stats_rank
 from toolkit.diagnose.log_format.messages import ENGINE, EngineTag, engine_tag
 from toolkit.diagnose.log_format.prefix import VLLM_CLOCK_GROUPS, VLLM_LEVELS, VLLM_PREFIX, process_rank
 from toolkit.diagnose.prefix import vllm_clock
+from toolkit.diagnose.series import META  # a field so named is not kept: the prefix says those
 
 LABEL = b"Avg prompt throughput: "  # every stats line holds it: the lines to try are found by it
 MAX_DIGITS = 15  # a count of at most 15 digits is a float exactly: `float` of the text is `float` of its int
-_NUMBER = rf"\d{{1,{MAX_DIGITS}}}(?:\.\d{{1,{MAX_DIGITS}}})?"
+# NOTE: at most 30 characters, as `fields.value` reads a number (a longer one stays text there)
+_NUMBER = rf"\d{{1,{MAX_DIGITS}}}(?:\.\d{{1,{MAX_DIGITS - 1}}})?"
+assert MAX_DIGITS + 1 + MAX_DIGITS - 1 <= FIELD_DIGITS
 _UNITS = r"(?: tokens/s| reqs|%)?"
 _PIECE = rf"[A-Za-z][A-Za-z ]{{0,63}}: {_NUMBER}{_UNITS}"
 _PIECES = re.compile(rf"([A-Za-z][A-Za-z ]{{0,63}}): ({_NUMBER})({_UNITS})(?:, |\.?$)")
@@ -110,7 +115,7 @@ class _Reader:
         pieces = _PIECES.findall(message, tag.end if tag is not None else 0)
         names, pool = self._form(tuple(key for key, _, _ in pieces))
         row = {name: float(number) / 100 if unit == "%" else float(number)
-               for name, (_, number, unit) in zip(names, pieces)}
+               for name, (_, number, unit) in zip(names, pieces) if name not in META}
         if tag is not None:
             row = {"engines" if tag.aggregated else "engine": float(tag.number), **row}
         if pool is not None:

@@ -77,8 +77,9 @@ LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<t
               r"|\[(?P<tags>[A-Z]{2,4}\d{1,4}(?: [A-Z]{2,4}\d{1,4}){0,3})\] "
               r"|" + TASK_LABEL + r"?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
               r"(?: (?:stdout|stderr) [FP]| " + SYSLOG_SOURCE + "|" + TRACING + r")? "
-              # a log viewer's stamp and bar before each line (`2025-05-30 09:55:22.282 | `, vllm#18916)
-              r"|(?P<viewer>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?) \| "
+              # a log viewer's stamp and bar before each line (`2025-05-30 09:55:22.282 | `, vllm#18916); loguru's
+              # default format goes on with the level and the place (`ERROR    | mod:fn:1 - `)
+              r"|(?P<viewer>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?) \| (?:[A-Z]{1,10} *\| [^\s|]{1,200} - )?"
               r"|(?P<syslog>" + SYSLOG_STAMP + r") " + SYSLOG_SOURCE + r" ")
 VLLM_DEFAULT_YEAR = 2000
 # A paste's markdown quote (`> `, `>> `, vllm#2140), or bash's continuation prompt: the markers and one blank

@@ -102,3 +102,33 @@ def test_the_export_puts_stats_rows_on_the_clock_the_analysis_reads(tmp_path, mo
     stats = got[got["kind"] == "stats"]
     assert len(stats) == 25 and stats["running_req"].notna().all()
     assert stats["timestamp"].is_monotonic_increasing is False, "the clock's jump back is kept, as read"
+
+
+STATS = V1.format(date="11-11 04:06:0{s}") + "Engine 000: Avg prompt throughput: 1.0 tokens/s, Running: 2 reqs"
+
+
+@pytest.mark.parametrize("extra", [", Line: 3", ", Time: 7", ", Source: 1", ", Rank: 1",
+                                   ", Foo: 123456789012345.123456789012345", ", Foo: 123456789012345.12345678901234"])
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_pieces_named_like_a_table_s_columns_or_too_long_read_as_the_per_line_parser_reads_them(
+        tmp_path, monkeypatch, extra: str, processes: bool) -> None:
+    """A piece named like a table's own column (`line`, `time`, `source`, `rank`) is no field on either path (the
+    prefix says those; the fast path once let it replace the column); a number of 31 characters is text to
+    `parse_fields`, so the line is the per-line parser's."""
+    data = ("\n".join([STATS.format(s=1), STATS.format(s=2) + extra, STATS.format(s=3)]) + "\n").encode()
+    _same(tmp_path, monkeypatch, data, chunk=1 << 20, processes=processes)
+    got, _ = _read(tmp_path, monkeypatch, data, 1 << 20, 1 << 20, fast=True, processes=processes)
+    rows = _table_rows(got)["stats"]
+    assert rows["line"] == [1, 2, 3] and rows["time"] == sorted(rows["time"]) and len(set(rows["rank"])) == 1
+
+
+def test_the_first_and_last_stats_message_are_in_line_order_across_hot_and_per_line_lines(tmp_path,
+                                                                                         monkeypatch) -> None:
+    """The samples tell vLLM's version: a V1 line read hot before a V0 line the per-line parser reads (a trailing
+    blank keeps it off the fast path) stays the first (`_same` compares the samples)."""
+    v1 = "INFO 11-11 04:06:01 [metrics.py:345] " + STATS_BODIES[0]
+    v0 = "INFO 11-11 04:06:02 [metrics.py:345] " + STATS_BODIES[1] + " "
+    data = ("\n".join([v1, v0]) + "\n").encode()
+    _same(tmp_path, monkeypatch, data, chunk=1 << 20)
+    got, _ = _read(tmp_path, monkeypatch, data, 1 << 20, 1 << 20, fast=True)
+    assert got.samples["stats"].startswith("Engine 000") and got.samples["stats#last"].startswith("Avg prompt")

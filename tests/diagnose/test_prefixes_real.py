@@ -517,3 +517,12 @@ def test_a_log_viewer_s_stamp_is_the_only_time_of_a_line_without_an_engine_stamp
     first, second = parse_lines([access, stats])
     assert (first.kind, clock_text(first.time), first.fields["status"]) == ("access", "2025-05-30 09:55:22", 200)
     assert (second.kind, clock_text(second.time)) == ("stats", "05-30 07:55:29")
+
+
+def test_loguru_s_level_and_place_after_the_stamp_are_prefix() -> None:
+    """loguru's default format (`{time} | {level: <8} | {name}:{function}:{line} - {message}`) begins like a log
+    viewer's stamp and bar: the level and the place are prefix too, so a traceback's head after them opens the
+    record (as it did before the viewer's form was read)."""
+    lines = ["2024-01-01 10:00:00.123 | ERROR    | mod:fn:1 - Traceback (most recent call last):",
+             '  File "x.py", line 1, in f', "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    assert [e.kind for e in parse_lines(lines)] == ["exception", "oom"]
