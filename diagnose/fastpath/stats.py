@@ -4,12 +4,12 @@ would read each with its prefix, kind and field readers, several times the cost 
 
 A line is read here only in its common form: vLLM's prefix at the line's start (`VLLM_PREFIX`, no other `[` than
 its file's, no quote), the stats label, then only `Key: number unit` pieces (unit `tokens/s`, `reqs`, `%` or none;
-a key of letters and blanks; a number of at most `MAX_DIGITS` digits before and after its point), an optional `.`
-and nothing after. For such a line `parse_fields` reads each piece's number the way `float` reads it (a percent
-divided by 100), so the fields here are exactly its fields as the series keeps them (float64; a field named like a
-table's own column, `line` or `time`, is not kept by either). The time is the
-prefix's on vLLM's year-less clock, before the wraps the reader adds in line order (`LineParser.on_clock`); a
-date that is no calendar date leaves the line slow. The rank is `lines.stats_rank` of the prefix's process.
+a key of letters and blanks; a number of at most `MAX_DIGITS` digits before its point and one fewer after it), an
+optional `.` and nothing after. For such a line `parse_fields` reads each piece's number the way `float` reads it
+(a percent divided by 100), so the fields here are exactly its fields as the series keeps them (float64; a field
+named like a table's own column, `line` or `time`, is not kept by either). The time is the prefix's on vLLM's
+year-less clock, before the wraps the reader adds in line order (`LineParser.on_clock`); a date that is no
+calendar date leaves the line slow. The rank is `lines.stats_rank` of the prefix's process.
 """
 from __future__ import annotations
 
