@@ -122,7 +122,7 @@ class ServerConfig:
 
     @property
     def cuda_graph_disabled(self) -> bool:
-        return bool(self.arg("enforce_eager", False)) if self.vllm else bool(self.arg("disable_cuda_graph", False))
+        return graphs_off(self.args, self.vllm)
 
     @property
     def torch_compile(self) -> bool:
@@ -279,12 +279,17 @@ def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, V
     return found if found is not None else _num(pool_end.get("avail_mem"))
 
 
+def graphs_off(args: Mapping[str, Value], vllm: bool) -> bool:
+    """Whether the launch turned CUDA graphs off (vLLM `--enforce-eager`, SGLang `--disable-cuda-graph`)."""
+    return bool(args.get("enforce_eager" if vllm else "disable_cuda_graph") or False)
+
+
 def _past_capture(events: Mapping[str, list[Event]], samples: Mapping[str, str], args: dict[str, Value]) -> bool:
     """Whether the memory pool's end is what start-up leaves, with no capture line in the log: graphs are off, or
     the log goes on past where a capture would be (the pool's summary line, batch lines). An excerpt that ends at
     the pool's end stops before the capture (sglang#3434): what it will leave is not in the log."""
     served = any(kind in samples for kind in ("decode", "prefill")) or bool(events.get("pool"))
-    return bool(args.get("disable_cuda_graph", False)) or served
+    return graphs_off(args, vllm=False) or served
 
 
 def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],

@@ -238,7 +238,8 @@ def read_chunk_lines(parser: LineParser, chunk: ReadChunk, first: int) -> tuple[
 
 class _StatsClock:
     """The hot stats lines' times on the per-line parser's clock: each run of them gets the wraps `feed` would
-    add, in line order with the lines it reads (a year-less clock wraps at the new year)."""
+    add, in line order with the lines it reads (a year-less clock wraps at the new year). The times are put in
+    the chunk's own columns: the table and the tap take them from there."""
 
     def __init__(self, chunk: ReadChunk, parser: LineParser) -> None:
         self.parser = parser

@@ -20,7 +20,7 @@ import numpy as np
 
 from toolkit.diagnose.fastpath.outer import Form, prefix_layouts
 from toolkit.diagnose.fastpath.scan import StampedLines
-from toolkit.diagnose.fastpath.words import Words
+from toolkit.diagnose.fastpath.words import Words, occurrences
 from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME, TRACEBACK_HEAD
 from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
                                                 VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
@@ -84,14 +84,10 @@ def stamped_plain(data: bytearray, starts: np.ndarray, ends: np.ndarray, stamped
 
 
 def _finding(joined: bytes, lengths: np.ndarray, piece: bytes) -> np.ndarray:
-    """Which of the lines joined (by newlines, `lengths` bytes each) hold `piece` (a rare one: found one by one)."""
-    at, found = joined.find(piece), []
-    while at >= 0:
-        found.append(at)
-        at = joined.find(piece, at + 1)
+    """Which of the lines joined (by newlines, `lengths` bytes each) hold `piece` (a rare one)."""
     begins = np.concatenate(([0], np.cumsum(lengths[:-1] + 1)))
     holds = np.zeros(len(lengths), bool)
-    holds[np.searchsorted(begins, np.array(found, np.int64), side="right") - 1] = True
+    holds[np.searchsorted(begins, occurrences(joined, piece), side="right") - 1] = True
     return holds
 
 

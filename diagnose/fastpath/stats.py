@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolkit.diagnose.fastpath.words import occurrences
 from toolkit.diagnose.fields import MAX_DIGITS as FIELD_DIGITS
 from toolkit.diagnose.fields import canonical, pool_usage_field
 from toolkit.diagnose.lines import stats_rank
@@ -77,11 +78,8 @@ def _label_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarra
     vllm = np.flatnonzero(open_lines)[np.isin(first, _FIRST_BYTES)]
     if len(vllm) == 0:
         return vllm
-    at, stop, where = data.find(LABEL, int(starts[vllm[0]]), int(ends[vllm[-1]])), int(ends[vllm[-1]]), []
-    while at >= 0:
-        where.append(at)
-        at = data.find(LABEL, at + len(LABEL), stop)
-    lines = np.unique(np.searchsorted(starts, np.array(where, np.int64), side="right") - 1)
+    where = occurrences(data, LABEL, int(starts[vllm[0]]), int(ends[vllm[-1]]))
+    lines = np.unique(np.searchsorted(starts, where, side="right") - 1)
     return lines[open_lines[lines]]
 
 

@@ -167,3 +167,14 @@ def word_at(columns: list[np.ndarray], offset: np.ndarray) -> np.ndarray:
     low = select(columns, q)
     high = select(columns + [np.zeros_like(columns[0])], q + 1)
     return (low >> r) | ((high << (np.uint64(63) - r)) << ONE)
+
+
+def occurrences(data: bytes | bytearray, piece: bytes, start: int = 0, stop: int | None = None) -> np.ndarray:
+    """Offsets of the (non-overlapping) occurrences of a rare `piece` in `data[start:stop]`, found one by one:
+    `find` skips the bytes between them faster than any test over every byte."""
+    stop = len(data) if stop is None else stop
+    at, found = data.find(piece, start, stop), []
+    while at >= 0:
+        found.append(at)
+        at = data.find(piece, at + len(piece), stop)
+    return np.array(found, np.int64)
