@@ -124,7 +124,8 @@ class EventStash:
     def chunk(self, source: int, first: int, read: ReadChunk, events: list[Event], routed: list[int]) -> None:
         stats = (read.columns or {}).get("stats")
         clock = (stats["line"], stats["time"]) if stats is not None else None
-        self.parts.append(_Part(source, first, read.extra, self._spilled(events), routed, clock))  # type: ignore[arg-type]
+        extra: str | None = read.extra  # type: ignore[assignment]  # NOTE: the path `_hot_lines` wrote, or None
+        self.parts.append(_Part(source, first, extra, self._spilled(events), routed, clock))
 
     def tail(self, source: int, events: list[Event]) -> None:
         if events:

@@ -34,9 +34,10 @@ import time
 from functools import lru_cache
 from typing import NamedTuple
 
-from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP, SOURCE_LEVEL,
-                                                SGLANG_STAMP_CUT, SGLANG_STAMP_YEAR_CUT, STERN, SYSLOG_STAMP, TIME, VLLM_DEFAULT_YEAR,
-                                                VLLM_LEVELS, VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PROCESS,
+from toolkit.diagnose.log_format.prefix import (DAY, LINE_START, PID_FILE_LOGGING, PYTHON_LOGGING, SGLANG_STAMP,
+                                                SGLANG_STAMP_CUT, SGLANG_STAMP_YEAR_CUT, SOURCE_LEVEL, STERN,
+                                                SYSLOG_STAMP, TIME, VLLM_CLOCK_GROUPS, VLLM_DEFAULT_YEAR, VLLM_LEVELS,
+                                                VLLM_PREFIX, VLLM_PROCESS,
                                                 VLLM_PROCESS_BODY, VLLM_STAMP, YEAR, days_since_epoch, gpu_rank,
                                                 is_date, month_number, process_rank, rank_name, time_of_day, tp_rank)
 

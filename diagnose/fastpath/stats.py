@@ -71,7 +71,8 @@ def stats_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarray
     return reader.lines()
 
 
-def _label_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarray, open_lines: np.ndarray) -> np.ndarray:
+def _label_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarray,
+                 open_lines: np.ndarray) -> np.ndarray:
     """The open lines that hold the stats label (each once), looked for between the first and the last open line
     that starts like a vLLM prefix (`(` or its level's first letter)."""
     first = np.frombuffer(data, np.uint8)[starts[open_lines]]

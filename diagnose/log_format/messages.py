@@ -92,7 +92,8 @@ ACCESS_DASH = ' - "'
 ACCESS_HTTP = " HTTP/"
 MAX_CLIENT_CHARS = 100
 ACCESS_PID = r"(?: \d{1,10})?"  # KServe's access format prints the server's process id after the client (kserve#4470)
-ACCESS_FIELDS = (f"(?P<client>\\S{{1,{MAX_CLIENT_CHARS}}}){ACCESS_PID}{re.escape(ACCESS_DASH)}(?P<method>[A-Z]+) (?P<path>\\S+)"
+ACCESS_FIELDS = (f"(?P<client>\\S{{1,{MAX_CLIENT_CHARS}}}){ACCESS_PID}{re.escape(ACCESS_DASH)}"
+                 f"(?P<method>[A-Z]+) (?P<path>\\S+)"
                  f"{re.escape(ACCESS_HTTP)}(?P<http>[\\d.]+)\" (?P<status>\\d{{3}})")
 ENGINE = r"Engine (\d{1,4}): |(\d{1,4}) Engines Aggregated: "  # vLLM's stats line, data-parallel: its engine
 _ENGINE = re.compile(ENGINE)
@@ -112,7 +113,8 @@ STARTS: dict[str, str] = {
     "decode": re.escape(DECODE_LABEL) + _ITER + f"[{LABEL_ENDS}]|{RUNNING}: \\d",
     "prefill": re.escape(PREFILL_LABEL) + _ITER + f"(?:[{LABEL_ENDS}]|\\(mixed )|{NEW_FILL_LABEL}",
     "stats": f"(?:{ENGINE})?Avg prompt throughput: ",
-    "access": re.escape(UVICORN_ACCESS.strip()) + rf"\s+\S{{1,{MAX_CLIENT_CHARS}}}" + ACCESS_PID + re.escape(ACCESS_DASH),
+    "access": (re.escape(UVICORN_ACCESS.strip()) + rf"\s+\S{{1,{MAX_CLIENT_CHARS}}}" + ACCESS_PID
+               + re.escape(ACCESS_DASH)),
     # SGLang start-up
     "pool": r"max_total_num_tokens?=",
     "load_begin": r"[Ll]oad weight begin",

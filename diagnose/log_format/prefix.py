@@ -49,8 +49,10 @@ PID_FILE_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6})
 # `%(asctime)s - %(name)s - %(levelname)s - ` or `%(asctime)s [%(levelname)s] %(name)s: ` (sglang-omni#712; with or
 # without `,mmm`: a `datefmt` drops it), or FastChat's; or `%(asctime)s.%(msecs)03d %(name)s ` before uvicorn's level
 # prefix (KServe's access log: `2025-05-14 17:45:10.901 uvicorn.access INFO:     CLIENT PID - "..."`, kserve#4470)
-PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:(?:[,.](\d{3}))?(?: - [\w.]{1,100} - [A-Z]{1,10} - "
-                  r"| \[[A-Z]{1,10}\] [\w.]{1,100}: | [a-z_][\w.]{0,99} (?=[A-Z]{1,10}:\s))| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
+PYTHON_LOGGING = (r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:(?:[,.](\d{3}))?"
+                  r"(?: - [\w.]{1,100} - [A-Z]{1,10} - | \[[A-Z]{1,10}\] [\w.]{1,100}: "
+                  r"| [a-z_][\w.]{0,99} (?=[A-Z]{1,10}:\s))"
+                  r"| \| [A-Z]{1,10} \| [\w.]{1,100} \| )")
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # journald / syslog: `Nov 26 21:03:11 host python[1234]: ` (journalctl's default `short`, `short-precise` adds
 # `.ffffff`); `-o short-iso` writes the ISO stamp of a container runtime before the same `host ident[pid]:`

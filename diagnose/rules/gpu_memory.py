@@ -11,8 +11,9 @@ Where graph capture began and its end is not in the log (an excerpt cut there, o
 left is at most what capture began with, and at least that less `GRAPH_ALLOWANCE_GB` (graphs take a few GB at
 most): too little is judged on the first, spare or too much on the second. Where the log shows no capture line and
 ends at the memory pool's end (no pool summary or batch line after it) with graphs on, the excerpt stops before the
-capture: what start-up leaves is not in the log (sglang#3434: 15.85 GB at the pool's end of a TP16 start-up). A piecewise CUDA-graph capture that began
-so (`Capturing num tokens (num_tokens=N ...`, sglang#14476) offers `--piecewise-cuda-graph-max-tokens` N/2 too.
+capture: what start-up leaves is not in the log (sglang#3434: 15.85 GB at the pool's end of a TP16 start-up). A
+piecewise CUDA-graph capture that began so (`Capturing num tokens (num_tokens=N ...`, sglang#14476) offers
+`--piecewise-cuda-graph-max-tokens` N/2 too.
 
 vLLM prints no leftover; its memory profile says what it may use (`total_gpu_memory (T) x gpu_memory_utilization
 (U)`). The CUDA graphs it captures after allocating the KV cache live outside that budget: where graphs are on
