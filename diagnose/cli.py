@@ -133,6 +133,8 @@ def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_
     # is imported
     with (_stash(export) as stash,
           range_workers(read_ahead=logs[0] if logs else None, job=stash.job if stash is not None else None)):
+        if stash is not None:
+            stash.warm()
         _report(logs, fmt, plots, stash, fail_on, metrics, bench, html)
 
 

@@ -3,10 +3,12 @@
 Columns: kind, time, timestamp, rank, line, source, text, then every field (absent fields empty). The column set
 (and each field's type: number, boolean or text) comes from the analysis, so the rows wait for it: while the
 logs are read, an `EventStash` keeps each chunk's hot batch, stats and access lines as the worker that scanned it
-wrote them (an Arrow file in a temporary directory beside the output, their text as Arrow strings) and the per-line
-parser's events of the chunk; then each chunk's rows are made in line order and written, CSV formatted on
-`FORMATTERS` threads at once (Arrow's writers release the GIL). The stash takes about as much disk as the CSV
-(239 MB for the 1M-line benchmark log's 234 MB), each file removed once written, the directory when done.
+read them (numpy, pickled into a temporary directory beside the output; their text stays in the log, read again
+when written) and the per-line parser's events of the chunk; then each chunk's rows are made in line order and
+written, CSV formatted on `FORMATTERS` threads at once (Arrow's writers release the GIL). Arrow is imported, and its
+kernels built (0.2 s, once per process), on a thread of its own while the logs are read (`EventStash.warm`): the
+read's workers, forked before, never start it. The stash takes about a third of the CSV's size on disk (80 MB for
+the 1M-line benchmark log's 234 MB), each file removed once written, the directory when done.
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ from typing import TYPE_CHECKING, Self
 import numpy as np
 
 from toolkit.diagnose.events import Event
-from toolkit.diagnose.fastpath.access import access_fields, strings
-from toolkit.diagnose.fastpath.ahead import JobResult, ReadChunk
+from toolkit.diagnose.fastpath.access import access_fields
+from toolkit.diagnose.fastpath.ahead import JobResult, ReadChunk, range_workers
 from toolkit.diagnose.fastpath.fields import BOOLEAN
 from toolkit.diagnose.fastpath.scan import ACCESS, ScannedChunk, stamp_times
 from toolkit.diagnose.fastpath.words import Words
@@ -87,7 +89,7 @@ def check_export_path(out: str | Path) -> Path:
 
 @dataclass(slots=True)
 class _Part:
-    """One chunk as read: its source and first line number, the Arrow file of its hot lines (None: none), the
+    """One chunk as read: its source and first line number, the file of its hot lines (None: none), the
     file of the per-line parser's events of it (None: none), the hot lines that parser took (`routed`,
     numbered in the chunk) and the hot stats lines' times on the reader's clock (`stats_clock`: their lines in
     the chunk, their times). Nothing of a chunk stays in memory: a log the per-line parser reads whole has as
@@ -107,10 +109,6 @@ class EventStash:
     manager: its temporary directory (beside the output, so it is on the same disk) goes when it closes."""
 
     def __init__(self, out: str | Path) -> None:
-        # NOTE: imported once here: the read's workers are forked after it
-        import pyarrow.compute
-        import pyarrow.csv  # noqa: F401
-
         self.out = check_export_path(out)
         if not self.out.parent.is_dir():
             raise ValueError(f"no such directory: {self.out.parent}")
@@ -120,6 +118,15 @@ class EventStash:
             raise OSError(f"cannot write in {self.out.parent}: {exc.strerror}") from exc
         self.job = functools.partial(_hot_lines, self.directory)
         self.parts: list[_Part] = []
+        self.arrow: Future | None = None
+
+    def warm(self) -> None:
+        """Import Arrow and build its kernels on a thread of its own (`_warm_arrow`), while the logs are read. Call
+        it once the read's worker processes are forked (`range_workers`): they never need Arrow."""
+        if self.arrow is None:
+            thread = ThreadPoolExecutor(1, thread_name_prefix="diagnose-arrow")
+            self.arrow = thread.submit(_warm_arrow, self.out.suffix == ".parquet")
+            thread.shutdown(wait=False)  # NOTE: the thread ends with its one task
 
     def chunk(self, source: int, first: int, read: ReadChunk, events: list[Event], routed: list[int]) -> None:
         stats = (read.columns or {}).get("stats")
@@ -151,13 +158,16 @@ def export_events(paths: Sequence[str | Path], out: str | Path, **analysis) -> t
     `.parquet`), in one read."""
     from toolkit.diagnose.analysis import analyze
 
-    with EventStash(out) as stash:
+    with EventStash(out) as stash, range_workers(read_ahead=paths[0] if paths else None, job=stash.job):
+        stash.warm()
         d = analyze(paths, tap=stash, **analysis)
         return d, write_events(stash, d)
 
 
 def write_events(stash: EventStash, d: Diagnosis) -> Path:
     """Write the events `stash` kept of the read `d` analysed to its output (chosen by the suffix)."""
+    if stash.arrow is not None:
+        stash.arrow.result()
     schema = _schema(field_types(d))
     with _writer(stash.out, schema) as write:
         for part in stash.parts:
@@ -217,6 +227,15 @@ class _writer:
             self.sink.close()  # type: ignore[attr-defined]
 
 
+def _warm_arrow(parquet: bool) -> None:
+    """Arrow imported, and its kernels built: the first of them that runs builds them all (0.2 s)."""
+    import pyarrow as pa
+
+    if parquet:
+        import pyarrow.parquet
+    _csv(pa.table({"text": ["x"], "number": [0.5]}).take(pa.array([0])))
+
+
 def _csv_of(make: Callable[[], pa.Table]) -> pa.Buffer:
     return _csv(make())
 
@@ -248,10 +267,9 @@ def _schema(types: dict[str, str]) -> pa.Schema:
 
 
 def _hot_lines(directory: str, chunk: Chunk, scanned: ScannedChunk) -> JobResult:
-    """The job of the read's workers: a chunk's hot batch, stats and access lines as one table in line order
-    (lines numbered from 0 in the chunk; each batch or stats field a float64 column as read, NaN where a line
-    lacks it; the access fields as read), written to an Arrow file in `directory`: its path, and the lines left
-    to the per-line parser (every other line, with the access lines whose fields or date the job cannot read)."""
+    """The job of the read's workers: a chunk's hot batch, stats and access lines (`_HotLines`), stashed in
+    `directory`: its path, and the lines left to the per-line parser (every other line, with the access lines
+    whose fields or date the job cannot read)."""
     lines = scanned.access_lines
     read_access, access = access_fields(chunk.data, Words(chunk.data), lines, scanned.ends[lines.index])
     times, dated = stamp_times(lines.head)
@@ -264,61 +282,67 @@ def _hot_lines(directory: str, chunk: Chunk, scanned: ScannedChunk) -> JobResult
     if not len(scanned.batch.index) and not len(scanned.stats.index) and not len(taken):
         return JobResult(None, slow)
     kept = np.flatnonzero(dated[read_access])  # the rows of `access` that are taken
-    return JobResult(_stashed(directory, _hot_table(chunk, scanned, taken, times, access, kept)), slow)
+    hot = _hot_rows(chunk, scanned, taken, times[taken], {name: column[..., kept] for name, column in access.items()})
+    return JobResult(_stashed(directory, chunk, hot), slow)
 
 
-def _hot_table(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, times: np.ndarray, access: dict,
-               kept: np.ndarray) -> dict[str, pa.Array]:
-    """The columns with a value of the hot batch and stats lines and the hot access lines `taken` (indices into
-    the scan's access lines, their times `times[taken]`, their fields the rows `kept` of `access`), rows in line
-    order: each column built in that order at once (the text copied out of the chunk once). The stats lines'
-    times are before the clock's wraps: `_part_table` puts them on the reader's clock."""
-    import pyarrow as pa
+@dataclass(slots=True)
+class _HotLines:
+    """A chunk's hot batch, stats and access lines as its scanner read them, rows in line order, all numpy: the
+    read's workers never start Arrow, and no text is copied (each row's message is a span of the log's bytes,
+    which the export reads again when it writes; a stream's chunk keeps a copy of those bytes in the stash)."""
 
+    line: np.ndarray  # index in the chunk
+    kind: np.ndarray  # code into _KINDS
+    rank: np.ndarray  # code into `ranks`
+    ranks: list[str]
+    time: np.ndarray  # seconds on the log's clock; stats lines' before the clock's wraps (`_part_table` fixes them)
+    timed: np.ndarray
+    text: np.ndarray  # [begin, end) of each row's message, offsets in the chunk, shape (2, rows)
+    fields: list[tuple[np.ndarray, dict[str, np.ndarray]]]  # (rows, {name: float64, NaN where absent}) per part
+    access: tuple[np.ndarray, dict[str, np.ndarray]]  # (rows, `access_fields`'s columns of those rows)
+    origin: tuple[str, int] = ("", 0)  # the file that holds the chunk's bytes, and the offset of its byte 0 there
+
+
+def _hot_rows(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, times: np.ndarray,
+              access: dict[str, np.ndarray]) -> _HotLines:
+    """The hot batch and stats lines and the hot access lines `taken` (indices into the scan's access lines,
+    at `times`, with the fields `access`) as rows in line order."""
     batch, stats, lines = scanned.batch, scanned.stats, scanned.access_lines
-    hot = len(batch.index) + len(stats.index)
     line = np.concatenate([batch.index, stats.index, lines.index[taken]])
     order = np.argsort(line, kind="stable")
-    line = line[order]
-    of_access = order >= hot
-    untimed = np.concatenate([np.zeros(hot, bool), ~lines.timed[taken]])[order]
-    time = np.concatenate([batch.time, stats.time, times[taken]])[order]
-    begin = np.concatenate([batch.label + 2, stats.message, lines.client[taken] - len("INFO:     ")])[order]
+    row = np.empty(len(order), np.int64)
+    row[order] = np.arange(len(order))  # each line's row: batch lines first, then stats, then access
+    first_stats, first_access = len(batch.index), len(batch.index) + len(stats.index)
     kind = np.concatenate([batch.kind, np.full(len(stats.index), _STATS, batch.kind.dtype),
                            np.full(len(taken), _ACCESS_CODE, batch.kind.dtype)])
-    ranks = batch.ranks + stats.ranks
-    rank = np.concatenate([batch.rank, stats.rank + len(batch.ranks), lines.rank[taken]])
-    columns = {
-        "kind": _names(kind[order], list(_KINDS)),
-        "time": pa.array(time, mask=untimed),
-        "timestamp": pa.array(np.round(np.where(untimed, 0, time) * 1000).astype(np.int64), pa.timestamp("ms"),
-                              mask=untimed),
-        "rank": _names(rank[order], ranks or [""]),
-        "line": pa.array(line.astype(np.int64)), "source": pa.array(np.zeros(len(line), np.int64)),
-        "text": strings(chunk.data, begin, scanned.ends[line]),
-    }
-    blank_batch, blank_stats, blank_access = (np.full(n, np.nan) for n in (len(batch.index), len(stats.index),
-                                                                           len(taken)))
-    for name in dict.fromkeys([*batch.fields, *stats.fields]):
-        parts = [batch.fields.get(name, blank_batch), stats.fields.get(name, blank_stats), blank_access]
-        values = np.concatenate(parts)[order]
-        if name not in BASE and not np.isnan(values).all():
-            columns[name] = pa.array(values, pa.float64())
-    at = np.where(of_access, order - hot, 0)  # each row's place among the access rows (0 on batch rows)
-    for name, column in access.items():
-        column = column.take(pa.array(kept)) if isinstance(column, pa.Array) else pa.array(column[kept])
-        columns[name] = column.take(pa.array(at, mask=~of_access))
-    return _with_values(columns)
+    rank = np.concatenate([batch.rank, stats.rank + len(batch.ranks), lines.rank[taken]]).astype(np.int32)
+    begin = np.concatenate([batch.label + 2, stats.message, lines.client[taken] - len("INFO:     ")])
+    return _HotLines(
+        line=line[order], kind=kind[order], rank=rank[order], ranks=(batch.ranks + stats.ranks) or [""],
+        time=np.concatenate([batch.time, stats.time, times])[order],
+        timed=np.concatenate([np.ones(first_access, bool), lines.timed[taken]])[order],
+        text=np.stack([begin[order], scanned.ends[line[order]]]),
+        fields=[(row[:first_stats], batch.fields), (row[first_stats:first_access], stats.fields)],
+        access=(row[first_access:], access))
 
 
-def _stashed(directory: str, columns: dict[str, pa.Array]) -> str:
-    """`columns` written as an Arrow file in `directory`; its path."""
-    import pyarrow as pa
-
-    table = pa.table(columns)
-    handle, path = tempfile.mkstemp(suffix=".arrow", dir=directory)
-    with os.fdopen(handle, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
-        writer.write_table(table)
+def _stashed(directory: str, chunk: Chunk, hot: _HotLines) -> str:
+    """`hot` pickled into a file in `directory`: its path. The chunk's bytes stay where they are when it is a
+    range of a file; a stream's chunk's message bytes are copied into a file beside it (a newline after them,
+    as in a log)."""
+    if chunk.origin is not None:
+        hot.origin = chunk.origin
+    else:
+        low, high = int(hot.text[0].min()), int(hot.text[1].max())
+        handle, path = tempfile.mkstemp(suffix=".text", dir=directory)
+        with os.fdopen(handle, "wb") as f:
+            f.write(memoryview(chunk.data)[low: high])
+            f.write(b"\n")
+        hot.origin = (path, -low)
+    handle, path = tempfile.mkstemp(suffix=".hot", dir=directory)
+    with os.fdopen(handle, "wb") as f:
+        pickle.dump(hot, f, protocol=pickle.HIGHEST_PROTOCOL)
     return path
 
 
@@ -331,32 +355,77 @@ def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
     slow = _events_table(_unspilled(part.events), schema) if part.events is not None else None
     if part.hot is None:
         return slow if slow is not None else schema.empty_table()
-    with pa.memory_map(part.hot) as source:
-        hot = _conformed(pa.ipc.open_file(source).read_all(), schema)
+    with open(part.hot, "rb") as f:
+        hot: _HotLines = pickle.load(f)  # NOTE: a file this process's read wrote in its own temporary directory
     os.unlink(part.hot)
     if part.stats_clock is not None:
-        hot = _on_clock(hot, schema, *part.stats_clock)
+        clock_lines, clock_times = part.stats_clock
+        hot.time[np.searchsorted(hot.line, clock_lines)] = clock_times  # NOTE: every stats line has its row
+    table = _hot_table(hot, schema, part.first, part.source)
     if part.routed:
-        hot = hot.filter(pc.invert(pc.is_in(hot.column("line"), pa.array(part.routed, pa.int64()))))
-    hot = hot.set_column(schema.get_field_index("line"), "line", pc.add(hot.column("line"), part.first))
-    hot = hot.set_column(schema.get_field_index("source"), "source",
-                         pa.array(np.full(hot.num_rows, part.source, np.int64)))
-    return hot if slow is None else _merged(hot, slow)
+        routed = pa.array(np.asarray(part.routed, np.int64) + part.first)
+        table = table.filter(pc.invert(pc.is_in(table.column("line"), routed)))
+    return table if slow is None else _merged(table, slow)
 
 
-def _on_clock(hot: pa.Table, schema: pa.Schema, lines: np.ndarray, times: np.ndarray) -> pa.Table:
-    """The hot table with its stats rows' times (and timestamps) those the reader put on the log's clock (the
-    rows of `lines`, numbered in the chunk, at `times`)."""
+def _hot_table(hot: _HotLines, schema: pa.Schema, first: int, source: int) -> pa.Table:
+    """The rows of `hot` as a table of the export's columns (lines numbered from `first`, in log `source`)."""
     import pyarrow as pa
 
-    time = hot.column("time").to_numpy(zero_copy_only=False).copy()
-    at = np.searchsorted(hot.column("line").to_numpy(), lines)  # NOTE: every stats line has its hot row
-    time[at] = times
-    missing = hot.column("time").is_null().to_numpy(zero_copy_only=False)
-    hot = hot.set_column(schema.get_field_index("time"), "time", pa.array(time, mask=missing))
-    stamp = np.round(np.where(missing, 0, time) * 1000).astype(np.int64)
-    return hot.set_column(schema.get_field_index("timestamp"), "timestamp",
-                          pa.array(stamp, pa.timestamp("ms"), mask=missing))
+    n = len(hot.line)
+    data, low = _text(hot)
+    untimed = ~hot.timed
+    columns = {
+        "kind": _names(hot.kind, list(_KINDS)), "time": pa.array(hot.time, mask=untimed),
+        "timestamp": pa.array(np.round(np.where(untimed, 0, hot.time) * 1000).astype(np.int64), pa.timestamp("ms"),
+                              mask=untimed),
+        "rank": _names(hot.rank, hot.ranks), "line": pa.array(hot.line + first, pa.int64()),
+        "source": pa.array(np.full(n, source, np.int64)), "text": _strings(data, hot.text[0] - low, hot.text[1] - low),
+    }
+    values: dict[str, np.ndarray] = {}
+    for rows, fields in hot.fields:
+        for name, column in fields.items():
+            if name not in BASE:
+                values.setdefault(name, np.full(n, np.nan))[rows] = column
+    access_rows, access = hot.access
+    arrays = []
+    for f in schema:
+        if f.name in columns:
+            arrays.append(columns[f.name])
+        elif f.name in values:
+            arrays.append(_batch_field(values[f.name], f.type))
+        elif f.name in access and len(access_rows):
+            arrays.append(_access_field(access[f.name], access_rows, n, data, low).cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _text(hot: _HotLines) -> tuple[bytes, int]:
+    """(the bytes of the log that hold the rows' messages, the offset in the chunk of the first); raises
+    ValueError where the file no longer holds them (each message must still end a line)."""
+    low, high = int(hot.text[0].min()), int(hot.text[1].max())
+    path, offset = hot.origin
+    with open(path, "rb", buffering=0) as f:
+        data = os.pread(f.fileno(), high - low + 1, offset + low)
+    ends = hot.text[1] - low
+    if len(data) < high - low or not (np.frombuffer(data, np.uint8)[np.minimum(ends, len(data) - 1)] == 10)[
+            ends < len(data)].all():
+        raise ValueError(f"{path} changed while it was read")
+    return data, low
+
+
+def _access_field(column: np.ndarray, rows: np.ndarray, n: int, data: bytes, low: int) -> pa.Array:
+    """An access field's column over all `n` rows (null but on the access `rows`): spans of `data` as text, or
+    numbers."""
+    import pyarrow as pa
+
+    at = np.zeros(n, np.int64)
+    at[rows] = np.arange(len(rows))
+    missing = np.ones(n, bool)
+    missing[rows] = False
+    values = _strings(data, column[0] - low, column[1] - low) if column.ndim == 2 else pa.array(column)
+    return values.take(pa.array(at, mask=missing))
 
 
 def _unspilled(path: str) -> list[Event]:
@@ -364,23 +433,6 @@ def _unspilled(path: str) -> list[Event]:
         events = pickle.load(f)  # NOTE: a file this process wrote in its own temporary directory
     os.unlink(path)
     return events
-
-
-def _conformed(hot: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A job's table with the export's columns: each batch field (float64, NaN where absent) in its column's type
-    (a boolean is 1; a number in a text column is printed as an int where it is one), the access fields cast,
-    nulls where the table has no such column."""
-    import pyarrow as pa
-
-    arrays = []
-    for f in schema:
-        if f.name not in hot.column_names:
-            arrays.append(pa.nulls(hot.num_rows, f.type))
-        elif f.name in BASE or f.name in _ACCESS:
-            arrays.append(hot.column(f.name).cast(f.type))
-        else:
-            arrays.append(_batch_field(hot.column(f.name).to_numpy(), f.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _batch_field(values: np.ndarray, kind: pa.DataType) -> pa.Array:
@@ -459,12 +511,27 @@ def _cell(value: object, kind: pa.DataType) -> object:
         return None
 
 
-def _with_values(columns: dict[str, pa.Array]) -> dict[str, pa.Array]:
-    return {name: column for name, column in columns.items() if column.null_count < len(column)}
-
-
 def _names(codes: np.ndarray, names: list[str]):
     """An Arrow string array of `names[code]` (numpy object arrays would make pyarrow import pandas)."""
     import pyarrow as pa
 
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(names, pa.string())).cast(pa.string())
+
+
+def _strings(data: bytes | bytearray, begin: np.ndarray, stop: np.ndarray):
+    """The ASCII text of each [begin, stop) of `data` as an Arrow string array: the spans, with the bytes
+    between them as strings of their own, make one array over `data` as it is; taking every other one copies
+    the spans out (spans in any order, none overlapping)."""
+    import pyarrow as pa
+
+    n = len(begin)
+    if n == 0:
+        return pa.array([], pa.string())
+    order = np.argsort(begin, kind="stable") if n > 1 and not bool((begin[1:] >= begin[:-1]).all()) else None
+    offsets = np.empty(2 * n + 1, np.int32)
+    offsets[0] = 0
+    offsets[1::2] = begin if order is None else begin[order]
+    offsets[2::2] = stop if order is None else stop[order]
+    spans = pa.StringArray.from_buffers(2 * n, pa.py_buffer(offsets), pa.py_buffer(data))
+    picks = 2 * (np.arange(n) if order is None else np.argsort(order)) + 1
+    return spans.take(pa.array(picks))

@@ -67,11 +67,14 @@ def open_log(path: str | Path) -> Iterator[BinaryIO]:
 
 class Chunk(NamedTuple):
     """`data[:size]` is whole lines without the last newline; `data[size:]` is at least `PAD` zero bytes.
-    `cut` marks a one-line chunk holding a line cut at the length limit."""
+    `cut` marks a one-line chunk holding a line cut at the length limit. `origin`: (path, offset) where
+    `data[:size]` is that file's bytes from offset, as a range worker read them; None for a stream's chunk (its
+    bytes are read once)."""
 
     data: bytearray
     size: int
     cut: bool
+    origin: tuple[str, int] | None = None
 
 
 class LineReader:

@@ -1,5 +1,6 @@
 """The fields of hot access lines, `INFO:     CLIENT - "METHOD PATH HTTP/V" STATUS`, for `--export`: read as
-`parse_fields` reads them (its regex), for the lines in that exact form; the rest are left to it."""
+`parse_fields` reads them (its regex), for the lines in that exact form; the rest are left to it. Numpy only: the
+read's workers never start Arrow (the export makes the text fields' strings from their spans when it writes)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,13 @@ _UPPER = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", np.uint8)
 _VERSION = np.frombuffer(b"0123456789.", np.uint8)
 
 
-def access_fields(data: bytearray, words: Words, lines: AccessLines, ends: np.ndarray):
-    """(which of `lines` were read here, {client, method, path: Arrow strings, status: int64})."""
+TEXT_FIELDS = ("client", "method", "path")  # read as spans of the chunk; `status` as a number
+
+
+def access_fields(data: bytearray, words: Words, lines: AccessLines,
+                  ends: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(which of `lines` were read here, their fields: each of `TEXT_FIELDS` as its [begin, end) offsets in `data`
+    (int64, shape (2, lines read)), `status` as int64)."""
     client = lines.client
     n = len(client)
     if n == 0 or any(w in data for w in _WHITESPACE):
@@ -34,9 +40,9 @@ def access_fields(data: bytearray, words: Words, lines: AccessLines, ends: np.nd
     ok &= (quote > version) & _all_in(words, version, quote, _VERSION) & (words.byte(quote + 1) == ord(" "))
     ok &= (status >= 0) & (quote + 5 <= ends) & (dash - client <= MAX_CLIENT_CHARS)
     take = np.flatnonzero(ok)
-    return ok, {"client": strings(data, client[take], dash[take]),
-                "method": strings(data, method[take], method_end[take]),
-                "path": strings(data, path[take], path_end[take]), "status": status[take]}
+    spans = ((client, dash), (method, method_end), (path, path_end))
+    fields = {name: np.stack([begin[take], end[take]]) for name, (begin, end) in zip(TEXT_FIELDS, spans)}
+    return ok, {**fields, "status": status[take]}
 
 
 def _first(words: Words, pos: np.ndarray, byte: int, count: int) -> np.ndarray:
@@ -54,22 +60,3 @@ def _all_in(words: Words, begin: np.ndarray, stop: np.ndarray, allowed: np.ndarr
     rows = np.stack(window(words, begin, 16), axis=1).view(np.uint8).reshape(len(begin), 16)
     inside = np.arange(16) < (stop - begin)[:, None]
     return ((np.isin(rows, allowed) | ~inside).all(axis=1)) & (stop - begin <= 16)
-
-
-def strings(data: bytearray, begin: np.ndarray, stop: np.ndarray):
-    """The ASCII text of each [begin, stop) of `data` as an Arrow string array: the spans, with the bytes
-    between them as strings of their own, make one array over `data` as it is; taking every other one copies
-    the spans out (spans in any order, none overlapping)."""
-    import pyarrow as pa
-
-    n = len(begin)
-    if n == 0:
-        return pa.array([], pa.string())
-    order = np.argsort(begin, kind="stable") if n > 1 and not bool((begin[1:] >= begin[:-1]).all()) else None
-    offsets = np.empty(2 * n + 1, np.int32)
-    offsets[0] = 0
-    offsets[1::2] = begin if order is None else begin[order]
-    offsets[2::2] = stop if order is None else stop[order]
-    spans = pa.StringArray.from_buffers(2 * n, pa.py_buffer(offsets), pa.py_buffer(data))
-    picks = 2 * (np.arange(n) if order is None else np.argsort(order)) + 1
-    return spans.take(pa.array(picks))

@@ -264,7 +264,7 @@ def _scan_range(path: str, start: int, stop: int, size: int, max_line: int, job:
     scanned = scan_chunk(buf, length)
     if int((scanned.ends - scanned.starts).max()) > max_line:
         return _Packed(begin, too_long=True)
-    view = _view(Chunk(buf, length, False), scanned, job)
+    view = _view(Chunk(buf, length, False, (path, begin)), scanned, job)
     lines = _LineTexts(buf, scanned.starts, scanned.ends)
     # NOTE: the slow lines are classified here, in parallel: the caller reads only those that are not plain (most
     # slow lines of a long log are other INFO lines), and the lines an open multi-line record may take

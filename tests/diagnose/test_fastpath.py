@@ -358,7 +358,7 @@ def test_access_fields_equal_parse_fields(lines) -> None:
     read, columns = access_fields(data, Words(data), access, scanned.ends[access.index])
     for i, row in enumerate(np.flatnonzero(read).tolist()):
         text = texts[access.index[row]]
-        got = {k: (int(v[i]) if isinstance(v, np.ndarray) else v[i].as_py()) for k, v in columns.items()}
+        got = {k: (bytes(data[v[0, i]: v[1, i]]).decode() if v.ndim == 2 else int(v[i])) for k, v in columns.items()}
         assert got == parse_fields("access", text[text.index("] ") + 2:]), text
     plain = [t for t in texts if '"POST /v1/chat/completions HTTP/1.1" 200 OK' in t and "127.0.0.1" in t]
     if "\t" not in "".join(texts):  # a tab anywhere in the chunk leaves its access lines to parse_fields
@@ -424,6 +424,52 @@ def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatc
         got = pd.read_csv(out, keep_default_na=False, na_values=[""])
     want = export_against_per_line(tmp_path, monkeypatch, path.read_text().splitlines(), 16 * 1024, True)[0]
     assert got.equals(want)
+
+
+@pytest.mark.parametrize("change", ["truncated", "shifted"])
+def test_an_export_whose_log_changed_after_its_read_fails_with_a_clear_error(tmp_path, monkeypatch, change) -> None:
+    """The stash keeps no text of a log's ranges (the rows' messages are read again from the log when written):
+    a log cut short, or one whose lines moved, since its read is an error naming it, never wrong text."""
+    from toolkit.diagnose.export import EventStash, write_events
+    from toolkit.diagnose.fastpath import ahead
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 4000, mix="realistic")
+    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0)
+    with EventStash(tmp_path / "events.csv") as stash:
+        with ahead.range_workers(read_ahead=path, job=stash.job):
+            d = analyze([path], tap=stash)
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2] if change == "truncated" else b"x" + data[:-1])
+        with pytest.raises(ValueError, match="changed while it was read"):
+            write_events(stash, d)
+
+
+def test_the_exports_job_never_imports_arrow() -> None:
+    """The read's workers are forked before Arrow is imported (it imports, and builds its kernels, on a thread of
+    the command while the logs are read): the job they run on each chunk is numpy only."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, tempfile
+from benchmarks.diagnose_parse import write_log
+from toolkit.diagnose import export
+from toolkit.diagnose.fastpath.scan import scan_chunk
+from toolkit.diagnose.source import Chunk, PAD
+assert "pyarrow" not in sys.modules
+with tempfile.TemporaryDirectory() as tmp:
+    write_log(tmp + "/log", 2000, mix="realistic")
+    data = bytearray(open(tmp + "/log", "rb").read().rstrip(b"\\n")) + bytearray(PAD)
+    chunk = Chunk(data, len(data) - PAD, False)
+    result = export._hot_lines(tmp, chunk, scan_chunk(data, chunk.size))
+    assert result.payload is not None
+assert "pyarrow" not in sys.modules, "the job imported Arrow"
+"""
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 TRACEBACK_TAIL = ['  File "/x/scheduler.py", line 10, in run', "    self.step()", "RuntimeError: CUDA error: out of memory"]
