@@ -7,7 +7,8 @@ read them (numpy, pickled into a temporary directory beside the output; their te
 when written) and the per-line parser's events of the chunk; then each chunk's rows are made in line order and
 written, CSV formatted on `FORMATTERS` threads at once (Arrow's writers release the GIL). Arrow is imported, and its
 kernels built (0.2 s, once per process), on a thread of its own while the logs are read (`EventStash.warm`): the
-read's workers, forked before, never start it. The stash takes about a third of the CSV's size on disk (80 MB for
+read's workers, forked before, never start it. Arrays are made by `arrow_arrays`, never `pyarrow.array` (which
+imports pandas). The stash takes about a third of the CSV's size on disk (80 MB for
 the 1M-line benchmark log's 234 MB), each file removed once written, the directory when done.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
+from toolkit.diagnose.arrow_arrays import booleans, empty_table, names, numbers, spans, texts, values_of
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.fastpath.access import access_fields
 from toolkit.diagnose.fastpath.ahead import JobResult, ReadChunk, range_workers
@@ -173,7 +175,7 @@ def write_events(stash: EventStash, d: Diagnosis) -> Path:
         for part in stash.parts:
             write(functools.partial(_part_table, part, schema))
         if not stash.parts:
-            write(schema.empty_table)
+            write(functools.partial(empty_table, schema))
     return stash.out
 
 
@@ -194,7 +196,7 @@ class _writer:
     def __enter__(self) -> Callable[[Callable[[], pa.Table]], None]:
         if self.csv:
             self.sink = open(self.out, "wb")
-            self.sink.write(_csv(self.schema.empty_table(), header=True))  # type: ignore[attr-defined]
+            self.sink.write(_csv(empty_table(self.schema), header=True))  # type: ignore[attr-defined]
         else:
             import pyarrow.parquet as pq  # NOTE: here only: a CSV export does not wait for it
 
@@ -233,7 +235,8 @@ def _warm_arrow(parquet: bool) -> None:
 
     if parquet:
         import pyarrow.parquet
-    _csv(pa.table({"text": ["x"], "number": [0.5]}).take(pa.array([0])))
+    table = pa.Table.from_arrays([texts(["x"]), numbers(np.array([0.5]))], names=["text", "number"])
+    _csv(table.take(numbers(np.zeros(1, np.int64))))
 
 
 def _csv_of(make: Callable[[], pa.Table]) -> pa.Buffer:
@@ -349,12 +352,11 @@ def _stashed(directory: str, chunk: Chunk, hot: _HotLines) -> str:
 def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
     """A chunk's events in line order: its hot lines' table, less those the per-line parser took, and that
     parser's events."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     slow = _events_table(_unspilled(part.events), schema) if part.events is not None else None
     if part.hot is None:
-        return slow if slow is not None else schema.empty_table()
+        return slow if slow is not None else empty_table(schema)
     with open(part.hot, "rb") as f:
         hot: _HotLines = pickle.load(f)  # NOTE: a file this process's read wrote in its own temporary directory
     os.unlink(part.hot)
@@ -363,7 +365,7 @@ def _part_table(part: _Part, schema: pa.Schema) -> pa.Table:
         hot.time[np.searchsorted(hot.line, clock_lines)] = clock_times  # NOTE: every stats line has its row
     table = _hot_table(hot, schema, part.first, part.source)
     if part.routed:
-        routed = pa.array(np.asarray(part.routed, np.int64) + part.first)
+        routed = numbers(np.asarray(part.routed, np.int64) + part.first)
         table = table.filter(pc.invert(pc.is_in(table.column("line"), routed)))
     return table if slow is None else _merged(table, slow)
 
@@ -376,11 +378,11 @@ def _hot_table(hot: _HotLines, schema: pa.Schema, first: int, source: int) -> pa
     data, low = _text(hot)
     untimed = ~hot.timed
     columns = {
-        "kind": _names(hot.kind, list(_KINDS)), "time": pa.array(hot.time, mask=untimed),
-        "timestamp": pa.array(np.round(np.where(untimed, 0, hot.time) * 1000).astype(np.int64), pa.timestamp("ms"),
-                              mask=untimed),
-        "rank": _names(hot.rank, hot.ranks), "line": pa.array(hot.line + first, pa.int64()),
-        "source": pa.array(np.full(n, source, np.int64)), "text": _strings(data, hot.text[0] - low, hot.text[1] - low),
+        "kind": names(hot.kind, list(_KINDS)), "time": numbers(hot.time, missing=untimed),
+        "timestamp": numbers(np.round(np.where(untimed, 0, hot.time) * 1000).astype(np.int64), pa.timestamp("ms"),
+                             untimed),
+        "rank": names(hot.rank, hot.ranks), "line": numbers((hot.line + first).astype(np.int64)),
+        "source": numbers(np.full(n, source, np.int64)), "text": spans(data, hot.text[0] - low, hot.text[1] - low),
     }
     values: dict[str, np.ndarray] = {}
     for rows, fields in hot.fields:
@@ -418,14 +420,12 @@ def _text(hot: _HotLines) -> tuple[bytes, int]:
 def _access_field(column: np.ndarray, rows: np.ndarray, n: int, data: bytes, low: int) -> pa.Array:
     """An access field's column over all `n` rows (null but on the access `rows`): spans of `data` as text, or
     numbers."""
-    import pyarrow as pa
-
     at = np.zeros(n, np.int64)
     at[rows] = np.arange(len(rows))
     missing = np.ones(n, bool)
     missing[rows] = False
-    values = _strings(data, column[0] - low, column[1] - low) if column.ndim == 2 else pa.array(column)
-    return values.take(pa.array(at, mask=missing))
+    values = spans(data, column[0] - low, column[1] - low) if column.ndim == 2 else numbers(column)
+    return values.take(numbers(at, missing=missing))
 
 
 def _unspilled(path: str) -> list[Event]:
@@ -440,11 +440,11 @@ def _batch_field(values: np.ndarray, kind: pa.DataType) -> pa.Array:
 
     missing = np.isnan(values)
     if kind == pa.bool_():
-        return pa.array(values == 1.0, pa.bool_(), mask=missing)
+        return booleans(values == 1.0, missing)
     if kind == pa.string():
-        return pa.array([None if m else str(int(v) if v == int(v) else v)
-                         for v, m in zip(values.tolist(), missing.tolist())], pa.string())
-    return pa.array(values, pa.float64(), mask=missing)
+        return texts([None if m else str(int(v) if v == int(v) else v)
+                      for v, m in zip(values.tolist(), missing.tolist())])
+    return numbers(values, missing=missing)
 
 
 _MAX_SLICES = 32  # more slices than this make the writers slow (a record batch each): the rows are copied instead
@@ -455,12 +455,12 @@ def _merged(hot: pa.Table, slow: pa.Table) -> pa.Table:
     in a few runs, else a copy in order."""
     import pyarrow as pa
 
-    lines, slow_lines = hot.column("line").to_numpy(), slow.column("line").to_numpy()
+    lines, slow_lines = values_of(hot.column("line"), np.int64), values_of(slow.column("line"), np.int64)
     at = np.searchsorted(lines, slow_lines)  # where each slow row goes among the hot ones
     starts = np.flatnonzero(np.diff(at, prepend=-1))  # the first slow row of each run that goes to one place
     if len(starts) > _MAX_SLICES:
         order = np.argsort(np.concatenate([lines, slow_lines]), kind="stable")
-        return pa.concat_tables([hot, slow]).take(pa.array(order))
+        return pa.concat_tables([hot, slow]).take(numbers(order))
     parts = []
     done = 0
     for first, end in zip(starts.tolist(), [*starts[1:].tolist(), len(at)]):
@@ -488,12 +488,30 @@ def _events_table(events: list[Event], schema: pa.Schema) -> pa.Table:
                 if column is None:
                     column = fields[name] = [None] * n
                 column[i] = _cell(value, kind)
-    times = [e.time for e in events]
-    columns = {"kind": [e.kind for e in events], "time": times,
-               "timestamp": [None if t is None else round(t * 1000) for t in times], "rank": [e.rank for e in events],
-               "line": [e.line for e in events], "source": [e.source for e in events], "text": [e.text for e in events]}
-    columns.update((name, fields.get(name, [None] * n)) for name in kinds)
-    return pa.Table.from_pydict(columns, schema=schema)
+    untimed = np.fromiter((e.time is None for e in events), bool, n)
+    times = np.fromiter((0.0 if e.time is None else e.time for e in events), np.float64, n)
+    columns = {"kind": texts([e.kind for e in events]), "time": numbers(times, missing=untimed),
+               "timestamp": numbers(np.round(times * 1000).astype(np.int64), pa.timestamp("ms"), untimed),
+               "rank": texts([e.rank for e in events]),
+               "line": numbers(np.fromiter((e.line for e in events), np.int64, n)),
+               "source": numbers(np.fromiter((e.source for e in events), np.int64, n)),
+               "text": texts([e.text for e in events])}
+    columns.update((name, _event_field(fields.get(name), kind, n)) for name, kind in kinds.items())
+    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+def _event_field(values: list | None, kind: pa.DataType, n: int) -> pa.Array:
+    """A field's column of `n` events (`_cell`'s values, None where absent; no list: absent from every one)."""
+    import pyarrow as pa
+
+    if values is None:
+        return pa.nulls(n, kind)
+    if kind == pa.string():
+        return texts(values)
+    missing = np.fromiter((v is None for v in values), bool, n)
+    if kind == pa.bool_():
+        return booleans(np.fromiter((v is True for v in values), bool, n), missing)
+    return numbers(np.fromiter((np.nan if v is None else v for v in values), np.float64, n), missing=missing)
 
 
 def _cell(value: object, kind: pa.DataType) -> object:
@@ -509,29 +527,3 @@ def _cell(value: object, kind: pa.DataType) -> object:
         return float(value)
     except OverflowError:
         return None
-
-
-def _names(codes: np.ndarray, names: list[str]):
-    """An Arrow string array of `names[code]` (numpy object arrays would make pyarrow import pandas)."""
-    import pyarrow as pa
-
-    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(names, pa.string())).cast(pa.string())
-
-
-def _strings(data: bytes | bytearray, begin: np.ndarray, stop: np.ndarray):
-    """The ASCII text of each [begin, stop) of `data` as an Arrow string array: the spans, with the bytes
-    between them as strings of their own, make one array over `data` as it is; taking every other one copies
-    the spans out (spans in any order, none overlapping)."""
-    import pyarrow as pa
-
-    n = len(begin)
-    if n == 0:
-        return pa.array([], pa.string())
-    order = np.argsort(begin, kind="stable") if n > 1 and not bool((begin[1:] >= begin[:-1]).all()) else None
-    offsets = np.empty(2 * n + 1, np.int32)
-    offsets[0] = 0
-    offsets[1::2] = begin if order is None else begin[order]
-    offsets[2::2] = stop if order is None else stop[order]
-    spans = pa.StringArray.from_buffers(2 * n, pa.py_buffer(offsets), pa.py_buffer(data))
-    picks = 2 * (np.arange(n) if order is None else np.argsort(order)) + 1
-    return spans.take(pa.array(picks))
