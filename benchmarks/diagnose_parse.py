@@ -304,8 +304,9 @@ def _sglang_ray(path: str, parser_file: str) -> dict:
 
 class _TreeMemory:
     """Peak RSS of a process and all its descendants: their RSS summed at each sample, its maximum; and each
-    process's own peak (`VmHWM` of /proc/PID/status, Linux; its largest sampled RSS elsewhere). The tree is
-    listed again every `REFRESH` samples (listing reads all of /proc; reading the known processes is cheap)."""
+    process's own peak (`VmHWM` of /proc/PID/status, Linux; its largest sampled RSS elsewhere). Cheap, as it
+    shares the command's cores: each sample reads one line per process (/proc/PID/statm); the tree is listed
+    again (which reads all of /proc), and each process's peak read, every `REFRESH` samples."""
 
     REFRESH = 10
 
@@ -321,35 +322,81 @@ class _TreeMemory:
     def sample(self) -> None:
         import psutil
 
-        if self.samples % self.REFRESH == 0:
+        refresh = self.samples % self.REFRESH == 0
+        if refresh:
             try:
-                self.processes = [self.root, *self.root.children(recursive=True)]
+                self.processes = [self.root, *_descendants(self.root)]
             except psutil.Error:
                 pass
         self.samples += 1
         total = 0
         for process in self.processes:
-            rss, hwm = _rss(process)
+            rss = _rss(process)
             total += rss
             name, seen = self.own.get(process.pid, (None, 0))
-            self.own[process.pid] = (name or _name(process), max(seen, hwm or rss))
+            if refresh or name is None:
+                seen = max(seen, _hwm(process) or rss)
+                name = name or _name(process)
+            self.own[process.pid] = (name, max(seen, rss))
         self.peak = max(self.peak, total)
 
     def process_peaks_mb(self) -> dict[str, float]:
         return {f"{name} {pid}": round(peak / 2**20, 1) for pid, (name, peak) in self.own.items() if peak}
 
 
-def _rss(process) -> tuple[int, int]:
-    """(current RSS, peak RSS or 0) of a process in bytes; (0, 0) once it is gone."""
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _descendants(root) -> list:
+    """The processes under `root`: from /proc/PID/stat's parent field of the processes started after it (a larger
+    pid: a child whose pid wrapped past pid_max during a run is missed), a few files instead of psutil's
+    read of every process; psutil's listing where there is no /proc."""
+    import psutil
+
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return root.children(recursive=True)
+    later = [pid for pid in pids if pid > root.pid]
+    parent = {}
+    for pid in later:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parent[pid] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, frontier = [], {root.pid}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier and pid not in found}
+        found.extend(sorted(frontier))
+    processes = []
+    for pid in found:
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    return processes
+
+
+def _rss(process) -> int:
+    """A process's current RSS in bytes (0 once it is gone): /proc/PID/statm's second number, else psutil's."""
+    try:
+        with open(f"/proc/{process.pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        try:
+            return process.memory_info().rss
+        except Exception:
+            return 0
+
+
+def _hwm(process) -> int:
+    """A process's peak RSS in bytes (VmHWM of /proc/PID/status); 0 where unknown."""
     try:
         with open(f"/proc/{process.pid}/status", "rb") as f:
-            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
-        return int(fields[b"VmRSS"].split()[0]) * 1024, int(fields[b"VmHWM"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        try:
-            return process.memory_info().rss, 0
-        except Exception:
-            return 0, 0
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(b"VmHWM:"))
+    except (OSError, StopIteration, IndexError, ValueError):
+        return 0
 
 
 def _own_peak_mb() -> float:
