@@ -1,11 +1,12 @@
 """`--export events.csv|events.parquet`: every event of the logs, one row each, from the analysis's own read.
 
 Columns: kind, time, timestamp, rank, line, source, text, then every field (absent fields empty). The column set
-(and each field's type: number, boolean or text) comes from the analysis, so the rows wait for it: while the
-logs are read, an `EventStash` keeps each chunk's hot batch, stats and access lines as the worker that scanned it
-read them (numpy, pickled into a temporary directory beside the output; their text stays in the log, read again
-when written) and the per-line parser's events of the chunk; then each chunk's rows are made in line order and
-written, CSV formatted on `FORMATTERS` threads at once (Arrow's writers release the GIL). Arrow is imported, and its
+(and each field's type: number, boolean or text) is known once every log is read, so the rows wait for it: while
+the logs are read, an `EventStash` keeps each chunk's hot batch, stats and access lines as the worker that scanned
+it read them (numpy, pickled into a temporary directory beside the output; their text stays in the log, read again
+when written) and the per-line parser's events of the chunk; then, on a thread of its own while the analysis runs,
+each chunk's rows are made in line order and written, CSV formatted on `FORMATTERS` threads at once (Arrow's
+writers release the GIL). A command that fails before the write is done leaves no file. Arrow is imported, and its
 kernels built (0.2 s, once per process), on a thread of its own while the logs are read (`EventStash.warm`): the
 read's workers, forked before, never start it. Arrays are made by `arrow_arrays`, never `pyarrow.array` (which
 imports pandas). The stash takes about a third of the CSV's size on disk (80 MB for
@@ -18,9 +19,10 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from toolkit.diagnose.analysis import Diagnosis
+    from toolkit.diagnose.lines import ParseStats
+    from toolkit.diagnose.series import BatchTable, LogRecords
 
 FORMATS = (".csv", ".parquet")
 BASE = ("kind", "time", "timestamp", "rank", "line", "source", "text")
@@ -54,18 +58,20 @@ _DERIVED = frozenset({"usage", "hit_rate", "phase", "after_idle"})
 _ACCESS = {"client": "text", "method": "text", "path": "text", "status": "number"}
 
 
-def field_types(d: Diagnosis) -> dict[str, str]:
-    """{field: "number" | "boolean" | "text"} of every field the analysed logs' events have."""
+def field_types(batches: Mapping[str, BatchTable], events: Mapping[str, list[Event]],
+                stats: ParseStats) -> dict[str, str]:
+    """{field: "number" | "boolean" | "text"} of every field the logs' events have: their batch tables' columns
+    (less those the timeline derives), their other events' fields, the access fields if any line was one."""
     types: dict[str, str] = {}
-    for table in d.timeline.batches.values():
+    for table in batches.values():
         for name in table.columns:
             if name not in META and name not in _DERIVED:
                 types[name] = "boolean" if name in BOOLEAN else "number"
-    for events in d.timeline.events.values():
-        for e in events:
+    for rows in events.values():
+        for e in rows:
             for name, value in e.fields.items():
                 types[name] = _merge(types.get(name), _type(value))
-    if d.stats.kinds.get("access"):
+    if stats.kinds.get("access"):
         for name, kind in _ACCESS.items():
             types[name] = _merge(types.get(name), kind)
     return types
@@ -121,6 +127,10 @@ class EventStash:
         self.job = functools.partial(_hot_lines, self.directory)
         self.parts: list[_Part] = []
         self.arrow: Future | None = None
+        self.writing: Future | None = None  # the write, on a thread of its own (`start_writing`)
+        self._writer_thread: ThreadPoolExecutor | None = None
+        self.stop = threading.Event()  # set when the command fails while the write runs
+        self.written = False  # `write_events` saw the write finish
 
     def warm(self) -> None:
         """Import Arrow and build its kernels on a thread of its own (`_warm_arrow`), while the logs are read. Call
@@ -140,6 +150,17 @@ class EventStash:
         if events:
             self.parts.append(_Part(source, 0, None, self._spilled(events)))
 
+    def read(self, records: LogRecords, stats: ParseStats) -> None:
+        """Every log is read, so the file's columns are known (the analysis adds none): the write starts now,
+        while the analysis runs."""
+        self.start_writing(field_types(records.batches, records.events, stats))
+
+    def start_writing(self, types: dict[str, str]) -> None:
+        """Write the stashed events with the columns of `types` on a thread of its own (once)."""
+        if self.writing is None:
+            self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="diagnose-export-write")
+            self.writing = self._writer_thread.submit(_write_parts, self, types)
+
     def _spilled(self, events: list[Event]) -> str | None:
         if not events:
             return None
@@ -152,7 +173,16 @@ class EventStash:
         return self
 
     def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+        try:
+            if self.writing is not None and not self.written:
+                # NOTE: the command failed while the file was written: no partial file is left
+                self.stop.set()
+                wait([self.writing])
+                self.out.unlink(missing_ok=True)
+        finally:
+            if self._writer_thread is not None:
+                self._writer_thread.shutdown()
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def export_events(paths: Sequence[str | Path], out: str | Path, **analysis) -> tuple[Diagnosis, Path]:
@@ -167,16 +197,28 @@ def export_events(paths: Sequence[str | Path], out: str | Path, **analysis) -> t
 
 
 def write_events(stash: EventStash, d: Diagnosis) -> Path:
-    """Write the events `stash` kept of the read `d` analysed to its output (chosen by the suffix)."""
+    """The events `stash` kept of the read `d` analysed, written to its output (chosen by the suffix): the write
+    the end of the read started, or one started now."""
+    stash.start_writing(field_types(d.timeline.batches, d.timeline.events, d.stats))
+    assert stash.writing is not None
+    stash.writing.result()
+    stash.written = True
+    return stash.out
+
+
+def _write_parts(stash: EventStash, types: dict[str, str]) -> None:
+    """The stash's parts in order, as rows of the columns of `types`; stops between parts once `stash.stop` is
+    set."""
     if stash.arrow is not None:
         stash.arrow.result()
-    schema = _schema(field_types(d))
+    schema = _schema(types)
     with _writer(stash.out, schema) as write:
         for part in stash.parts:
+            if stash.stop.is_set():
+                return
             write(functools.partial(_part_table, part, schema))
         if not stash.parts:
             write(functools.partial(empty_table, schema))
-    return stash.out
 
 
 class _writer:

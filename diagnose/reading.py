@@ -33,13 +33,16 @@ SERIES_KINDS = frozenset({"retract", "preempt", "oom", "watchdog", "exception", 
 
 class Tap(Protocol):
     """What sees every event of the files read, chunk by chunk (`chunk`, with the hot lines the per-line parser
-    took), then each file's last records (`tail`); `job` runs where each chunk is scanned."""
+    took), then each file's last records (`tail`), then all the records (`read`: before the analysis reads them);
+    `job` runs where each chunk is scanned."""
 
     job: Job
 
     def chunk(self, source: int, first: int, read: ReadChunk, events: list[Event], routed: list[int]) -> None: ...
 
     def tail(self, source: int, events: list[Event]) -> None: ...
+
+    def read(self, records: LogRecords, stats: ParseStats) -> None: ...
 
 
 class _Sink:
@@ -95,7 +98,10 @@ def read_logs(paths: Sequence[str | Path] = (), lines: Iterable[str] | None = No
     if window is not None:
         window = window_on_clock(window, _latest_time(sink))
         events = {kind: [e for e in rows if _inside(e, window)] for kind, rows in events.items()}
-    return LogRecords(sink.builder.build(window), events, sink.samples, sink.builder.ranks)
+    records = LogRecords(sink.builder.build(window), events, sink.samples, sink.builder.ranks)
+    if tap is not None:
+        tap.read(records, stats)
+    return records
 
 
 def _latest_time(sink: _Sink) -> float | None:

@@ -446,6 +446,41 @@ def test_an_export_whose_log_changed_after_its_read_fails_with_a_clear_error(tmp
             write_events(stash, d)
 
 
+def test_the_export_is_written_while_the_analysis_runs_and_a_failed_command_leaves_no_file(tmp_path,
+                                                                                          monkeypatch) -> None:
+    """The columns are known once every log is read: the write starts then, on a thread, and the rules run beside
+    it. A command that fails after that (here: in the rules) stops the write and leaves no file, no stash and no
+    thread."""
+    import threading
+
+    from toolkit.diagnose import analysis
+    from toolkit.diagnose.export import EventStash, export_events, write_events
+
+    path = tmp_path / "realistic.log"
+    write_log(str(path), 4000, mix="realistic")
+    rules, seen = analysis.run_rules, []
+
+    def watched(ctx):
+        seen.append(stash.writing is not None)
+        return rules(ctx)
+
+    monkeypatch.setattr(analysis, "run_rules", watched)
+    with EventStash(tmp_path / "events.csv") as stash:
+        d = analyze([path], tap=stash)
+        write_events(stash, d)
+    assert seen == [True] and (tmp_path / "events.csv").stat().st_size > 0
+
+    def failing(ctx):
+        raise RuntimeError("a rule failed")
+
+    monkeypatch.setattr(analysis, "run_rules", failing)
+    with pytest.raises(RuntimeError, match="a rule failed"):
+        export_events([path], tmp_path / "failed.csv")
+    assert not (tmp_path / "failed.csv").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".toolkit-export")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("diagnose-export")]
+
+
 def test_the_exports_job_never_imports_arrow() -> None:
     """The read's workers are forked before Arrow is imported (it imports, and builds its kernels, on a thread of
     the command while the logs are read): the job they run on each chunk is numpy only."""
