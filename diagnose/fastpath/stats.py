@@ -80,7 +80,8 @@ def _label_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarra
     if len(vllm) == 0:
         return vllm
     where = occurrences(data, LABEL, int(starts[vllm[0]]), int(ends[vllm[-1]]))
-    lines = np.unique(np.searchsorted(starts, where, side="right") - 1)
+    lines = np.searchsorted(starts, where, side="right") - 1  # NOTE: sorted, as `where` is
+    lines = lines[np.flatnonzero(np.diff(lines, prepend=-1))]  # each once (np.unique would import numpy.ma)
     return lines[open_lines[lines]]
 
 
