@@ -112,9 +112,10 @@ class _Part:
 
 
 class EventStash:
-    """What `--export` keeps of the analysis's read until the analysis says which columns the file has: the
-    `tap` of `read_logs` (each chunk's events and hot lines' file) and the `job` its workers run. A context
-    manager: its temporary directory (beside the output, so it is on the same disk) goes when it closes."""
+    """What `--export` keeps of the analysis's read until every log is read (the file's columns are known then),
+    and the write that follows: the `tap` of `read_logs` (each chunk's events and hot lines' file, then all the
+    records) and the `job` its workers run. A context manager: its temporary directory (beside the output, so it
+    is on the same disk) goes when it closes, and with it a write that `write_events` did not see finish."""
 
     def __init__(self, out: str | Path) -> None:
         self.out = check_export_path(out)
