@@ -92,6 +92,20 @@ def test_stdin_and_gzip_give_the_same_result(tmp_path) -> None:
     assert [f["id"] for f in plain["findings"]] == [f["id"] for f in piped["findings"]]
 
 
+def test_exports_from_stdin_and_gzip_equal_the_files(tmp_path) -> None:
+    """A stream's chunks are read once: the export keeps a copy of their messages' bytes in its stash (a file's
+    are read from it again); the rows come out the same."""
+    path = _log(tmp_path)
+    gz = tmp_path / "server.log.gz"
+    gz.write_bytes(gzip.compress(open(path, "rb").read()))
+    outs = [tmp_path / f"{name}.csv" for name in ("plain", "zipped", "piped")]
+    for source, out in zip([path, str(gz), "-"], outs):
+        result = runner.invoke(app, ["diagnose", source, "--export", str(out)], input=open(path).read())
+        assert result.exit_code == 0, result.output
+    assert outs[0].read_bytes() == outs[1].read_bytes() == outs[2].read_bytes()
+    assert outs[0].read_bytes().count(b"\n") > 200
+
+
 @pytest.mark.parametrize("args,needle", [
     (["missing.log"], "no such file: missing.log"),
     (["{log}", "--format", "xml"], "unknown --format 'xml'"),
