@@ -340,7 +340,8 @@ def test_export_equals_the_per_line_events(tmp_path, monkeypatch, processes: boo
 
 ACCESS = st.tuples(st.sampled_from(["127.0.0.1:54321", "[::1]:8000", "x" * 40, "10.0.0.7:1"]),
                    st.sampled_from(["POST", "GET", "get", "P0ST", ""]),
-                   st.sampled_from(["/v1/chat/completions", "/generate?x=1", "/a b", "/" + "p" * 300, "/x\t"]),
+                   st.sampled_from(["/v1/chat/completions", "/generate?x=1", "/a b", "/" + "p" * 300, "/x\t",
+                                    *("/" + "q" * n for n in (30, 31, 32, 33))]),  # around a 32-byte window
                    st.sampled_from(["1.1", "2", "1.x", ""]), st.sampled_from(["200 OK", "404 Not Found", "20", "2000"]))
 
 
