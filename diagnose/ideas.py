@@ -53,6 +53,10 @@ IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea("dp", "data parallel size", "--dp-size", "--data-parallel-size", "set"),
     Idea("watchdog", "watchdog timeout", "--watchdog-timeout", None, "set"),
     Idea("overlap_off", "overlap scheduling off", "--disable-overlap-schedule", None, "switch", off="overlap on"),
+    # NOTE: a hybrid (mamba / linear attention) model's recurrent states live in a pool of their own (SGLang)
+    Idea("mamba_memory", "memory for mamba states, against the KV cache's", "--mamba-full-memory-ratio", None,
+         "push"),
+    Idea("mamba_slots", "mamba state slots", "--max-mamba-cache-size", None, "set"),
     Idea("async_scheduling", "async scheduling (vLLM V1)", None, "--async-scheduling", "switch",
          off="synchronous scheduling"),
     # NOTE: vLLM's key inside `--speculative-config`, in its JSON CLI form (`--json-arg.key value`, vLLM >= 0.10)

@@ -23,7 +23,7 @@ from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAU
 from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
                                                   REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
                                                   engine_tag)
-from toolkit.diagnose.log_format.prefix import PASTE_QUOTE, engine_rank
+from toolkit.diagnose.log_format.prefix import PASTE_FENCE, PASTE_QUOTE, engine_rank
 from toolkit.diagnose.messages import error_kinds, error_line, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
 
@@ -267,14 +267,18 @@ def opens_record(line: str) -> bool:
 
 
 _CODE_SPAN = re.compile(r"`([^`]+)`\s*")
+_GLUED_FENCES = re.compile(f"^{PASTE_FENCE}(?=[^`])|(?<=[^`]){PASTE_FENCE}\\s*$")
 
 
 def unwrapped(line: str) -> str:
-    """A whole line pasted as inline code (markdown: a backtick at each end, sglang#10088) is the line inside them;
-    any other line as it is (a backtick inside a line opens a quote)."""
-    if not line.startswith("`"):
+    """A line with a markdown code fence glued to its start or end is the text beside it; a whole line pasted as
+    inline code (a backtick at each end, sglang#10088) is the line inside them; any other line as it is (a
+    backtick inside a line opens a quote)."""
+    if not line.startswith("`") and not line.rstrip().endswith("`"):
         return line
-    m = _CODE_SPAN.fullmatch(line)
+    if "```" in line:
+        line = _GLUED_FENCES.sub("", line)
+    m = _CODE_SPAN.fullmatch(line) if line.startswith("`") else None
     return m.group(1) if m is not None else line
 
 

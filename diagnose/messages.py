@@ -13,7 +13,7 @@ import functools
 import re
 from re import _constants, _parser  # type: ignore[attr-defined]
 
-from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME
+from toolkit.diagnose.log_format.messages import KV_MEMORY_CHECK, STARTS, TRACEBACK_FRAME
 
 _MESSAGE = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in STARTS.items()))
 _ERROR_LINE = re.compile(r"^\s*[\w.]{0,80}(?:Error|Exception|Warning): (.*)$", re.M)
@@ -141,10 +141,22 @@ def cut_or_about_memory(text: str) -> bool:
 
 
 def error_kinds(text: str) -> list[str]:
-    """The error kinds (`_ERROR_KINDS`) named by the error lines of an exception's text."""
+    """The error kinds (`_ERROR_KINDS`) named by the error lines of an exception's text; a text cut before any
+    inside vLLM's KV cache memory check is `not_enough_memory` (`cut_in_kv_check`)."""
     found: list[str] = []
     for message in _ERROR_LINE.findall(text):
         kind = kind_of(message)
         if kind in _ERROR_KINDS and kind not in found:
             found.append(kind)
+    if not found and cut_in_kv_check(text):
+        found.append("not_enough_memory")
     return found
+
+
+_KV_MEMORY_CHECK = re.compile(KV_MEMORY_CHECK)
+
+
+def cut_in_kv_check(text: str) -> bool:
+    """Whether an exception's text holds no error line and ends in vLLM's KV cache memory check (its last frame,
+    or the call into it on its last line)."""
+    return error_line(text) is None and _KV_MEMORY_CHECK.search("\n".join(text.rsplit("\n", 2)[-2:])) is not None

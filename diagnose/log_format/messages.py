@@ -80,6 +80,13 @@ LINE_CONTINUES = "\\"  # a shell line that ends so continues on the next (a laun
 TRACEBACK_HEAD = "Traceback (most recent call last)"
 # a traceback's frame line, the first line of one whose head the excerpt cut (vllm#19186)
 TRACEBACK_FRAME = r'\s{1,8}File "[^"]{1,1000}", line \d{1,7}, in '
+# SGLang's mamba state pool out of slots, raised (an AssertionError, a RuntimeError) where a batch is admitted
+# (ormandj/sglang-glm53-flash-sm120#12): `Not enough space for mamba cache` / `mamba ping pong idx` / `decoupled
+# drafter mamba rollback checkpoints`
+MAMBA_POOL_FULL = r"Not enough space for (?:mamba|decoupled drafter mamba)\b"
+# vLLM's KV cache memory check, where a traceback cut before its error line ends (vllm#20726): it raises only
+# where the memory left for the KV cache holds nothing, or no request at the max model len
+KV_MEMORY_CHECK = r"\b_?check_enough_kv_cache_memory\b"
 # where a progress bar's line ends (tqdm's `[elapsed<left, rate]`, no newline): what is printed next runs on in it
 PROGRESS_END = r"(?:it/s|s/it)\]"
 CONTINUATION = (r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"

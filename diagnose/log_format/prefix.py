@@ -86,6 +86,9 @@ LINE_START = (r"\[gpu(?:_id)?=(?P<gpu>\d+)\] ?|(?:Rank (?P<rank>\d+)|\[rank(?P<t
 VLLM_DEFAULT_YEAR = 2000
 # A paste's markdown quote (`> `, `>> `, vllm#2140), or bash's continuation prompt: the markers and one blank
 PASTE_QUOTE = r"(?:[ \t]{0,3}>){1,8} ?"
+# A markdown code fence the paste glued to a line: ``` before a block's first line, or after its last (the stored
+# text of syv-ai/qwen38-27b-rtx3090#68); the line is the text beside it
+PASTE_FENCE = r"`{3,}"
 # What a collector writes before SGLang's stamp (docker compose `sglang-1  | `, a container runtime's CRI
 # `2025-11-11T04:06:27.123Z stdout F `, Ray's `(SGLangEngine pid=4242) `, journald's `Nov 11 04:06:27 host
 # python[4242]: `). The per-line parser reads past any unquoted text before a stamp; the fast path strips

@@ -40,7 +40,8 @@ def check(ctx: Context) -> list[Finding]:
             out.append(Finding(
                 "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
                 f"Last error: {last.rstrip('.')}. {fix.why}", evidence_events(exceptions, error=last, **fix.facts),
-                fix.change, fix.current, f"{fix.tradeoff} {advice}", action=fix.action))
+                fix.change, fix.current, f"{fix.tradeoff} {advice}", action=fix.action,
+                alternatives=fix.alternatives))
     watchdog = tl.kind("watchdog")
     if watchdog:
         timeout = watchdog[0].fields.get("watchdog_timeout")

@@ -29,6 +29,12 @@ def rounded_down(tokens: int) -> int:
     return tokens // STEP * STEP if tokens >= STEP else tokens
 
 
+def refused_length(text: str) -> int | None:
+    """The max seq len such an error names, also where the excerpt cut it before its sizes."""
+    asked = _ASKED.search(text)
+    return int(asked.group(1)) if asked is not None else None
+
+
 def kv_fit(text: str) -> KvFit | None:
     """The max seq len asked for and the context that fits, None when the text is not such an error."""
     asked = _ASKED.search(text)

@@ -41,9 +41,9 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import cut_or_about_memory, error_line
+from toolkit.diagnose.messages import cut_in_kv_check, cut_or_about_memory, error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after
-from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
+from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, refused_length, rounded_down
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024
@@ -238,11 +238,18 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
     fit = next((f for e in rows if (f := kv_fit(e.text)) is not None), None)
     if fit is not None:
         return _context_fit(ctx, rows, fit)
+    asked = next((n for e in rows if (n := refused_length(e.text)) is not None), None)
+    if asked is not None:
+        return _context_refused(ctx, rows, asked)
     change, quoted = _kv_memory(ctx, 1), memory_fraction(ctx.config)[1]
     if ctx.config.vllm:
         facts = {k: v for e in rows + ctx.timeline.kind("memory_profile") for k, v in e.fields.items()
                  if k in _MEMORY_FACTS}
         peak, shorter = _activation_peak(ctx, facts)
+        if not shorter and any(cut_in_kv_check(e.text) for e in rows):
+            peak += (" The traceback was cut inside vLLM's KV cache memory check, which also refuses a max model len "
+                     "that the KV cache cannot hold one request of: a shorter one is the other way.")
+            shorter = (Change("context", direction=-1),)
         return Finding(
             "oom.startup", "critical", "No memory left for the KV cache at start-up",
             "vLLM found no room for KV cache blocks after the weights and the profiled activation peak "
@@ -307,6 +314,18 @@ def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
         str(context) if context else None,
         f"Requests longer than {fit.fits} tokens are rejected; more KV memory ({flag(ctx.config, 'kv_memory')}, "
         "or an fp8 KV cache) keeps more of the context instead.", alternatives=(_kv_memory(ctx, 1),))
+
+
+def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
+    """vLLM's max seq len refusal, cut by the excerpt before the sizes that say how much fits."""
+    return Finding(
+        "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",
+        f"vLLM needs room for one request at the full context ({asked} tokens) and refused to start; the excerpt "
+        "ends before the sizes that say how many tokens fit.",
+        evidence_events(rows, max_model_len=asked), Change("context", direction=-1), str(asked),
+        f"Requests longer than the shorter max model len are rejected; more KV memory "
+        f"({flag(ctx.config, 'kv_memory')}, or an fp8 KV cache) keeps the context instead.",
+        alternatives=(_kv_memory(ctx, 1),))
 
 
 def _kv_memory(ctx: Context, direction: Literal[-1, 1]) -> Change:

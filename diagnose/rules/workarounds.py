@@ -3,6 +3,9 @@
 - a PD-disaggregation KV transfer that rejects prefill and decode servers of different TP sizes
   (`PD Disaggregation does NOT support PD different TP sizes ...`, or an error naming both sizes): run both with
   the same `--tp-size`, or upgrade SGLang to a release that transfers KV between different TP sizes;
+- SGLang's mamba state pool out of slots where a batch is admitted (`Not enough space for mamba cache, try to
+  increase --mamba-full-memory-ratio or --max-mamba-cache-size.`, `... mamba ping pong idx ...`): a larger share of
+  memory for mamba states, or more state slots;
 - an exception raised on SGLang's overlap path (frames `event_loop_overlap*`, `forward_thread_func`,
   `TpModelWorkerClient`, `tp_worker_overlap_thread.py` outside its constructor): `--disable-overlap-schedule`;
 - on vLLM V1 started with `--async-scheduling`, an exception raised on the async scheduling path (frames
@@ -16,7 +19,8 @@
   vLLM's `capture_model`) whose error line names no cause a rule of its own reads (an OOM, a failed capture: those
   are explained before): run without graphs (`--disable-cuda-graph` / `--enforce-eager`) to get the server up.
 
-The disaggregation error is checked first: it names the cause, the overlap frames only where it was raised.
+The disaggregation and mamba pool errors are checked first: they name the cause, the overlap frames only where it
+was raised.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.log_format.messages import MAMBA_POOL_FULL
+from toolkit.diagnose.messages import error_line
 
 _PD_TP = re.compile(r"different TP sizes|(?:prefill|decode)\w{0,20}[ _]tp[ _]size\W{1,3}\d+", re.I)
 _PREFILL_TP = re.compile(r"prefill\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
@@ -40,6 +46,7 @@ _OVERLAP_FRAMES = re.compile(r"\b(event_loop_overlap\w*|forward_thread_func_?|Tp
 _STARTUP_FRAMES = re.compile(r'\b(model_runner\.py)", line \d+, in (?:__init__|initialize|init_\w+)\b'
                              r"|\b(torch/_dynamo|torch/_inductor)/")
 _ASYNC_FRAMES = re.compile(r"\b(AsyncScheduler|async_scheduler\.py|step_with_batch_queue|AsyncGPUModelRunnerOutput)")
+_MAMBA_POOL_FULL = re.compile(MAMBA_POOL_FULL)
 _GRAPH_FRAMES = re.compile(r'\b(cuda_graph_runner\.py)", line \d+, in (?:__init__|capture)|\b(capture_model)\b')
 
 
@@ -53,12 +60,14 @@ class Workaround(NamedTuple):
     action: str | None
     why: str
     facts: dict[str, str | int | None]
+    alternatives: tuple[Change, ...] = ()
 
 
 def workaround(config: ServerConfig, exceptions: Sequence[Event]) -> Workaround | None:
     texts = [e.text for e in exceptions]
-    return (_pd_tp(config, texts) or _overlap(config, texts) or _async_scheduling(config, texts)
-            or _torch_compile(config, texts) or _huge_context(config, texts) or _graph_capture(config, texts))
+    return (_pd_tp(config, texts) or _mamba_pool(config, texts) or _overlap(config, texts)
+            or _async_scheduling(config, texts) or _torch_compile(config, texts) or _huge_context(config, texts)
+            or _graph_capture(config, texts))
 
 
 def _frames(pattern: re.Pattern[str], texts: Sequence[str]) -> list[str]:
@@ -93,6 +102,19 @@ def _pd_tp(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
 def _size(pattern: re.Pattern[str], text: str) -> int | None:
     m = pattern.search(text)
     return int(m.group(1)) if m else None
+
+
+def _mamba_pool(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    said = next((line for text in texts if (line := error_line(text)) and _MAMBA_POOL_FULL.search(line)), None)
+    if said is None or config.vllm:
+        return None
+    ratio, slots = config.arg("mamba_full_memory_ratio"), config.arg("max_mamba_cache_size")
+    return Workaround(
+        Change("mamba_memory", direction=1), str(ratio) if ratio is not None else None,
+        "More memory for mamba states leaves less for the KV cache (fewer tokens cached); fewer running requests "
+        f"({flag(config, 'running_cap')}) need fewer state slots instead.",
+        None, "The mamba state pool had no slot left for a request the scheduler admitted.", {"max_mamba_cache_size": slots if isinstance(slots, int) else None},
+        alternatives=(Change("mamba_slots", direction=1),))
 
 
 def _overlap(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:

@@ -492,3 +492,55 @@ def test_the_real_paste_with_torch_compile_on_advises_starting_without_it() -> N
 ])
 def test_the_busy_time_leak_check_is_a_leak(line: str, kind: str | None) -> None:
     assert [e.kind for e in parse_lines([line])] == ([kind] if kind else [])
+
+
+# -- SGLang's mamba state pool ------------------------------------------------------------------------------
+
+MAMBA_ERRORS = [
+    "AssertionError: Not enough space for mamba cache, try to increase --mamba-full-memory-ratio or "
+    "--max-mamba-cache-size. mid=None, self.mamba_pool.size=28, self.mamba_pool.available_size()=0, len(reqs)=2",
+    "AssertionError: Not enough space for mamba ping pong idx, try to increase --mamba-full-memory-ratio.",
+    "RuntimeError: Not enough space for decoupled drafter mamba rollback checkpoints. Try to increase "
+    "--mamba-full-memory-ratio or --max-mamba-cache-size. request_id=7, window=4",
+]
+
+
+@pytest.mark.parametrize("error", MAMBA_ERRORS, ids=["cache", "ping-pong", "drafter"])
+def test_a_mamba_pool_out_of_slots_advises_more_memory_for_mamba_states(error: str) -> None:
+    """Raised where a batch is admitted (normal loop: no overlap advice takes its place); the state slots are the
+    other way, fewer running requests the trade."""
+    f, _ = _crash(_sglang(lf.scheduler_traceback("event_loop_normal", error), mamba_full_memory_ratio=0.9,
+                          max_mamba_cache_size=28))
+    assert f.change == Change("mamba_memory", direction=1) and f.flag == "--mamba-full-memory-ratio"
+    assert f.current == "0.9" and f.alternatives == (Change("mamba_slots", direction=1),)
+    assert "--max-mamba-cache-size" in f.suggested and "--max-running-requests" in f.tradeoff
+    assert f.evidence.facts["max_mamba_cache_size"] == 28 and "mamba state pool" in f.message
+
+
+def test_the_mamba_pool_error_names_the_cause_before_the_overlap_frames() -> None:
+    f, _ = _crash(_sglang(lf.scheduler_traceback("event_loop_overlap", MAMBA_ERRORS[0])))
+    assert f.change == Change("mamba_memory", direction=1) and f.current is None
+
+
+@pytest.mark.parametrize("error", [
+    "AssertionError: Not enough space for the KV cache",  # not the mamba pool
+    'RuntimeError: CUDA error: an illegal memory access was encountered',
+])
+def test_other_assertions_get_no_mamba_advice(error: str) -> None:
+    f, _ = _crash(_sglang(lf.scheduler_traceback("event_loop_normal", error)))
+    assert f.change is None
+
+
+def test_a_source_line_that_quotes_the_mamba_message_is_not_its_error() -> None:
+    """Only the traceback's error line names the cause, never the source it quotes."""
+    quoted = lf.scheduler_traceback("event_loop_normal").replace(
+        "    self.process_batch_result(batch, result)",
+        '    ), "Not enough space for mamba cache, try to increase --mamba-full-memory-ratio"')
+    f, _ = _crash(_sglang(quoted))
+    assert f.change is None
+
+
+def test_the_real_mamba_ping_pong_crash_advises_the_mamba_flags() -> None:
+    d = analyze([REAL / "downstream" / "glm53-sm120-12-mamba-pingpong-crash.log"])
+    f = next(f for f in d.findings if f.id == "crash.exception")
+    assert f.flag == "--mamba-full-memory-ratio" and "--max-mamba-cache-size" in f.suggested

@@ -95,6 +95,13 @@ FORMATS = [
     ("vllm V1 N Engines Aggregated", VL + "2 Engines Aggregated: Avg prompt throughput: 10.0 tokens/s, "
      "Avg generation throughput: 20.0 tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
      "Prefix cache hit rate: 0.0%", "stats", {"engines": 2, "running_req": 8}, "DP*"),
+    # -- a markdown code fence the paste glued to a line (syv-ai/qwen38-27b-rtx3090#68; held-out batch 17)
+    ("issue paste: a code fence glued before a vLLM stats line", "```" + VL + "Engine 000: Avg prompt throughput: "
+     "0.0 tokens/s, Avg generation throughput: 50.2 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
+     "53.7%, Prefix cache hit rate: 83.1%", "stats", {"running_req": 1, "token_usage": 0.537}, "DP0"),
+    ("issue paste: a code fence glued after an SGLang decode line", SG + "Decode batch, #running-req: 3, #token: 200, "
+     "token usage: 0.10, cuda graph: True, gen throughput (token/s): 50.00, #queue-req: 1```", "decode",
+     {"running_req": 3, "queue_req": 1}, "TP0"),
     ("vllm V1 0.8 (no process prefix)", "INFO 04-10 12:00:00 [loggers.py:111] Engine 000: Avg prompt throughput: "
      "5.0 tokens/s, Avg generation throughput: 12.3 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache "
      "usage: 2.1%, Prefix cache hit rate: 0.0%", "stats", {"token_usage": 0.021}, "DP0"),

@@ -311,3 +311,50 @@ def test_a_logging_config_s_source_and_level_after_the_stamp_are_prefix() -> Non
             "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, #prealloc-req: 18, cuda graph: False")
     (e,) = parse_lines([line])
     assert (e.kind, e.text[:14], e.fields["new_seq"]) == ("prefill", "Prefill batch,", 1)
+
+
+# -- vLLM's KV cache memory check, cut by the excerpt -------------------------------------------------------------
+
+KV_CHECK = ['  File "/x/vllm/v1/core/kv_cache_utils.py", line 943, in get_kv_cache_config',
+            "    check_enough_kv_cache_memory(vllm_config, kv_cache_spec, available_memory)"]
+REFUSAL = ("ValueError: To serve at least one request with the model's max seq len (100000), (4.26 GiB KV cache is "
+           "needed, which is larger than the available KV cache memory (4.25 GiB). Based on the available memory, "
+           "the estimated maximum model length is 99744. Try increasing `gpu_memory_utilization` or decreasing "
+           "`max_model_len` when initializing the engine.")
+VLLM = "(EngineCore pid=316) ERROR 07-09 17:59:40 [core.py:586] "
+
+
+@pytest.mark.parametrize("tail,kinds", [
+    (KV_CHECK, {"not_enough_memory": 1}),  # cut inside the check (vllm#20726)
+    (['  File "/x/vllm/v1/core/kv_cache_utils.py", line 758, in _check_enough_kv_cache_memory'],
+     {"not_enough_memory": 1}),  # the check's own frame the last line
+    (KV_CHECK + ['  File "/x/vllm/v1/core/kv_cache_utils.py", line 700, in other', "    x = y"], {}),  # went on
+    (KV_CHECK + ["ValueError: something else"], {}),  # an error line says what it raised
+    (FRAMES, {}),  # frames elsewhere: nothing, as any tail without its error line
+])
+def test_a_traceback_cut_inside_vllms_kv_memory_check_is_not_enough_memory(tail: list[str], kinds: dict) -> None:
+    assert _kinds([VLLM + line for line in [*FRAMES[:2], *tail]]) == kinds
+
+
+def test_a_cut_kv_check_advises_kv_memory_with_a_shorter_context_as_the_other_way() -> None:
+    d = analyze(lines=[VLLM + line for line in [*FRAMES[:2], *KV_CHECK]])
+    flag, suggested = _flags(d)["oom.startup"]
+    assert flag == "--gpu-memory-utilization" and "--max-model-len lower" in suggested
+    assert "cut inside vLLM's KV cache memory check" in next(f.message for f in d.findings if f.id == "oom.startup")
+
+
+@pytest.mark.parametrize("cut,want", [
+    (len(REFUSAL), ("--max-model-len", "99744")),  # the sizes: vLLM's estimate (kv_fit)
+    (REFUSAL.index(" (4.26 GiB") + 10, ("--max-model-len", "lower")),  # cut before them: the direction only
+])
+def test_a_max_seq_len_refusal_cut_before_its_sizes_still_lowers_the_max_model_len(cut: int, want) -> None:
+    d = analyze(lines=[VLLM + REFUSAL[:cut]])
+    flag, suggested = _flags(d)["oom.startup"]
+    assert (flag, suggested.split(" (or")[0]) == want and "--gpu-memory-utilization" in suggested
+
+
+def test_the_corpus_cut_refusal_and_cut_check_get_both_flags() -> None:
+    for name in ("downstream/b70-cookbook-4-v1-xpu-kv-10mib-short", "vllm/vllm-20726-5060ti-check-kv-memory"):
+        flag, suggested = _flags(analyze([REAL / f"{name}.log"]))["oom.startup"]
+        assert {flag, *[w for w in suggested.split() if w.startswith("--")]} == {"--max-model-len",
+                                                                                 "--gpu-memory-utilization"}, name
