@@ -274,7 +274,7 @@ def unwrapped(line: str) -> str:
     """A line with a markdown code fence glued to its start or end is the text beside it; a whole line pasted as
     inline code (a backtick at each end, sglang#10088) is the line inside them; any other line as it is (a
     backtick inside a line opens a quote)."""
-    if not line.startswith("`") and not line.rstrip().endswith("`"):
+    if not line.startswith("`") and "`" not in line[-16:]:  # NOTE: a fence ends a line but for a few blanks
         return line
     if "```" in line:
         line = _GLUED_FENCES.sub("", line)
