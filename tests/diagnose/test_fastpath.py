@@ -4,6 +4,7 @@ body, cut and garbled lines, random pieces and the whole calendar; and the same 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -403,13 +404,11 @@ def test_hot_and_slow_rows_merge_in_line_order(slow_lines: list[int]) -> None:
     assert (merged.column("line").num_chunks > 1) == (0 < runs <= _MAX_SLICES and len(hot_lines) > 0)
 
 
-def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatch) -> None:
-    """`--export` stashes each range's hot lines where a worker scanned it, during the analysis's own read (the
-    workers started early read ahead with the export's job): one stashed part per range, and the events equal
-    the per-line parser's."""
-    import pandas as pd
-
-    from toolkit.diagnose.export import EventStash, write_events
+@contextmanager
+def _read_with_export_stash(tmp_path, monkeypatch):
+    """The realistic mix (4,000 lines) read by worker processes in 16 KiB ranges, started early to read ahead with
+    `--export`'s job, the stash as the read's tap: (the log, the stash, the diagnosis)."""
+    from toolkit.diagnose.export import EventStash
     from toolkit.diagnose.fastpath import ahead
 
     path = tmp_path / "realistic.log"
@@ -419,6 +418,17 @@ def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatc
     with EventStash(tmp_path / "events.csv") as stash:
         with ahead.range_workers(read_ahead=path, job=stash.job):
             d = analyze([path], tap=stash)
+        yield path, stash, d
+
+
+def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatch) -> None:
+    """`--export` stashes each range's hot lines where a worker scanned it, during the analysis's own read: one
+    stashed part per range, and the events equal the per-line parser's."""
+    import pandas as pd
+
+    from toolkit.diagnose.export import write_events
+
+    with _read_with_export_stash(tmp_path, monkeypatch) as (path, stash, d):
         ranges = -(-path.stat().st_size // (16 * 1024))
         assert sum(part.hot is not None for part in stash.parts) == ranges
         out = write_events(stash, d)
@@ -431,16 +441,9 @@ def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatc
 def test_an_export_whose_log_changed_after_its_read_fails_with_a_clear_error(tmp_path, monkeypatch, change) -> None:
     """The stash keeps no text of a log's ranges (the rows' messages are read again from the log when written):
     a log cut short, or one whose lines moved, since its read is an error naming it, never wrong text."""
-    from toolkit.diagnose.export import EventStash, write_events
-    from toolkit.diagnose.fastpath import ahead
+    from toolkit.diagnose.export import write_events
 
-    path = tmp_path / "realistic.log"
-    write_log(str(path), 4000, mix="realistic")
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
-    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0)
-    with EventStash(tmp_path / "events.csv") as stash:
-        with ahead.range_workers(read_ahead=path, job=stash.job):
-            d = analyze([path], tap=stash)
+    with _read_with_export_stash(tmp_path, monkeypatch) as (path, stash, d):
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2] if change == "truncated" else b"x" + data[:-1])
         with pytest.raises(ValueError, match="changed while it was read"):
