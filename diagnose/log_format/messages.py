@@ -141,7 +141,9 @@ STARTS: dict[str, str] = {
     "oom": r"(?:Prefill|Decode) out of memory|(?:torch\.)?(?:cuda\.)?OutOfMemoryError(?:: |\(['\"]CUDA out of memory)"
            # other devices' allocators (torch_npu: gpustack#4761), the CUDA runtime's and driver's errors
            # (sglang#4547, club-3090#60)
-           r"|(?:CUDA|NPU|XPU|HIP|MUSA) out of memory|CUDA (?:driver )?error: out of memory",
+           r"|(?:CUDA|NPU|XPU|HIP|MUSA) out of memory|CUDA (?:driver )?[Ee]rror: out of memory"
+           # torch_memory_saver re-creating what an engine released (verl's colocated rollout, sglang#14092)
+           r"|(?:\[torch_memory_saver\.cpp\] )?CUresult error: 2 \(out of memory\)",
     "not_enough_memory": r"Not enought? memory|No available memory for the cache blocks|To serve at least one request "
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
                          r"number of tokens|Failed to load model - not enough GPU memory|"

@@ -50,6 +50,9 @@ MIN_CHUNK = 1024
 NEAR = 200  # lines: an error record this close before an OOM line is its traceback
 _CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size, Capturing CUDA graphs
 _SAMPLER = re.compile(r"sampler|lora", re.I)
+# the allocator with which an engine releases memory for a trainer and takes it back: vLLM's sleep mode (`wake_up`,
+# its cumem allocator), SGLang's torch_memory_saver (`resume_memory_occupation`); only that mode allocates with it
+_WAKE = re.compile(r"\bwake_up\b|cumem_allocator|\bcumem\.py|torch_memory_saver|resume_memory_occupation")
 _LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_loader")  # the model was loading
 BLOCK_SIZE = 16  # vLLM's KV block on GPUs (tokens), where the log does not print `block_size`
 FULL_PRECISION = ("float", "float32", "fp32")  # as `--dtype` and the logs (after `torch.`) spell float32
@@ -161,11 +164,16 @@ def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
 
 def _other(ctx: Context, rows: list[Event]) -> Finding:
     sampler = any(_SAMPLER.search(_around(ctx, e)) for e in rows)
+    if any(_WAKE.search(_around(ctx, e)) for e in rows):
+        said = ("The engine ran out of memory in the allocator that lets it release memory for another process and "
+                "take it back (vLLM's sleep mode, SGLang's memory saver): the other process on the GPU, in a "
+                "colocated RL set-up the trainer, still held memory; a smaller static share needs less of it.")
+    else:
+        said = ("The device ran out of memory while serving: the static memory (weights, KV cache, graphs) left too "
+                "little for activations" + (" (the sampler's or LoRA's buffers grow with the running batch)."
+                                            if sampler else "."))
     return Finding(
-        "oom.other", "critical", f"Out of memory ({len(rows)}x)",
-        "The device ran out of memory while serving: the static memory (weights, KV cache, graphs) left "
-        "too little for activations" + (" (the sampler's or LoRA's buffers grow with the running batch)."
-                                        if sampler else "."), evidence_events(rows),
+        "oom.other", "critical", f"Out of memory ({len(rows)}x)", said, evidence_events(rows),
         _kv_memory(ctx, -1), memory_fraction(ctx.config)[1],
         "A smaller KV cache holds fewer tokens: fewer concurrent requests.",
         alternatives=(Change("running_cap", direction=-1),) if sampler else ())

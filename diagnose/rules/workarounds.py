@@ -6,6 +6,9 @@
 - SGLang's mamba state pool out of slots where a batch is admitted (`Not enough space for mamba cache, try to
   increase --mamba-full-memory-ratio or --max-mamba-cache-size.`, `... mamba ping pong idx ...`): a larger share of
   memory for mamba states, or more state slots;
+- vLLM's sampler warm-up (`_dummy_sampler_run`, at start-up after the graphs) in a traceback cut before its
+  error line: it samples `--max-num-seqs` dummy requests at once and fails where the memory outside the KV cache
+  cannot hold them (vLLM then asks for a lower `max_num_seqs` or `gpu_memory_utilization`): a lower running cap;
 - an exception raised on SGLang's overlap path (frames `event_loop_overlap*`, `forward_thread_func`,
   `TpModelWorkerClient`, `tp_worker_overlap_thread.py` outside its constructor): `--disable-overlap-schedule`;
 - on vLLM V1 started with `--async-scheduling`, an exception raised on the async scheduling path (frames
@@ -19,8 +22,8 @@
   vLLM's `capture_model`) whose error line names no cause a rule of its own reads (an OOM, a failed capture: those
   are explained before): run without graphs (`--disable-cuda-graph` / `--enforce-eager`) to get the server up.
 
-The disaggregation and mamba pool errors are checked first: they name the cause, the overlap frames only where it
-was raised.
+The disaggregation and mamba pool errors, and a cut sampler warm-up, are checked first: they name the cause, the
+overlap frames only where it was raised.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ _STARTUP_FRAMES = re.compile(r'\b(model_runner\.py)", line \d+, in (?:__init__|i
                              r"|\b(torch/_dynamo|torch/_inductor)/")
 _ASYNC_FRAMES = re.compile(r"\b(AsyncScheduler|async_scheduler\.py|step_with_batch_queue|AsyncGPUModelRunnerOutput)")
 _MAMBA_POOL_FULL = re.compile(MAMBA_POOL_FULL)
+_SAMPLER_WARMUP = re.compile(r"\b_dummy_sampler_run\b")
 _GRAPH_FRAMES = re.compile(r'\b(cuda_graph_runner\.py)", line \d+, in (?:__init__|capture)|\b(capture_model)\b')
 
 
@@ -65,9 +69,9 @@ class Workaround(NamedTuple):
 
 def workaround(config: ServerConfig, exceptions: Sequence[Event]) -> Workaround | None:
     texts = [e.text for e in exceptions]
-    return (_pd_tp(config, texts) or _mamba_pool(config, texts) or _overlap(config, texts)
-            or _async_scheduling(config, texts) or _torch_compile(config, texts) or _huge_context(config, texts)
-            or _graph_capture(config, texts))
+    return (_pd_tp(config, texts) or _mamba_pool(config, texts) or _sampler_warmup(config, texts)
+            or _overlap(config, texts) or _async_scheduling(config, texts) or _torch_compile(config, texts)
+            or _huge_context(config, texts) or _graph_capture(config, texts))
 
 
 def _frames(pattern: re.Pattern[str], texts: Sequence[str]) -> list[str]:
@@ -113,8 +117,22 @@ def _mamba_pool(config: ServerConfig, texts: Sequence[str]) -> Workaround | None
         Change("mamba_memory", direction=1), str(ratio) if ratio is not None else None,
         "More memory for mamba states leaves less for the KV cache (fewer tokens cached); fewer running requests "
         f"({flag(config, 'running_cap')}) need fewer state slots instead.",
-        None, "The mamba state pool had no slot left for a request the scheduler admitted.", {"max_mamba_cache_size": slots if isinstance(slots, int) else None},
+        None, "The mamba state pool had no slot left for a request the scheduler admitted.",
+        {"max_mamba_cache_size": slots if isinstance(slots, int) else None},
         alternatives=(Change("mamba_slots", direction=1),))
+
+
+def _sampler_warmup(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
+    if not config.vllm or not any(_SAMPLER_WARMUP.search(t) and error_line(t) is None for t in texts):
+        return None
+    seqs = config.arg("max_num_seqs")
+    return Workaround(
+        Change("running_cap", direction=-1), str(seqs) if isinstance(seqs, int) else None,
+        "Fewer requests run at once; a lower memory share instead keeps them but caches fewer tokens.",
+        None, "The traceback stops inside vLLM's sampler warm-up (_dummy_sampler_run), before its error line: the "
+        "warm-up samples as many dummy requests as may run at once, and fails where the memory left outside the "
+        "KV cache cannot hold them.", {"frames": "_dummy_sampler_run"},
+        alternatives=(Change("kv_memory", direction=-1),))
 
 
 def _overlap(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:

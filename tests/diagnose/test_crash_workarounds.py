@@ -544,3 +544,37 @@ def test_the_real_mamba_ping_pong_crash_advises_the_mamba_flags() -> None:
     d = analyze([REAL / "downstream" / "glm53-sm120-12-mamba-pingpong-crash.log"])
     f = next(f for f in d.findings if f.id == "crash.exception")
     assert f.flag == "--mamba-full-memory-ratio" and "--max-mamba-cache-size" in f.suggested
+
+
+# -- vLLM's sampler warm-up, cut before its error line ------------------------------------------------------------
+
+VWORKER = "(VllmWorker rank=1 pid=1739270) ERROR 05-15 17:46:32 [multiproc_executor.py:380] "
+SAMPLER_WARMUP = [VWORKER + line for line in [
+    "WorkerProc hit an exception: %s", "Traceback (most recent call last):",
+    '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 1484, in _dummy_sampler_run',
+    "    sampler_output = self.model.sample("]]
+
+
+def _vllm_crash(lines: list[str]):
+    d = analyze(lines=["INFO 05-15 17:40:00 [api_server.py:1043] non-default args: {'max_num_seqs': 256}", *lines])
+    return next(f for f in d.findings if f.id == "crash.exception")
+
+
+def test_a_sampler_warm_up_cut_before_its_error_lowers_the_running_cap() -> None:
+    """vllm#18136 (held-out batch 18): vLLM warms the sampler up on as many dummy requests as may run at once, and
+    asks for a lower max_num_seqs or gpu_memory_utilization where that runs out of memory."""
+    f = _vllm_crash(SAMPLER_WARMUP)
+    assert f.change == Change("running_cap", direction=-1) and f.flag == "--max-num-seqs" and f.current == "256"
+    assert f.alternatives == (Change("kv_memory", direction=-1),) and "--gpu-memory-utilization" in f.suggested
+    assert "_dummy_sampler_run" in f.message and f.evidence.facts["frames"] == "_dummy_sampler_run"
+
+
+def test_a_sampler_warm_up_whose_error_line_names_another_cause_gets_no_running_cap() -> None:
+    f = _vllm_crash([*SAMPLER_WARMUP, VWORKER + "RuntimeError: CUDA error: an illegal memory access was encountered"])
+    assert f.change is None
+
+
+def test_the_real_sampler_warm_up_crash_names_both_flags() -> None:
+    d = analyze([REAL / "vllm" / "vllm-18136-v1-sampler-warmup-crash-tp4.log"])
+    f = next(f for f in d.findings if f.id == "crash.exception")
+    assert f.flag == "--max-num-seqs" and "--gpu-memory-utilization" in f.suggested

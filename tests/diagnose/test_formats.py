@@ -202,6 +202,18 @@ VLLM_ERRORS = [
     ("vllm no memory for cache blocks", [
         "ERROR 12-22 10:55:35 engine.py:366] No available memory for the cache blocks. Try increasing "
         "`gpu_memory_utilization` when initializing the engine."], ["not_enough_memory"]),
+    # an engine taking back what it released for a trainer (held-out batch 18): vLLM sleep mode's cumem allocator
+    # (vllm#13941), SGLang's torch_memory_saver under verl (sglang#14092, its Ray prefix and de-duplication note)
+    ("vllm wake-up OOM, a traceback tail", [
+        '  File "/x/vllm/device_allocator/cumem.py", line 75, in create_and_map',
+        "    python_create_and_map(*allocation_handle)",
+        "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"], ["oom"]),
+    ("sglang memory saver resume OOM", [
+        "(SGLangHttpServer pid=250977) [torch_memory_saver.cpp] CUresult error: 2 (out of memory)  file=csrc/utils.h "
+        "func=cu_mem_create line=194 [repeated 7x across cluster]"], ["oom"]),
+    ("another CUresult error is no OOM", [
+        "(SGLangHttpServer pid=250977) [torch_memory_saver.cpp] CUresult error: 1 (invalid argument)  "
+        "file=csrc/utils.h func=cu_mem_create line=194"], []),
     ("vllm V1 memory profile as one multi-line message", [
         "INFO 03-14 09:13:07 [gpu_worker.py:227] Memory profiling takes 11.85 seconds",
         "the current vLLM instance can use total_gpu_memory (79.11GiB) x gpu_memory_utilization (0.90) = 71.20GiB",

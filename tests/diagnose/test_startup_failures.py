@@ -358,3 +358,25 @@ def test_the_corpus_cut_refusal_and_cut_check_get_both_flags() -> None:
         flag, suggested = _flags(analyze([REAL / f"{name}.log"]))["oom.startup"]
         assert {flag, *[w for w in suggested.split() if w.startswith("--")]} == {"--max-model-len",
                                                                                  "--gpu-memory-utilization"}, name
+
+
+# -- an engine taking back the memory it released for a trainer ---------------------------------------------------
+
+WAKE_UP = ['  File "/x/vllm/worker/worker.py", line 140, in wake_up', "    allocator.wake_up()",
+           '  File "/x/vllm/device_allocator/cumem.py", line 75, in create_and_map',
+           "    python_create_and_map(*allocation_handle)",
+           "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"]
+
+
+@pytest.mark.parametrize("lines,woke", [
+    (WAKE_UP, True),  # vllm#13941: sleep mode's wake-up
+    (["(SGLangHttpServer pid=1) [torch_memory_saver.cpp] CUresult error: 2 (out of memory)  file=csrc/utils.h"],
+     True),  # sglang#14092: the memory saver's resume
+    (WAKE_UP[2:], True),  # the allocator alone: only sleep mode allocates with it
+    ([OOM_LINE], False),
+])
+def test_an_oom_in_the_sleep_mode_allocator_says_another_process_holds_memory(lines: list[str], woke: bool) -> None:
+    d = analyze(lines=lines)
+    f = next(f for f in d.findings if f.id == "oom.other")
+    assert ("the other process on the GPU" in f.message) == woke
+    assert f.change is not None and f.change.idea == "kv_memory"
