@@ -56,6 +56,7 @@ class ServerConfig:
     rank_dp: int | None = None
     max_concurrency: float | None = None
     captured_max_bs: int | None = None  # the largest decode graph the log's capture lists (`bs=[...]`)
+    colocated_with: str | None = None  # the RL framework whose trainer shares the engine's GPUs (its Ray actors)
 
     def arg(self, name: str, default: Any = None) -> Any:
         value = self.args.get(name)
@@ -154,7 +155,8 @@ class ServerConfig:
         """The configuration as the log tells it, in the engine's own names (None where it does not say)."""
         source = {"rank tags": " (from rank tags)", "default": " (no tags or arguments)"}.get(self.parallelism_source, "")
         common = {"engine": self.engine, "device": self.device, "model": self.model,
-                  "tp / dp": f"{self.tp_size} / {self.dp_size}{source}", "dtype": self.dtype}
+                  "tp / dp": f"{self.tp_size} / {self.dp_size}{source}", "dtype": self.dtype,
+                  "GPUs shared with": f"{self.colocated_with}'s trainer" if self.colocated_with else None}
         if self.vllm:
             return {**common, "vLLM version": self.engine_version, "KV cache size (tokens)": self.max_total_num_tokens,
                     "max concurrency at max_model_len": self.max_concurrency,
@@ -170,11 +172,12 @@ class ServerConfig:
 
 
 def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[str],
-                vllm_prefixed: bool = False) -> ServerConfig:
+                vllm_prefixed: bool = False, colocated_with: Iterable[str] = ()) -> ServerConfig:
     """Server configuration from the start-up events (first occurrence of each), the engine that wrote the
     log, and the TP/DP sizes its rank tags imply. `samples` holds the first and last text of each kind
     (`kind`, `kind#last`), batch kinds included, for the era. `vllm_prefixed`: some event's line has vLLM's
-    logger prefix (it names the engine where the messages could be either's)."""
+    logger prefix (it names the engine where the messages could be either's). `colocated_with`: the RL
+    frameworks whose trainer actors printed start-up lines (`ParseStats.colocated_with`)."""
     kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
     commands = [parse_fields("launch_command", e.text) for e in events.get("launch_command", [])]
     engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS else "vllm" if vllm_prefixed
@@ -182,7 +185,7 @@ def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], r
     launch = _launch_args(commands, engine)
     all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
     rank_tp, rank_dp = _rank_sizes(all_ranks)
-    common = {"rank_tp": rank_tp, "rank_dp": rank_dp}
+    common = {"rank_tp": rank_tp, "rank_dp": rank_dp, "colocated_with": min(colocated_with, default=None)}
     if engine == "vllm":
         return _vllm_config(events, samples, launch, common)
     if any(rank.startswith("GPU") for rank in all_ranks):

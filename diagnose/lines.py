@@ -20,10 +20,11 @@ import numpy as np
 from toolkit.diagnose.events import Event
 from toolkit.diagnose.log_format.batch import ACCEPT_LENGTH, QUEUE
 from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
-from toolkit.diagnose.log_format.messages import (CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
+from toolkit.diagnose.log_format.messages import (BATCH_KINDS, CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
                                                   REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
                                                   engine_tag)
-from toolkit.diagnose.log_format.prefix import PASTE_FENCE, PASTE_QUOTE, engine_rank
+from toolkit.diagnose.log_format.prefix import (COLOCATED_ACTOR, COLOCATED_ACTORS, PASTE_FENCE, PASTE_QUOTE,
+                                                engine_rank)
 from toolkit.diagnose.messages import error_kinds, error_line, kind_of, line_kind
 from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
 
@@ -44,6 +45,7 @@ class ParseStats:
     kinds: Counter = field(default_factory=Counter)
     unread_examples: list[tuple[int, str]] = field(default_factory=list)
     vllm_events: int = 0  # events whose line vLLM's own logger wrote (its prefix): the log is vLLM's
+    colocated_with: set[str] = field(default_factory=set)  # RL frameworks whose actors a start-up line came from
 
     def note_unread(self, line: int, text: str) -> None:
         self.unread += 1
@@ -142,6 +144,9 @@ class LineParser:
             return None
         time, text = self._clock(prefix), line[start:]
         self.stats.vllm_events += prefix.vllm
+        if kind not in BATCH_KINDS and (m := _COLOCATED.search(line, 0, start)) is not None:
+            # NOTE: never from a batch line, which the fast path may read itself: both paths see the others
+            self.stats.colocated_with.add(COLOCATED_ACTORS[m.group(1)])
         self.begun = True
         if kind in OPENERS:
             quoted = prefix.start == 0 and ">" in line[:start]
@@ -266,6 +271,7 @@ def opens_record(line: str) -> bool:
     return False
 
 
+_COLOCATED = re.compile(COLOCATED_ACTOR)
 _CODE_SPAN = re.compile(r"`([^`]+)`\s*")
 _GLUED_FENCES = re.compile(f"^{PASTE_FENCE}(?=[^`])|(?<=[^`]){PASTE_FENCE}\\s*$")
 

@@ -24,17 +24,18 @@ MAX_TRIES = 16  # lines per chunk read by the grammar; lines no layout of those 
 
 
 class Form(NamedTuple):
-    """Prefixes of one grammar followed by `follow`; `lead`, if set, is the first byte every one has (else any
-    but the stamp's `[`)."""
+    """Prefixes of one grammar followed by `follow`; `leads`, if set, the bytes every one can start with (else any
+    but the stamp's `[`): the grammar reads no line that starts otherwise, so that a chunk's other lines do not use
+    up its `MAX_TRIES`."""
 
     grammar: re.Pattern[bytes]
     follow: bytes
-    lead: int | None = None
+    leads: bytes | None = None
 
 
 BEFORE_STAMP = Form(re.compile(b"(?:" + OUTER_PREFIX.encode() + rb")(?=\[)"), b"[")
 BEFORE_ACCESS = Form(re.compile(TIMELESS_PROCESS.encode() + b"(?=" + re.escape(UVICORN_ACCESS.encode()) + b")"),
-                     UVICORN_ACCESS.encode(), ord("("))
+                     UVICORN_ACCESS.encode(), b"(")
 _DIGITS = frozenset(b"0123456789")
 
 
@@ -85,12 +86,13 @@ def prefix_layouts(words: Words, starts: np.ndarray,
     """Per line starting at `starts`: the length of its prefix of `form` (0 where it has none or none is read
     here) and which layout it has (-1: none); and per layout, the grammar's match on the line it was made from
     (every line of a layout has its groups at the same offsets)."""
-    grammar, follow, lead = form
+    grammar, follow, leads = form
     skip = np.zeros(len(starts), np.int64)
     which = np.full(len(starts), -1, np.int64)
     found: list[re.Match[bytes]] = []
     first_bytes = words.bytes[starts]
-    undecided = np.flatnonzero(first_bytes != ord("[") if lead is None else first_bytes == lead)
+    undecided = np.flatnonzero(first_bytes != ord("[") if leads is None
+                               else np.isin(first_bytes, np.frombuffer(leads, np.uint8)))
     if len(undecided) == 0:
         return skip, which, found
     head = np.ascontiguousarray(gather(words, starts[undecided], MAX_OUTER).T)  # word k of every line is head[k]

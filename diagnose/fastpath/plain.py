@@ -23,7 +23,8 @@ from toolkit.diagnose.fastpath.scan import StampedLines
 from toolkit.diagnose.fastpath.words import Words, occurrences
 from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME, TRACEBACK_HEAD
 from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
-                                                VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX, is_date)
+                                                VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX,
+                                                VLLM_PREFIX_FIRST_BYTES, is_date)
 from toolkit.diagnose.messages import ERROR_START, NO_EVENT
 from toolkit.diagnose.source import PASTED_RESET
 
@@ -109,7 +110,7 @@ _NOT_PLAIN_AT = re.compile("|".join(f"(?:{piece})" for piece in _NOT_PLAIN_PIECE
 
 
 # NOTE: a vLLM prefix read by layouts: the grammar alone, its groups where `VLLM_PREFIX` has them
-_VLLM_PREFIX = Form(re.compile(VLLM_PREFIX.encode("ascii")), b"")
+_VLLM_PREFIX = Form(re.compile(VLLM_PREFIX.encode("ascii")), b"", VLLM_PREFIX_FIRST_BYTES)
 _NOT_IN_MESSAGE = _UNPRINTABLE.copy()  # by byte value: what `vllm_plain` leaves to `surely_plain` in a message
 _NOT_IN_MESSAGE[[ord("["), ord(":")]] = True
 

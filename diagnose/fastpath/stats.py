@@ -23,7 +23,7 @@ from toolkit.diagnose.fields import MAX_DIGITS as FIELD_DIGITS
 from toolkit.diagnose.fields import canonical, pool_usage_field
 from toolkit.diagnose.lines import stats_rank
 from toolkit.diagnose.log_format.messages import ENGINE, EngineTag, engine_tag
-from toolkit.diagnose.log_format.prefix import VLLM_CLOCK_GROUPS, VLLM_LEVELS, VLLM_PREFIX, process_rank
+from toolkit.diagnose.log_format.prefix import VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PREFIX_FIRST_BYTES, process_rank
 from toolkit.diagnose.prefix import vllm_clock
 from toolkit.diagnose.series import META  # a field so named is not kept: the prefix says those
 
@@ -85,8 +85,7 @@ def _label_lines(data: bytearray, size: int, starts: np.ndarray, ends: np.ndarra
     return lines[open_lines[lines]]
 
 
-_FIRST_BYTES = np.array(sorted({ord("(")} | {ord(level[0]) for level in re.findall(r"[A-Z]+", VLLM_LEVELS)}),
-                        np.uint8)
+_FIRST_BYTES = np.frombuffer(VLLM_PREFIX_FIRST_BYTES, np.uint8)
 
 
 class _Reader:

@@ -28,6 +28,8 @@ VLLM_PROCESS = r"\(" + VLLM_PROCESS_BODY
 VLLM_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 VLLM_STAMP = r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?"  # after the level
 VLLM_PREFIX = r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS + r" " + VLLM_STAMP
+# the bytes a line with `VLLM_PREFIX` can start with: its process's `(`, or its level's first letter
+VLLM_PREFIX_FIRST_BYTES = bytes(sorted({ord("(")} | {ord(level[0]) for level in re.findall(r"[A-Z]+", VLLM_LEVELS)}))
 VLLM_CLOCK_GROUPS = (2, 3, 4, 5, 6, 7)  # VLLM_PREFIX's month, day, hour, minute, second, fraction (after its process)
 VLLM_MONTH_DAY = VLLM_CLOCK_GROUPS[:2]
 # NOTE: the first `[` that opens a whole SGLang stamp, only unquoted text before it (what `prefix._FIRST_SGLANG`
@@ -103,6 +105,11 @@ OUTER_PREFIXES: dict[str, str] = {
                 r"(?:\[\d{1,10}\])?: ",
 }
 OUTER_PREFIX = "|".join(f"(?:{form})" for form in OUTER_PREFIXES.values())
+# The Ray actors of RL frameworks that run the engine in the trainer's processes, on the same GPUs, by framework:
+# verl's fused worker (actor, rollout and reference model in one process; EasyR1's too). Such an engine leaves the
+# GPU memory it does not reserve to the trainer on purpose.
+COLOCATED_ACTORS = {"WorkerDict": "verl"}
+COLOCATED_ACTOR = r"\((" + "|".join(COLOCATED_ACTORS) + r") pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) "
 # vLLM's API server writes uvicorn's access lines after its process prefix alone, with no time:
 # `(APIServer pid=N) INFO:     CLIENT - "..."`. NOTE: a name without digits names no rank (`process_rank`).
 TIMELESS_PROCESS = r"\([A-Za-z_.-]{1,64} pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) "

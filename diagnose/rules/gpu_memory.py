@@ -4,7 +4,8 @@
   `--mem-fraction-static`.
 - 5-8 GB: good, no finding.
 - 8-10 GB: `gpu_memory.spare` (info); 10 GB and more: `gpu_memory.too_much` (warning): memory that could
-  hold KV cache is idle; raise `--mem-fraction-static`.
+  hold KV cache is idle; raise `--mem-fraction-static`. Not where the engine runs in an RL trainer's processes on
+  the same GPUs (`ServerConfig.colocated_with`, verl's `WorkerDict` actors): the memory it leaves is the trainer's.
 The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_mem`. Not judged on CPU.
 
 Where graph capture began and its end is not in the log (an excerpt cut there, or a capture that failed), what is
@@ -76,6 +77,10 @@ def check(ctx: Context) -> list[Finding]:
             "A smaller KV pool holds fewer tokens: fewer concurrent requests"
             + ("; smaller piecewise graphs run larger prefills without them." if piecewise else "."),
             alternatives=(Change("piecewise_max_tokens", str(piecewise // 2)),) if piecewise else ())]
+    if cfg.colocated_with:
+        ctx.cannot_judge(f"the engine runs in {cfg.colocated_with}'s trainer processes, on the same GPUs: the memory "
+                         "it leaves free is the trainer's")
+        return []
     severity = "warning" if avail >= HIGH_GB else "info"
     return [Finding(
         "gpu_memory.too_much", severity, f"{'' if not bound else 'At least '}{avail:.2f} GB GPU memory left unused",

@@ -380,3 +380,42 @@ def test_an_oom_in_the_sleep_mode_allocator_says_another_process_holds_memory(li
     f = next(f for f in d.findings if f.id == "oom.other")
     assert ("the other process on the GPU" in f.message) == woke
     assert f.change is not None and f.change.idea == "kv_memory"
+
+
+# -- an engine in an RL trainer's processes ---------------------------------------------------------------------
+
+STARTUP = ["[2025-05-23 18:02:30] Load weight begin. avail mem=89.40 GB",
+           "[2025-05-23 18:02:32] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=86.57 GB, "
+           "mem usage=1.03 GB.",
+           "[2025-05-23 18:02:32] KV Cache is allocated. #tokens: 4502600, K size: 25.76 GB, V size: 25.76 GB",
+           "[2025-05-23 18:02:32] Memory pool end. avail mem=34.40 GB",
+           "[2025-05-23 18:02:33] Capture cuda graph begin. This can take up to several minutes. avail mem=34.40 GB",
+           "[2025-05-23 18:02:40] Capture cuda graph end. Time elapsed: 7.00 s. mem usage=0.60 GB. avail mem=33.80 GB."]
+DECODE = ("[2025-05-23 18:03:00] Decode batch. #running-req: 1, #token: 90, token usage: 0.00, gen throughput "
+          "(token/s): 50.00, #queue-req: 0")
+
+
+@pytest.mark.parametrize("actor,colocated", [
+    ("(WorkerDict pid=859183) ", "verl"),  # verl's fused worker (sglang via verl, verl#1611)
+    ("(WorkerDict pid=859183, ip=10.0.0.2) ", "verl"),
+    ("(SGLangEngine pid=4242) ", None),  # an engine's own actor: a serving deployment under Ray
+    ("", None),
+])
+def test_an_engine_in_verls_workers_leaves_its_free_memory_to_the_trainer(actor: str, colocated) -> None:
+    """34 GB free after start-up is memory the KV pool could hold, unless the trainer on the same GPUs uses it."""
+    d = analyze(lines=[actor + line for line in STARTUP])
+    assert d.timeline.config.colocated_with == colocated
+    assert ("gpu_memory.too_much" in _flags(d)) == (colocated is None)
+    assert any("verl's trainer processes" in why for _, why in d.unjudged) == (colocated is not None)
+
+
+def test_only_start_up_lines_say_the_engine_is_colocated() -> None:
+    """Batch lines may be read by the fast path, which keeps no prefix: both paths read the same start-up lines."""
+    d = analyze(lines=STARTUP + ["(WorkerDict pid=1) " + DECODE])
+    assert d.timeline.config.colocated_with is None and "gpu_memory.too_much" in _flags(d)
+
+
+def test_the_corpus_verl_start_up_is_quiet() -> None:
+    d = analyze([REAL / "downstream" / "verl-1611-sglang-async-rollout-startup.log"])
+    assert d.timeline.config.colocated_with == "verl"
+    assert not [f for f in d.findings if f.severity in ("warning", "critical")]
