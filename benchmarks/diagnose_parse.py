@@ -306,7 +306,7 @@ class _TreeMemory:
     """Peak RSS of a process and all its descendants: their RSS summed at each sample, its maximum; and each
     process's own peak (`VmHWM` of /proc/PID/status, Linux; its largest sampled RSS elsewhere). Cheap, as it
     shares the command's cores: each sample reads one line per process (/proc/PID/statm); the tree is listed
-    again (which reads all of /proc), and each process's peak read, every `REFRESH` samples."""
+    again every `REFRESH` samples, and a process's peak read then and whenever its RSS passes the largest seen."""
 
     REFRESH = 10
 
@@ -334,7 +334,7 @@ class _TreeMemory:
             rss = _rss(process)
             total += rss
             name, seen = self.own.get(process.pid, (None, 0))
-            if refresh or name is None:
+            if refresh or name is None or rss > seen:  # NOTE: a process may exit before the next refresh
                 seen = max(seen, _hwm(process) or rss)
                 name = name or _name(process)
             self.own[process.pid] = (name, max(seen, rss))

@@ -6,11 +6,13 @@ the logs are read, an `EventStash` keeps each chunk's hot batch, stats and acces
 it read them (numpy, pickled into a temporary directory beside the output; their text stays in the log, read again
 when written) and the per-line parser's events of the chunk; then, on a thread of its own while the analysis runs,
 each chunk's rows are made in line order and written, CSV formatted on `FORMATTERS` threads at once (Arrow's
-writers release the GIL). A command that fails before the write is done leaves no file. Arrow is imported, and its
-kernels built (0.2 s, once per process), on a thread of its own while the logs are read (`EventStash.warm`): the
-read's workers, forked before, never start it. Arrays are made by `arrow_arrays`, never `pyarrow.array` (which
-imports pandas). The stash takes about a third of the CSV's size on disk (80 MB for
-the 1M-line benchmark log's 234 MB), each file removed once written, the directory when done.
+writers release the GIL), into a file of the stash that replaces the output once whole (a failed command leaves the
+output as it was). Arrow is imported, and its kernels built (0.2 s, once per process), on a thread of its own while
+the logs are read (`EventStash.warm`): the read's workers never need it (their job is numpy only, and they import
+nothing once forked), so a pool forked while that thread runs (a later log's) inherits nothing it uses. Arrays are
+made by `arrow_arrays`, never `pyarrow.array` (which imports pandas). The stash takes about a third of the CSV's
+size on disk (80 MB for the 1M-line benchmark log's 234 MB), each file removed once written, the directory when
+done.
 """
 from __future__ import annotations
 
@@ -121,6 +123,8 @@ class EventStash:
         self.out = check_export_path(out)
         if not self.out.parent.is_dir():
             raise ValueError(f"no such directory: {self.out.parent}")
+        if self.out.is_dir():
+            raise ValueError(f"{self.out} is a directory")
         try:
             self.directory = tempfile.mkdtemp(prefix=".toolkit-export-", dir=self.out.parent)
         except OSError as exc:
@@ -135,7 +139,7 @@ class EventStash:
 
     def warm(self) -> None:
         """Import Arrow and build its kernels on a thread of its own (`_warm_arrow`), while the logs are read. Call
-        it once the read's worker processes are forked (`range_workers`): they never need Arrow."""
+        it once the first log's worker processes are forked (`range_workers`): they never need Arrow."""
         if self.arrow is None:
             thread = ThreadPoolExecutor(1, thread_name_prefix="diagnose-arrow")
             self.arrow = thread.submit(_warm_arrow, self.out.suffix == ".parquet")
@@ -176,10 +180,8 @@ class EventStash:
     def __exit__(self, *exc) -> None:
         try:
             if self.writing is not None and not self.written:
-                # NOTE: the command failed while the file was written: no partial file is left
-                self.stop.set()
+                self.stop.set()  # NOTE: the command failed while the file was written: the write stops
                 wait([self.writing])
-                self.out.unlink(missing_ok=True)
         finally:
             if self._writer_thread is not None:
                 self._writer_thread.shutdown()
@@ -199,27 +201,31 @@ def export_events(paths: Sequence[str | Path], out: str | Path, **analysis) -> t
 
 def write_events(stash: EventStash, d: Diagnosis) -> Path:
     """The events `stash` kept of the read `d` analysed, written to its output (chosen by the suffix): the write
-    the end of the read started, or one started now."""
-    stash.start_writing(field_types(d.timeline.batches, d.timeline.events, d.stats))
+    the end of the read started, or one started now. The file is written in the stash's directory and moved onto
+    the output once whole: a failed command leaves whatever was there before."""
+    if stash.writing is None:
+        stash.start_writing(field_types(d.timeline.batches, d.timeline.events, d.stats))
     assert stash.writing is not None
-    stash.writing.result()
+    os.replace(stash.writing.result(), stash.out)
     stash.written = True
     return stash.out
 
 
-def _write_parts(stash: EventStash, types: dict[str, str]) -> None:
-    """The stash's parts in order, as rows of the columns of `types`; stops between parts once `stash.stop` is
-    set."""
+def _write_parts(stash: EventStash, types: dict[str, str]) -> str:
+    """The stash's parts in order, as rows of the columns of `types`, in a file of the stash's directory: its
+    path. Stops between parts once `stash.stop` is set."""
     if stash.arrow is not None:
         stash.arrow.result()
     schema = _schema(types)
-    with _writer(stash.out, schema) as write:
+    path = os.path.join(stash.directory, "events" + stash.out.suffix)
+    with _writer(Path(path), schema) as write:
         for part in stash.parts:
             if stash.stop.is_set():
-                return
+                break
             write(functools.partial(_part_table, part, schema))
         if not stash.parts:
             write(functools.partial(empty_table, schema))
+    return path
 
 
 class _writer:
@@ -348,6 +354,7 @@ class _HotLines:
     fields: list[tuple[np.ndarray, dict[str, np.ndarray]]]  # (rows, {name: float64, NaN where absent}) per part
     access: tuple[np.ndarray, dict[str, np.ndarray]]  # (rows, `access_fields`'s columns of those rows)
     origin: tuple[str, int] = ("", 0)  # the file that holds the chunk's bytes, and the offset of its byte 0 there
+    copied: bool = False  # `origin` is the stash's copy of a stream's chunk (removed once read)
 
 
 def _hot_rows(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, times: np.ndarray,
@@ -385,7 +392,7 @@ def _stashed(directory: str, chunk: Chunk, hot: _HotLines) -> str:
         with os.fdopen(handle, "wb") as f:
             f.write(memoryview(chunk.data)[low: high])
             f.write(b"\n")
-        hot.origin = (path, -low)
+        hot.origin, hot.copied = (path, -low), True
     handle, path = tempfile.mkstemp(suffix=".hot", dir=directory)
     with os.fdopen(handle, "wb") as f:
         pickle.dump(hot, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -452,12 +459,26 @@ def _text(hot: _HotLines) -> tuple[bytes, int]:
     low, high = int(hot.text[0].min()), int(hot.text[1].max())
     path, offset = hot.origin
     with open(path, "rb", buffering=0) as f:
-        data = os.pread(f.fileno(), high - low + 1, offset + low)
+        data = _pread(f.fileno(), high - low + 1, offset + low)
+    if hot.copied:
+        os.unlink(path)
     ends = hot.text[1] - low
     if len(data) < high - low or not (np.frombuffer(data, np.uint8)[np.minimum(ends, len(data) - 1)] == 10)[
             ends < len(data)].all():
         raise ValueError(f"{path} changed while it was read")
     return data, low
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """`size` bytes of the file at `offset`, fewer only at its end (a read may return less: a network file)."""
+    parts, got = [], 0
+    while got < size:
+        part = os.pread(fd, size - got, offset + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 def _access_field(column: np.ndarray, rows: np.ndarray, n: int, data: bytes, low: int) -> pa.Array:

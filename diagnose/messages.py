@@ -123,10 +123,16 @@ def line_kind(line: str, start: int = 0) -> str | None:
     return named if named in _ERROR_KINDS else None
 
 
+def error_lines(text: str) -> list[str]:
+    """The messages of an exception's error lines (`RuntimeError: ...` -> `...`), in order: a chained exception
+    (`During handling of the above exception ...`) prints more than one."""
+    return _ERROR_LINE.findall(text)
+
+
 def error_line(text: str) -> str | None:
-    """The message of the last error line of an exception's text (`RuntimeError: ...` -> `...`), None when the
-    text holds none (a traceback cut before it)."""
-    found = _ERROR_LINE.findall(text)
+    """The message of the last error line of an exception's text, None when the text holds none (a traceback cut
+    before it)."""
+    found = error_lines(text)
     return found[-1] if found else None
 
 

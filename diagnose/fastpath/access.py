@@ -26,16 +26,19 @@ def access_fields(data: bytearray, words: Words, lines: AccessLines,
     n = len(client)
     if n == 0 or any(w in data for w in _WHITESPACE):
         return np.zeros(n, bool), {}
-    dash = client + _first(words, client, ord(" "), 4)
+    # NOTE: a piece not found in its window counts as found at its start, and the line as not read: every offset
+    # stays within the line's window (a line near the chunk's end reads no byte past its padding)
+    found = np.ones(n, bool)
+    dash = client + _found(words, client, ord(" "), 4, found)
     method = dash + 4
-    method_end = method + _first(words, method, ord(" "), 2)
+    method_end = method + _found(words, method, ord(" "), 2, found)
     path = method_end + 1
     path_end = _first_space(data, words, path, ends)
     version = path_end + len(_HTTP)
-    quote = version + _first(words, version, ord('"'), 1)
+    quote = version + _found(words, version, ord('"'), 1, found)
     status_word = words.at(np.minimum(quote + 2, len(words.words) - 1))
     status = np.where(digit_run(status_word) >= 3, parse_digits(status_word, 3), -1)
-    ok = (method_end > method) & _all_in(words, method, method_end, _UPPER)
+    ok = found & (method_end > method) & _all_in(words, method, method_end, _UPPER)
     ok &= (path_end > path) & is_literal(words.at(np.maximum(path_end, 0)), _HTTP)
     ok &= (quote > version) & _all_in(words, version, quote, _VERSION) & (words.byte(quote + 1) == ord(" "))
     ok &= (status >= 0) & (quote + 5 <= ends) & (dash - client <= MAX_CLIENT_CHARS)
@@ -55,6 +58,14 @@ def _first_space(data: bytearray, words: Words, begin: np.ndarray, ends: np.ndar
     if len(longer):
         found[longer] = [data.find(b" ", a, b) for a, b in zip((start[longer] + 32).tolist(), ends[longer].tolist())]
     return found
+
+
+def _found(words: Words, pos: np.ndarray, byte: int, count: int, found: np.ndarray) -> np.ndarray:
+    """`_first`'s offsets, 0 where it found none (and `found` cleared there)."""
+    at = _first(words, pos, byte, count)
+    missing = at >= 8 * count
+    found &= ~missing
+    return np.where(missing, 0, at)
 
 
 def _first(words: Words, pos: np.ndarray, byte: int, count: int) -> np.ndarray:

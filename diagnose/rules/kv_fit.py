@@ -29,6 +29,14 @@ def rounded_down(tokens: int) -> int:
     return tokens // STEP * STEP if tokens >= STEP else tokens
 
 
+def prints_sizes(text: str) -> bool:
+    """Whether such an error's text holds the sizes that say what fits (read or not)."""
+    return any(p.search(text) for p in (_ESTIMATE, _STORED, _NEEDED_START))
+
+
+_NEEDED_START = re.compile(r"GiB KV cache is needed")
+
+
 def refused_length(text: str) -> int | None:
     """The max seq len such an error names, also where the excerpt cut it before its sizes."""
     asked = _ASKED.search(text)

@@ -43,7 +43,7 @@ from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.messages import cut_in_kv_check, cut_or_about_memory, error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after
-from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, refused_length, rounded_down
+from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, prints_sizes, refused_length, rounded_down
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024
@@ -325,11 +325,13 @@ def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
 
 
 def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
-    """vLLM's max seq len refusal, cut by the excerpt before the sizes that say how much fits."""
+    """vLLM's max seq len refusal without sizes read: the excerpt cut it before them, or they are not in a form
+    `kv_fit` reads."""
+    sizes = ("its sizes are not in a form read here" if any(prints_sizes(e.text) for e in rows)
+             else "the excerpt ends before the sizes that say how many tokens fit")
     return Finding(
         "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",
-        f"vLLM needs room for one request at the full context ({asked} tokens) and refused to start; the excerpt "
-        "ends before the sizes that say how many tokens fit.",
+        f"vLLM needs room for one request at the full context ({asked} tokens) and refused to start; {sizes}.",
         evidence_events(rows, max_model_len=asked), Change("context", direction=-1), str(asked),
         f"Requests longer than the shorter max model len are rejected; more KV memory "
         f"({flag(ctx.config, 'kv_memory')}, or an fp8 KV cache) keeps the context instead.",

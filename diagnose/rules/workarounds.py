@@ -36,7 +36,7 @@ from toolkit.diagnose.events import Event
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.log_format.messages import MAMBA_POOL_FULL
-from toolkit.diagnose.messages import error_line
+from toolkit.diagnose.messages import error_line, error_lines
 
 _PD_TP = re.compile(r"different TP sizes|(?:prefill|decode)\w{0,20}[ _]tp[ _]size\W{1,3}\d+", re.I)
 _PREFILL_TP = re.compile(r"prefill\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
@@ -109,7 +109,7 @@ def _size(pattern: re.Pattern[str], text: str) -> int | None:
 
 
 def _mamba_pool(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    said = next((line for text in texts if (line := error_line(text)) and _MAMBA_POOL_FULL.search(line)), None)
+    said = next((line for text in texts for line in error_lines(text) if _MAMBA_POOL_FULL.search(line)), None)
     if said is None or config.vllm:
         return None
     ratio, slots = config.arg("mamba_full_memory_ratio"), config.arg("max_mamba_cache_size")
@@ -119,7 +119,7 @@ def _mamba_pool(config: ServerConfig, texts: Sequence[str]) -> Workaround | None
         f"({flag(config, 'running_cap')}) need fewer state slots instead.",
         None, "The mamba state pool had no slot left for a request the scheduler admitted.",
         {"max_mamba_cache_size": slots if isinstance(slots, int) else None},
-        alternatives=(Change("mamba_slots", direction=1),))
+        alternatives=(Change("mamba_slots", direction=1), Change("running_cap", direction=-1)))
 
 
 def _sampler_warmup(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:

@@ -123,6 +123,13 @@ def test_bad_input_is_one_clear_line(tmp_path, args: list[str], needle: str) -> 
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.output
 
 
+def test_an_export_onto_a_directory_is_one_clear_line(tmp_path) -> None:
+    (tmp_path / "events.csv").mkdir()
+    result = runner.invoke(app, ["diagnose", _log(tmp_path), "--export", str(tmp_path / "events.csv")])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "is a directory" in lines[0], result.output
+
+
 def test_bad_metrics_file_is_one_clear_line(tmp_path) -> None:
     bad = tmp_path / "metrics.txt"
     bad.write_text("this is { not prometheus\n")

@@ -512,9 +512,20 @@ def test_a_mamba_pool_out_of_slots_advises_more_memory_for_mamba_states(error: s
     f, _ = _crash(_sglang(lf.scheduler_traceback("event_loop_normal", error), mamba_full_memory_ratio=0.9,
                           max_mamba_cache_size=28))
     assert f.change == Change("mamba_memory", direction=1) and f.flag == "--mamba-full-memory-ratio"
-    assert f.current == "0.9" and f.alternatives == (Change("mamba_slots", direction=1),)
+    assert f.current == "0.9"
+    assert f.alternatives == (Change("mamba_slots", direction=1), Change("running_cap", direction=-1))
     assert "--max-mamba-cache-size" in f.suggested and "--max-running-requests" in f.tradeoff
     assert f.evidence.facts["max_mamba_cache_size"] == 28 and "mamba state pool" in f.message
+
+
+def test_a_mamba_pool_error_followed_by_another_exception_still_names_its_flags() -> None:
+    """`During handling of the above exception, another exception occurred:` prints a second error line last."""
+    chained = "\n".join([lf.scheduler_traceback("event_loop_normal", MAMBA_ERRORS[1]), "",
+                         "During handling of the above exception, another exception occurred:", "",
+                         "Traceback (most recent call last):", '  File "/x/scheduler.py", line 9, in run',
+                         "RuntimeError: scheduler stopped"])
+    f, _ = _crash(_sglang(chained))
+    assert f.change == Change("mamba_memory", direction=1)
 
 
 def test_the_mamba_pool_error_names_the_cause_before_the_overlap_frames() -> None:

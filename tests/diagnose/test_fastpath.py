@@ -367,6 +367,24 @@ def test_access_fields_equal_parse_fields(lines) -> None:
         assert read.sum() >= len(plain)
 
 
+@pytest.mark.parametrize("last", ['"GET /Decode batch HTTP/1.1" 200 OK',  # no quote where the version ends
+                                  '"GET', "x" * 60])  # no space after the method; no dash after the client
+def test_an_access_line_whose_pieces_are_missing_is_left_to_the_per_line_parser(last: str) -> None:
+    """Each piece is looked for in a window after the one before: one not found reads no byte past the chunk
+    (it did: an IndexError on the chunk's last line), and the line is not read here."""
+    from toolkit.diagnose.fastpath.access import access_fields
+    from toolkit.diagnose.fastpath.words import Words
+
+    lines = ['[2025-11-11 04:06:27] INFO:     127.0.0.1:5 - "POST /v1 HTTP/1.1" 200 OK'] * 3
+    lines.append("[2025-11-11 04:06:28] INFO:     127.0.0.1:5 - " + last if last.startswith('"') else
+                 "[2025-11-11 04:06:28] INFO:     " + last)
+    data = bytearray("\n".join(lines).encode()) + bytearray(PAD)
+    scanned = scan_chunk(data, len(data) - PAD)
+    access = scanned.access_lines
+    read, _ = access_fields(data, Words(data), access, scanned.ends[access.index])
+    assert read[:3].all() and not read[3:].any()
+
+
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
 def test_fast_path_equals_the_per_line_parser_on_the_realistic_log(tmp_path, monkeypatch, processes) -> None:
     """The realistic mix: start-up blocks, tracebacks, other INFO and WARNING lines (slow lines that the workers
@@ -450,11 +468,12 @@ def test_an_export_whose_log_changed_after_its_read_fails_with_a_clear_error(tmp
             write_events(stash, d)
 
 
-def test_the_export_is_written_while_the_analysis_runs_and_a_failed_command_leaves_no_file(tmp_path,
-                                                                                          monkeypatch) -> None:
+def test_the_export_is_written_while_the_analysis_runs_and_a_failed_command_leaves_the_output(tmp_path,
+                                                                                            monkeypatch) -> None:
     """The columns are known once every log is read: the write starts then, on a thread, and the rules run beside
-    it. A command that fails after that (here: in the rules) stops the write and leaves no file, no stash and no
-    thread."""
+    it, into a file of the stash that replaces the output once whole. A command that fails after that (here: in
+    the rules) stops the write and leaves the output as it was (none, or the file that was there), no stash and
+    no thread."""
     import threading
 
     from toolkit.diagnose import analysis
@@ -481,6 +500,10 @@ def test_the_export_is_written_while_the_analysis_runs_and_a_failed_command_leav
     with pytest.raises(RuntimeError, match="a rule failed"):
         export_events([path], tmp_path / "failed.csv")
     assert not (tmp_path / "failed.csv").exists()
+    (tmp_path / "kept.csv").write_text("an earlier export\n")
+    with pytest.raises(RuntimeError, match="a rule failed"):
+        export_events([path], tmp_path / "kept.csv")
+    assert (tmp_path / "kept.csv").read_text() == "an earlier export\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".toolkit-export")]
     assert not [t for t in threading.enumerate() if t.name.startswith("diagnose-export")]
 
