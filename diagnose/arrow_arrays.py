@@ -53,15 +53,17 @@ def texts(values: Sequence[str | None]) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(encoded), buffers, null_count=nulls)
 
 
-def spans(data: bytes | bytearray, begin: np.ndarray, stop: np.ndarray) -> pa.Array:
-    """The ASCII text of each [begin, stop) of `data` as an Arrow string array: the spans, with the bytes
-    between them as strings of their own, make one array over `data` as it is; taking every other one copies
-    the spans out (spans in any order, none overlapping)."""
+def spans(data: bytes | bytearray, begin: np.ndarray, stop: np.ndarray, at: np.ndarray | None = None,
+          length: int | None = None) -> pa.Array:
+    """The ASCII text of each [begin, stop) of `data` as an Arrow string array (with `at`: span i in row `at[i]`
+    of `length` rows, null in the others): the spans, with the bytes between them as strings of their own, make
+    one array over `data` as it is; taking every other one copies the spans out, each to its row (spans in any
+    order, none overlapping)."""
     import pyarrow as pa
 
     n = len(begin)
     if n == 0:
-        return texts([])
+        return texts([]) if at is None else pa.nulls(length or 0, pa.string())
     order = np.argsort(begin, kind="stable") if n > 1 and not bool((begin[1:] >= begin[:-1]).all()) else None
     offsets = np.empty(2 * n + 1, np.int32)
     offsets[0] = 0
@@ -69,7 +71,13 @@ def spans(data: bytes | bytearray, begin: np.ndarray, stop: np.ndarray) -> pa.Ar
     offsets[2::2] = stop if order is None else stop[order]
     every = pa.StringArray.from_buffers(2 * n, pa.py_buffer(offsets), pa.py_buffer(data))
     picks = 2 * (np.arange(n) if order is None else np.argsort(order)) + 1
-    return every.take(numbers(picks))
+    if at is None:
+        return every.take(numbers(picks))
+    placed = np.zeros(length, np.int64)
+    placed[at] = picks
+    missing = np.ones(length, bool)
+    missing[at] = False
+    return every.take(numbers(placed, missing=missing))
 
 
 def names(codes: np.ndarray, table: list[str]) -> pa.Array:

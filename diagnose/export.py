@@ -40,6 +40,7 @@ from toolkit.diagnose.fastpath.fields import BOOLEAN
 from toolkit.diagnose.fastpath.scan import ACCESS, ScannedChunk, stamp_times
 from toolkit.diagnose.fastpath.words import Words
 from toolkit.diagnose.fields import parse_fields
+from toolkit.diagnose.log_format.messages import UVICORN_ACCESS
 from toolkit.diagnose.series import META
 from toolkit.diagnose.source import Chunk
 
@@ -370,7 +371,7 @@ def _hot_rows(chunk: Chunk, scanned: ScannedChunk, taken: np.ndarray, times: np.
     kind = np.concatenate([batch.kind, np.full(len(stats.index), _STATS, batch.kind.dtype),
                            np.full(len(taken), _ACCESS_CODE, batch.kind.dtype)])
     rank = np.concatenate([batch.rank, stats.rank + len(batch.ranks), lines.rank[taken]]).astype(np.int32)
-    begin = np.concatenate([batch.label + 2, stats.message, lines.client[taken] - len("INFO:     ")])
+    begin = np.concatenate([batch.label + 2, stats.message, lines.client[taken] - len(UVICORN_ACCESS)])
     return _HotLines(
         line=line[order], kind=kind[order], rank=rank[order], ranks=(batch.ranks + stats.ranks) or [""],
         time=np.concatenate([batch.time, stats.time, times])[order],
@@ -484,12 +485,13 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
 def _access_field(column: np.ndarray, rows: np.ndarray, n: int, data: bytes, low: int) -> pa.Array:
     """An access field's column over all `n` rows (null but on the access `rows`): spans of `data` as text, or
     numbers."""
-    at = np.zeros(n, np.int64)
-    at[rows] = np.arange(len(rows))
+    if column.ndim == 2:
+        return spans(data, column[0] - low, column[1] - low, rows, n)
+    placed = np.zeros(n, column.dtype)
+    placed[rows] = column
     missing = np.ones(n, bool)
     missing[rows] = False
-    values = spans(data, column[0] - low, column[1] - low) if column.ndim == 2 else numbers(column)
-    return values.take(numbers(at, missing=missing))
+    return numbers(placed, missing=missing)
 
 
 def _unspilled(path: str) -> list[Event]:

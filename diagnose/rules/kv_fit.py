@@ -45,10 +45,9 @@ def refused_length(text: str) -> int | None:
 
 def kv_fit(text: str) -> KvFit | None:
     """The max seq len asked for and the context that fits, None when the text is not such an error."""
-    asked = _ASKED.search(text)
-    if asked is None:
+    n = refused_length(text)
+    if n is None:
         return None
-    n = int(asked.group(1))
     if (m := _ESTIMATE.search(text)) is not None:
         return KvFit(n, int(m.group(1)), "estimates")
     if (m := _STORED.search(text)) is not None:

@@ -70,6 +70,15 @@ def test_spans_are_the_text_of_each_span_in_any_order(words, random) -> None:
     assert got.to_pylist() == [words[i] for i in order]
 
 
+def test_spans_placed_in_their_rows_are_null_in_the_others() -> None:
+    data = b"GET /a\nPOST /bb\n"
+    got = spans(data, np.array([7, 0]), np.array([11, 3]), at=np.array([4, 1]), length=6)
+    assert got.validate(full=True) is None
+    assert got.to_pylist() == [None, "GET", None, None, "POST", None]
+    assert spans(data, np.zeros(0, np.int64), np.zeros(0, np.int64), at=np.zeros(0, np.int64), length=2).to_pylist() \
+        == [None, None]
+
+
 def test_names_and_an_empty_table_and_values_of_chunked_columns() -> None:
     assert names(np.array([2, 0, 2]), ["a", "b", "c"]).to_pylist() == ["c", "a", "c"]
     schema = pa.schema([("kind", pa.string()), ("line", pa.int64())])
