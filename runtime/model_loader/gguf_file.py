@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from toolkit.runtime.cpu_threads import one_thread
 from toolkit.runtime.model_loader.config import ModelConfig, RopeConfig
 from toolkit.runtime.model_loader.errors import ModelLoadError
 from toolkit.runtime.model_loader.gguf_quants import dequantize
@@ -143,8 +144,9 @@ def iter_gguf_weights(model: GGUFModel) -> Iterator[tuple[str, torch.Tensor]]:
             if tensor.name != ROPE_FREQS:
                 raise ModelLoadError(f"{model.path}: unexpected tensor {tensor.name}")
             continue
-        weight = dequantize(model.file.tensor_data(tensor), tensor.qtype, tensor.torch_shape, tensor.name)
-        if model.gguf_arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = config.num_attention_heads if "q_proj" in name else config.num_key_value_heads
-            weight = _unpermute_rotary(weight, heads)
+        with one_thread():
+            weight = dequantize(model.file.tensor_data(tensor), tensor.qtype, tensor.torch_shape, tensor.name)
+            if model.gguf_arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+                heads = config.num_attention_heads if "q_proj" in name else config.num_key_value_heads
+                weight = _unpermute_rotary(weight, heads)
         yield name, weight
