@@ -160,7 +160,7 @@ def _report(logs: list[str], fmt: str, plots: str | None, stash: EventStash | No
         result = analyze(logs, metrics=metrics, bench=bench, tap=stash)
     except (OSError, ValueError, EOFError) as exc:
         _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path is never broken over lines
     if plots:
         from toolkit.diagnose.plots import write_plots
 
@@ -202,7 +202,7 @@ def _run_fleet(logs: list[str], fmt: str, plots: str | None, fail_on: str | None
     if plots:
         from toolkit.diagnose.plots import write_plots
 
-        err = Console(stderr=True, highlight=False)
+        err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path is never broken over lines
         for worker in fleet.workers:
             folder = os.path.join(plots, re.sub(r"[^\w.-]", "_", worker.name))
             for path in write_plots(worker.diagnosis.timeline, folder):

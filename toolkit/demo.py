@@ -144,9 +144,9 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> Path | N
                       f"{time.monotonic() - began:.0f} s", highlight=False)
         console.print(f"the command that got there: {info['best']['command']}", highlight=False, soft_wrap=True)
     if report is not None:
-        console.print(f"report of the tuned server: {report.resolve()}", highlight=False)
+        console.print(f"report of the tuned server: {report.resolve()}", highlight=False, soft_wrap=True)
     if outcome.html_path is not None:
-        console.print(f"tune page: [bold]{outcome.html_path.resolve()}[/]", highlight=False)
+        console.print(f"tune page: [bold]{outcome.html_path.resolve()}[/]", highlight=False, soft_wrap=True)
     if outcome.result.reason == "stopped by Ctrl-C":
         raise KeyboardInterrupt
     return outcome.html_path

@@ -166,4 +166,5 @@ def _print_end(console: Console, result: Result, info: dict, steps_path: Path, h
     if best:
         console.print("best launch command:", style="bold")
         console.print(escape(best["command"]), highlight=False, soft_wrap=True)
-    console.print(f"steps: {steps_path}" + (f" · page: {html.resolve()}" if html else ""), highlight=False)
+    console.print(f"steps: {steps_path}" + (f" · page: {html.resolve()}" if html else ""), highlight=False,
+                  soft_wrap=True)
