@@ -12,7 +12,7 @@
 // kMinElementsPerTask elements, so a small batch stays on one thread. With AVX-512, float32 and bf16 rows go
 // sixteen values at a time (the compiler leaves a float sum and torch's rounding constructor scalar: the norms ran
 // at ~2.4 cycles per element); the results are the scalar loops' but for the order of the sum of squares.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

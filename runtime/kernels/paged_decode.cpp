@@ -11,7 +11,7 @@
 // e4m3/e5m2) are widened to float32 as they are loaded. AVX-512 where the compiler targets it, AVX2 + FMA on the
 // x86-64-v3 tier (eight lanes), portable C++ elsewhere.
 // Beside it, `store_kv`: the step's new K/V rows into their pool slots, both in one call.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>

@@ -15,7 +15,9 @@
 // One task = one query block of one sequence for the G query heads of one K/V head: its scores S = Q K^T over the
 // key blocks up to the diagonal (float32, in a per-thread buffer), an exact row softmax (the whole row is there, so
 // no running rescale is needed), then O = P V over the same blocks.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
