@@ -35,8 +35,10 @@ browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); }
 
+# Two pytest-xdist workers: tests that wait overlap; a file (or a shared server's group) is one unit of work, tests
+# marked `solo` get the machine to themselves, and the suite fails itself past its time budget (tests/conftest.py).
 test: $(STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 demo: $(STAMP)
 	$(VENV)/bin/toolkit demo

@@ -6,6 +6,9 @@ import os
 import pytest
 import torch
 
+# the whole suite's budget, the machine to itself for tests that judge speed, the units of work of its workers
+pytest_plugins = ["tests.suite_budget", "tests.solo", "tests.xdist_units"]
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if not torch.cuda.is_available():

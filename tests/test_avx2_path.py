@@ -16,6 +16,7 @@ import sys
 import pytest
 import requests
 
+from tests.machine_speed import scaled
 from tests.server.server_process import ServerProcess
 from toolkit.runtime import cpu_capability
 
@@ -91,8 +92,8 @@ def test_a_short_demo_runs_to_its_page_on_the_avx2_path(avx2_env, tmp_path):
     out = tmp_path / "demo"
     done = subprocess.run(
         [sys.executable, "-m", "toolkit.cli", "demo", "--out", str(out), "--num-prompts", "8", "--repeats", "1",
-         "--max-steps", "1", "--max-time", "180", "--device", "cpu"],
-        capture_output=True, text=True, timeout=600, env=avx2_env)
+         "--max-steps", "1", "--max-time", f"{scaled(180):.0f}", "--device", "cpu"],
+        capture_output=True, text=True, timeout=scaled(600), env=avx2_env)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "toolkit demo done" in done.stdout and (out / "tune.html").is_file()
     start_log = next((out / "step-00").glob("*.log")).read_text()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.machine_speed import scaled
 from tests.reports.page import Page
 from tests.server.server_process import alive, cmdline, run_to_the_end
 
@@ -33,7 +34,7 @@ def test_demo_tunes_from_the_mistuned_start_writes_its_pages_and_stops_every_ser
     # tests/tune/test_tune_e2e.py keeps a change over 3 repeats)
     proc = run_to_the_end(
         [sys.executable, "-m", "toolkit.cli", "demo", "--out", str(out), "--num-prompts", "21", "--repeats", "1",
-         "--max-steps", "1", "--max-time", "300", "--device", "cpu"], timeout=600)
+         "--max-steps", "1", "--max-time", f"{scaled(300):.0f}", "--device", "cpu"], timeout=scaled(600))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert not _processes_mentioning(str(out)), "a server of the demo outlived it"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.machine_speed import scaled
 from toolkit.tune import launcher
 
 STARTUP_TIMEOUT = 180.0
@@ -72,7 +73,7 @@ class ServerProcess(launcher.ServerProcess):
         self.log_file = log_file
 
     def wait_healthy(self, timeout: float = STARTUP_TIMEOUT) -> ServerProcess:
-        super().wait_healthy(timeout)
+        super().wait_healthy(scaled(timeout))
         return self
 
     def scheduler_pid(self) -> int:

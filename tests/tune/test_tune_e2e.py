@@ -8,6 +8,9 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.machine_speed import scaled
 from tests.server.server_process import alive, cmdline, run_to_the_end
 from toolkit.demo import QUESTIONS
 
@@ -15,6 +18,7 @@ from toolkit.demo import QUESTIONS
 MISTUNED = "--max-total-tokens 2048 --context-length 2048 --schedule-conservativeness 2 --device cpu"
 
 
+@pytest.mark.solo
 def test_tune_lowers_the_conservativeness_and_the_result_beats_the_start(tmp_path):
     prompts, out = tmp_path / "prompts.jsonl", tmp_path / "tune"
     # 21 questions x 2 repeats: the start runs ~30 s a repeat on a 2-core CPU and the kept change gains ~+75 % against
@@ -23,8 +27,8 @@ def test_tune_lowers_the_conservativeness_and_the_result_beats_the_start(tmp_pat
     command = [sys.executable, "-m", "toolkit.cli", "tune", "--flags", MISTUNED, "--backend", "openai-chat",
                "--dataset", "custom", "--dataset-path", str(prompts), "--sharegpt-output-len", "512",
                "--no-ignore-eos", "--extra-request-body", '{"stop": ["\\n"]}', "--num-prompts", "21",
-               "--repeats", "2", "--max-steps", "1", "--max-time", "400", "--out", str(out)]
-    proc = run_to_the_end(command, timeout=500)
+               "--repeats", "2", "--max-steps", "1", "--max-time", f"{scaled(400):.0f}", "--out", str(out)]
+    proc = run_to_the_end(command, timeout=scaled(500))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
     assert not [pid for pid in pids if str(out) in cmdline(pid) and alive(pid)], "a tuned server outlived tune"
