@@ -64,6 +64,15 @@ def chat_logprobs(state: ServerState, entries) -> dict[str, Any]:
 
 # ---- /v1/completions ----
 
+def echoed(state: ServerState, plan: GenerationPlan, choice: Choice) -> str:
+    """`echo`: the prompt as the client sent it (text), or its token ids decoded."""
+    if not plan.echo:
+        return ""
+    if plan.prompt_texts:
+        return plan.prompt_texts[choice.prompt_index]
+    return state.tokenizer.decode(plan.prompts[choice.prompt_index], skip_special_tokens=True)
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app[STATE]
     plan = await parse_request(request, parse_completion, state.validation)
@@ -73,7 +82,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     choices = await generation.collect(state.manager, plan)
     return web.json_response({
         "id": rid, "object": "text_completion", "created": created, "model": state.served_model_name,
-        "choices": [{"index": c.index, "text": c.text, "finish_reason": finish_reason(c),
+        "choices": [{"index": c.index, "text": echoed(state, plan, c) + c.text, "finish_reason": finish_reason(c),
                      "matched_stop": matched_stop(c),
                      "logprobs": completion_logprobs(state, c.logprobs) if plan.return_logprob else None}
                     for c in choices],
@@ -89,8 +98,9 @@ async def _stream_completion(request, state: ServerState, plan: GenerationPlan, 
         logprobs = None
         if plan.return_logprob:
             logprobs = completion_logprobs(state, chunk.logprobs, offsets.get(choice.index, 0))
+        lead = echoed(state, plan, choice) if choice.index not in offsets else ""
         offsets[choice.index] = len(choice.text)
-        return {**head, "choices": [{"index": choice.index, "text": chunk.text, "logprobs": logprobs,
+        return {**head, "choices": [{"index": choice.index, "text": lead + chunk.text, "logprobs": logprobs,
                                      "finish_reason": finish_reason(choice), "matched_stop": matched_stop(choice)}]}
 
     return await sse_response(request, state, plan, event, head, lambda cs: usage(state, plan, cs))

@@ -6,13 +6,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from toolkit.runtime.io_struct import context_length_error
+from toolkit.runtime.constrained.spec import JSON_OBJECT_SCHEMA
+from toolkit.runtime.io_struct import context_length_error, logit_bias_error
 from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError, is_valid_text, shown
 from toolkit.runtime.server import limits
 from toolkit.runtime.server.limits import MAX_LOGPROBS, MAX_N
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens"}
+SGLANG_GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf")  # SGLang's extra constraint fields of an OpenAI body
 
 
 class RequestError(Exception):
@@ -41,6 +43,7 @@ class ValidationContext:
     encode: Callable[[str], list[int]]
     encode_chat: Callable[[list[dict]], list[int]]
     max_token_chars: int = 0  # the longest token's text; 0 when unknown
+    constrained: bool = True  # a grammar backend serves constrained requests (--grammar-backend is not none)
 
     @property
     def max_prompt_chars(self) -> int | None:
@@ -63,6 +66,9 @@ class GenerationPlan:
     top_logprobs_num: int = 0
     single: bool = True  # a single prompt (native API: answer with an object, not a list)
     per_prompt_params: list[SamplingParams] = field(default_factory=list)
+    grammar_param: str | None = None  # the field that constrains the output (a grammar error names it)
+    echo: bool = False  # completions: the prompt's text leads each choice's text
+    prompt_texts: list[str] = field(default_factory=list)  # the prompts as text, when they came as text
 
     def params_for(self, index: int) -> SamplingParams:
         return self.per_prompt_params[index] if self.per_prompt_params else self.params
@@ -202,8 +208,7 @@ def check_model(body: dict, ctx: ValidationContext) -> None:
 
 
 _HARMLESS_VALUES: dict[str, tuple[Any, ...]] = {
-    "suffix": (None, ""), "echo": (None, False), "logit_bias": (None, {}), "best_of": (None, 1),
-    "tools": (None, []), "functions": (None, []),
+    "suffix": (None, ""), "best_of": (None, 1), "functions": (None, []),
 }
 
 
@@ -217,7 +222,8 @@ def _unsupported(body: dict, names: tuple[str, ...]) -> None:
 
 # ---- OpenAI sampling fields shared by completions and chat ----
 
-def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int, ctx: ValidationContext,
+                    grammar: dict[str, Any] | None = None) -> SamplingParams:
     params = dict(
         max_new_tokens=max_tokens if max_tokens is not None else default_max_tokens,
         temperature=_number(body, "temperature", 1.0, 0.0, limits.TEMPERATURE_MAX),
@@ -233,6 +239,8 @@ def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int)
         skip_special_tokens=_bool(body, "skip_special_tokens", True),
         seed=_int(body, "seed", None, limits.SEED_MIN, limits.SEED_MAX),
         n=_int(body, "n", 1, 1, MAX_N),
+        logit_bias=_logit_bias(body, ctx.vocab_size),
+        **(grammar or {}),
     )
     if params["top_k"] == 0:
         raise bad("top_k", "must be -1 (disabled) or at least 1, got 0")
@@ -241,6 +249,71 @@ def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int)
     except SamplingParamsError as exc:
         name = _OPENAI_NAMES.get(exc.param, exc.param)
         raise bad(name, str(exc)) from None
+
+
+def _logit_bias(body: dict, vocab_size: int) -> dict[str, float] | None:
+    """OpenAI's `logit_bias`: token ids (as JSON keys) to a bias in [-100, 100]."""
+    bias = body.get("logit_bias")
+    if bias is None:
+        return None
+    if not isinstance(bias, dict):
+        raise bad("logit_bias", "must be an object mapping token ids to biases")
+    for token in bias:
+        if not (token.isascii() and token.isdigit() and len(token) <= 12 and int(token) < vocab_size):
+            raise bad("logit_bias", f"{shown(token)} is not a token id in [0, {vocab_size})")
+    return bias
+
+
+# ---- constrained decoding: which field asks for which grammar ----
+
+def _grammar_fields(body: dict, names: tuple[str, ...], param: str) -> tuple[dict[str, Any], str | None]:
+    """SGLang's extra fields (`json_schema`, `regex`, `ebnf`) of an OpenAI body: the sampling fields and the
+    param that names them."""
+    given = {name: body[name] for name in names if body.get(name) is not None}
+    if len(given) > 1:
+        raise bad(sorted(given)[1], f"only one of {', '.join(names)} may be given")
+    if not given:
+        return {}, None
+    (name, value), = given.items()
+    if name == "json_schema" and isinstance(value, (dict, bool)):
+        value = json.dumps(value)
+    if not isinstance(value, str) or not value:
+        raise bad(name, "must be a non-empty string")
+    return {name: value}, f"{param}{name}"
+
+
+def _response_format(body: dict) -> tuple[dict[str, Any], str | None]:
+    """OpenAI's `response_format`: text, json_object (any JSON object) or json_schema (with `strict`)."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return {}, None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return {}, None
+    if kind == "json_object":
+        return {"json_schema": JSON_OBJECT_SCHEMA}, "response_format"
+    if kind != "json_schema":
+        raise bad("response_format", "type must be one of text, json_object, json_schema")
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
+        raise bad("response_format.json_schema", "must be an object with a `schema` object (and `name`, `strict`)")
+    strict = _bool(spec, "strict", False)
+    schema = spec.get("schema", {})
+    return {"json_schema": json.dumps(schema), "json_schema_strict": strict}, "response_format.json_schema"
+
+
+def _output_grammar(body: dict) -> tuple[dict[str, Any], str | None]:
+    fields, param = _response_format(body)
+    extra, extra_param = _grammar_fields(body, SGLANG_GRAMMAR_FIELDS, "")
+    if fields and extra:
+        raise bad(extra_param, "cannot be combined with response_format")
+    return (fields, param) if fields else (extra, extra_param)
+
+
+def _check_constrained(plan: GenerationPlan, ctx: ValidationContext) -> GenerationPlan:
+    if plan.grammar_param is not None and not ctx.constrained:
+        raise bad(plan.grammar_param, "constrained decoding is off on this server (--grammar-backend none)")
+    return plan
 
 
 def _token_ids_field(body: dict, name: str) -> list[int]:
@@ -278,15 +351,27 @@ def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, 
 
 def parse_completion(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
-    _unsupported(body, ("suffix", "echo", "logit_bias", "best_of"))
+    _unsupported(body, ("suffix", "best_of"))
     max_tokens = _int(body, "max_tokens", None, 0)
-    params = openai_sampling(body, max_tokens, default_max_tokens=16)
+    grammar, grammar_param = _output_grammar(body)
+    params = openai_sampling(body, max_tokens, 16, ctx, grammar)
     prompts = _completion_prompts(body, ctx, params.n)
     stream = _bool(body, "stream", False)
     logprobs = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
+    echo = _bool(body, "echo", False)
+    if echo and logprobs is not None:
+        raise bad("echo", "echo with logprobs (the prompt's logprobs) is not supported")
     prompts = [fit_context(ids, params, ctx, "prompt") for ids in prompts]
-    return GenerationPlan(prompts, params, stream, _stream_options(body, stream), logprobs is not None,
-                          logprobs or 0, single=False)
+    plan = GenerationPlan(prompts, params, stream, _stream_options(body, stream), logprobs is not None,
+                          logprobs or 0, single=False, grammar_param=grammar_param, echo=echo,
+                          prompt_texts=_prompt_texts(body))
+    return _check_constrained(plan, ctx)
+
+
+def _prompt_texts(body: dict) -> list[str]:
+    prompt = body["prompt"]
+    texts = [prompt] if isinstance(prompt, str) else prompt
+    return texts if all(isinstance(t, str) for t in texts) else []
 
 
 def _completion_prompts(body: dict, ctx: ValidationContext, n: int) -> list[list[int]]:
@@ -313,13 +398,13 @@ def _completion_prompts(body: dict, ctx: ValidationContext, n: int) -> list[list
 
 def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
-    _unsupported(body, ("tools", "functions", "logit_bias"))
-    _check_response_format(body)
+    _unsupported(body, ("functions",))
+    grammar, grammar_param = _output_grammar(body)
     messages = _messages(body, ctx)
     max_tokens = _int(body, "max_completion_tokens", None, 0)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", None, 0)
-    params = openai_sampling(body, max_tokens, default_max_tokens=128)
+    params = openai_sampling(body, max_tokens, 128, ctx, grammar)
     stream = _bool(body, "stream", False)
     logprobs = _bool(body, "logprobs", False)
     top_logprobs = _int(body, "top_logprobs", 0, 0, MAX_LOGPROBS) or 0
@@ -330,15 +415,30 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     except Exception as exc:  # a chat template may reject role orders (jinja raises its own exceptions)
         raise bad("messages", f"the chat template rejected the messages: {str(exc)[:300]}") from None
     ids = fit_context(ids, params, ctx, "messages")
-    return GenerationPlan([ids], params, stream, _stream_options(body, stream), logprobs, top_logprobs)
+    plan = GenerationPlan([ids], params, stream, _stream_options(body, stream), logprobs, top_logprobs,
+                          grammar_param=grammar_param)
+    return _check_constrained(plan, ctx)
 
 
-def _check_response_format(body: dict) -> None:
-    fmt = body.get("response_format")
-    if fmt is None:
-        return
-    if not isinstance(fmt, dict) or fmt.get("type") != "text":
-        raise bad("response_format", "only {\"type\": \"text\"} is supported")
+# ---- fields /tokenize and /detokenize share with the generation endpoints ----
+
+def prompt_text(body: dict, name: str, ctx: ValidationContext) -> str:
+    text = body.get(name)
+    if not isinstance(text, str):
+        raise bad(name, "must be a string")
+    _check_prompt_chars(len(_text(text, name)), ctx, name)
+    return text
+
+
+def chat_messages(body: dict, ctx: ValidationContext) -> list[dict]:
+    return _messages(body, ctx)
+
+
+def token_ids(body: dict, name: str, vocab_size: int) -> list[int]:
+    value = body.get(name)
+    if value == []:
+        return []
+    return _token_list(value, name, vocab_size)
 
 
 def _messages(body: dict, ctx: ValidationContext) -> list[dict]:
@@ -388,7 +488,14 @@ def parse_generate(body: dict, ctx: ValidationContext) -> GenerationPlan:
                for ids, p in zip(prompts, per_prompt)]
     if stream and not single:
         raise bad("stream", "streaming is supported for a single prompt only")
-    return GenerationPlan(prompts, per_prompt[0], stream, False, return_logprob, top, single, per_prompt)
+    for p in per_prompt:
+        bias_error = logit_bias_error(p, ctx.vocab_size)
+        if bias_error is not None:
+            raise bad("sampling_params.logit_bias", bias_error)
+    grammar = next((p.grammar for p in per_prompt if p.grammar is not None), None)
+    plan = GenerationPlan(prompts, per_prompt[0], stream, False, return_logprob, top, single, per_prompt,
+                          grammar_param=f"sampling_params.{grammar.kind}" if grammar else None)
+    return _check_constrained(plan, ctx)
 
 
 def _is_batch(input_ids: Any) -> bool:

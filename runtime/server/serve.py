@@ -246,6 +246,7 @@ def _validation(tokenizer: FastTokenizer, ready, args: ServerArgs, served_name: 
         served_model_name=served_name, context_len=ready.context_len, vocab_size=ready.vocab_size,
         allow_auto_truncate=args.allow_auto_truncate, encode=tokenizer.encode, encode_chat=encode_chat,
         max_token_chars=max(map(len, tokenizer.backend.get_vocab(with_added_tokens=True)), default=0),
+        constrained=args.grammar_backend != "none",
     )
 
 

@@ -48,6 +48,8 @@ async def sse_response(
     chunks = Stream(state.manager, plan)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     try:
+        if plan.grammar_param is not None:
+            await chunks.wait_first()
         await response.prepare(request)
     except BaseException:
         await chunks.aclose()
