@@ -29,7 +29,6 @@ class _Pending:
     rid: str
     spec: GrammarSpec
     future: Future
-    deadline: float
 
 
 class GrammarQueue:
@@ -40,6 +39,7 @@ class GrammarQueue:
         self._cache: OrderedDict[GrammarSpec, Future] = OrderedDict()
         self._executor = _executor()
         self._pending: dict[str, _Pending] = {}
+        self._started: dict[GrammarSpec, float] = {}  # when each compile began on the worker thread
         self.hits = 0
         self.misses = 0
 
@@ -51,7 +51,7 @@ class GrammarQueue:
         future = self._compiled(spec)
         if future.done() and future.exception() is None:
             return self.backend.matcher(future.result())
-        self._pending[rid] = _Pending(rid, spec, future, time.monotonic() + self.timeout_s)
+        self._pending[rid] = _Pending(rid, spec, future)
         return None
 
     def _compiled(self, spec: GrammarSpec) -> Future:
@@ -61,11 +61,23 @@ class GrammarQueue:
             self._cache.move_to_end(spec)
             return future
         self.misses += 1
-        future = self._executor.submit(self.backend.compile, spec)
+        future = self._executor.submit(self._compile, spec)
         self._cache[spec] = future
         if len(self._cache) > self.cache_entries:
             self._cache.popitem(last=False)
         return future
+
+    def _compile(self, spec: GrammarSpec) -> Any:
+        self._started[spec] = time.monotonic()
+        try:
+            return self.backend.compile(spec)
+        finally:
+            self._started.pop(spec, None)
+
+    def _overdue(self, pending: _Pending, now: float) -> bool:
+        """Compiling for longer than the bound (time spent queued behind other compiles does not count)."""
+        started = self._started.get(pending.spec)
+        return started is not None and not pending.future.done() and now - started >= self.timeout_s
 
     def remove(self, rid: str) -> bool:
         """Drop an aborted request; True when it was here."""
@@ -74,7 +86,7 @@ class GrammarQueue:
     def ready(self, now: float | None = None) -> list[Resolved]:
         """The requests whose grammar compiled, failed or ran past the bound, in arrival order."""
         now = time.monotonic() if now is None else now
-        out = [self._resolve(p) for p in self._pending.values() if p.future.done() or now >= p.deadline]
+        out = [self._resolve(p) for p in self._pending.values() if p.future.done() or self._overdue(p, now)]
         for item in out:
             del self._pending[item.rid]
         return out
@@ -93,6 +105,7 @@ class GrammarQueue:
             message = (f"invalid {pending.spec.label}: compiling it took longer than {self.timeout_s:g} s "
                        "(--grammar-compile-timeout)")
             self._remember_failure(pending.spec, future, GrammarError(message))
+            self._started.pop(pending.spec, None)
             self._replace_executor()
             return Resolved(pending.rid, None, message)
         exc = future.exception()
@@ -115,7 +128,7 @@ class GrammarQueue:
         old.shutdown(wait=False)
         for spec, future in list(self._cache.items()):
             if future.cancel():
-                moved = self._executor.submit(self.backend.compile, spec)
+                moved = self._executor.submit(self._compile, spec)
                 self._cache[spec] = moved
                 for pending in self._pending.values():
                     if pending.future is future:
