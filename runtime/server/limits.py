@@ -15,6 +15,7 @@
 | `logprobs` / `top_logprobs`| 0 … 20                    | 400, the field                                       |
 | a grammar (schema, regex…) | 65536 characters          | 400, the field                                       |
 | `logit_bias`               | 1024 entries in [-100,100]| 400, param `logit_bias`                              |
+| `tools`                    | 128 functions             | 400, param `tools`                                   |
 
 Text fields must be valid Unicode (no lone surrogates such as `"\\ud800"`). This module is plain constants: the
 torch-free sampling-parameter check (`SamplingParams.verify`) and the HTTP parsing read them; the sampler does
@@ -38,4 +39,5 @@ TOP_K_MAX = 2**31 - 1
 TEMPERATURE_MAX = 2.0
 MAX_GRAMMAR_CHARS = 65536
 MAX_LOGIT_BIAS = 1024
+MAX_TOOLS = 128
 LOGIT_BIAS_MAX = 100.0

@@ -3,6 +3,7 @@ The limits are `toolkit.runtime.server.limits`'."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -11,6 +12,7 @@ from toolkit.runtime.io_struct import context_length_error, logit_bias_error
 from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError, is_valid_text, shown
 from toolkit.runtime.server import limits
 from toolkit.runtime.server.limits import MAX_LOGPROBS, MAX_N
+from toolkit.runtime.server.tool_calls import FORMATS, Tool, ToolCall, ToolChoiceMode, ToolFormat, ToolPlan
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens"}
@@ -41,8 +43,10 @@ class ValidationContext:
     vocab_size: int
     allow_auto_truncate: bool
     encode: Callable[[str], list[int]]
-    encode_chat: Callable[[list[dict]], list[int]]
+    encode_chat: Callable[..., list[int]]  # (messages, tools=None) -> the chat prompt's ids
     max_token_chars: int = 0  # the longest token's text; 0 when unknown
+    tool_parser: str = "smollm2"  # the chat template's tool-call format (--tool-call-parser, or detected)
+    native_tools: bool = False  # the chat template renders `tools` itself
     constrained: bool = True  # a grammar backend serves constrained requests (--grammar-backend is not none)
 
     @property
@@ -67,6 +71,7 @@ class GenerationPlan:
     single: bool = True  # a single prompt (native API: answer with an object, not a list)
     per_prompt_params: list[SamplingParams] = field(default_factory=list)
     grammar_param: str | None = None  # the field that constrains the output (a grammar error names it)
+    tools: ToolPlan | None = None  # chat with tools: how calls are parsed out of each choice
     echo: bool = False  # completions: the prompt's text leads each choice's text
     prompt_texts: list[str] = field(default_factory=list)  # the prompts as text, when they came as text
 
@@ -400,6 +405,12 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
     _unsupported(body, ("functions",))
     grammar, grammar_param = _output_grammar(body)
+    tools = _tool_plan(body, ctx)
+    tag = tools.structural_tag() if tools else None
+    if tag is not None:
+        if grammar:
+            raise bad(grammar_param, "cannot be combined with tool_choice required or a named function")
+        grammar, grammar_param = {"structural_tag": tag}, "tool_choice"
     messages = _messages(body, ctx)
     max_tokens = _int(body, "max_completion_tokens", None, 0)
     if max_tokens is None:
@@ -411,13 +422,106 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     if top_logprobs and not logprobs:
         raise bad("top_logprobs", "requires logprobs to be true")
     try:
-        ids = ctx.encode_chat(messages)
+        ids = _encode_chat(messages, tools, ctx)
     except Exception as exc:  # a chat template may reject role orders (jinja raises its own exceptions)
         raise bad("messages", f"the chat template rejected the messages: {str(exc)[:300]}") from None
     ids = fit_context(ids, params, ctx, "messages")
     plan = GenerationPlan([ids], params, stream, _stream_options(body, stream), logprobs, top_logprobs,
-                          grammar_param=grammar_param)
+                          grammar_param=grammar_param, tools=tools)
     return _check_constrained(plan, ctx)
+
+
+# ---- tools ----
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NO_PARAMETERS = {"type": "object", "properties": {}}
+
+
+def _tool_plan(body: dict, ctx: ValidationContext) -> ToolPlan | None:
+    tools = [_tool(t, i) for i, t in enumerate(_tool_list(body))]
+    choice = body.get("tool_choice")
+    if not tools:
+        if choice not in (None, "none"):
+            raise bad("tool_choice", "needs tools")
+        return None
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise bad("tools", "function names must be unique")
+    mode, named = _tool_choice(choice, names)
+    return ToolPlan(FORMATS[ctx.tool_parser], tools, mode, named, _bool(body, "parallel_tool_calls", True))
+
+
+def _tool_list(body: dict) -> list:
+    tools = body.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise bad("tools", "must be a list of function tools")
+    if len(tools) > limits.MAX_TOOLS:
+        raise bad("tools", f"at most {limits.MAX_TOOLS} tools are allowed, got {len(tools)}")
+    return tools
+
+
+def _tool(tool: Any, index: int) -> Tool:
+    where = f"tools[{index}]"
+    if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
+        raise bad(where, 'must be {"type": "function", "function": {"name": ..., "parameters": ...}}')
+    function = tool["function"]
+    name = function.get("name")
+    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+        raise bad(f"{where}.function.name", "must be 1-64 letters, digits, underscores or dashes")
+    description = function.get("description", "")
+    if not isinstance(description, str):
+        raise bad(f"{where}.function.description", "must be a string")
+    parameters = function.get("parameters", _NO_PARAMETERS)
+    if not isinstance(parameters, dict):
+        raise bad(f"{where}.function.parameters", "must be a JSON schema object")
+    return Tool(name, _text(description, f"{where}.function.description"), parameters)
+
+
+def _tool_choice(choice: Any, names: list[str]) -> tuple[ToolChoiceMode, str | None]:
+    if choice is None:
+        return "auto", None
+    if choice in ("auto", "none", "required"):
+        return choice, None
+    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise bad("tool_choice", 'must be "none", "auto", "required" or {"type": "function", "function": {"name": '
+                                 '...}}')
+    if name not in names:
+        raise bad("tool_choice", f"names the function {shown(name)}, which is not among the tools")
+    return "named", name
+
+
+def _encode_chat(messages: list[dict], tools: ToolPlan | None, ctx: ValidationContext) -> list[int]:
+    """The prompt: a template that renders tools gets them (and the calls in earlier messages) as they are; for
+    one that does not, the tools are described in a system message and earlier calls written as the model writes
+    them."""
+    if tools is None:
+        return ctx.encode_chat(_plain_messages(messages, None))
+    if ctx.native_tools:
+        return ctx.encode_chat(messages, tools=[t.openai() for t in tools.tools])
+    prompt = tools.format.system_prompt(tools.tools)
+    plain = _plain_messages(messages, tools.format)
+    if plain[0]["role"] == "system":
+        plain[0] = {"role": "system", "content": f"{plain[0]['content']}\n\n{prompt}"}
+    else:
+        plain.insert(0, {"role": "system", "content": prompt})
+    return ctx.encode_chat(plain)
+
+
+def _plain_messages(messages: list[dict], fmt: ToolFormat | None) -> list[dict]:
+    """Role and content only; an assistant's earlier calls become its text."""
+    plain = []
+    for m in messages:
+        content = m["content"] or ""
+        if m.get("tool_calls"):
+            calls = [ToolCall(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"]]
+            written = (fmt or FORMATS["smollm2"]).written(calls)
+            content = f"{content}\n{written}" if content else written
+        plain.append({"role": m["role"], "content": content})
+    return plain
 
 
 # ---- fields /tokenize and /detokenize share with the generation endpoints ----
@@ -464,9 +568,40 @@ def _message(message: Any, index: int) -> dict:
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise bad(f"{where}.content", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported")
         content = "".join(p["text"] for p in content)
+    calls = _message_calls(message, where) if role == "assistant" else None
+    if content is None and calls:
+        content = ""
     if not isinstance(content, str):
         raise bad(f"{where}.content", "must be a string or a list of text parts")
-    return {"role": "system" if role == "developer" else role, "content": _text(content, f"{where}.content")}
+    parsed = {"role": "system" if role == "developer" else role, "content": _text(content, f"{where}.content")}
+    if calls:
+        parsed["tool_calls"] = calls
+    if role == "tool" and isinstance(message.get("tool_call_id"), str):
+        parsed["tool_call_id"] = message["tool_call_id"]
+    return parsed
+
+
+def _message_calls(message: dict, where: str) -> list[dict] | None:
+    """An assistant message's earlier `tool_calls`, with their arguments as JSON text."""
+    calls = message.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        raise bad(f"{where}.tool_calls", "must be a list of tool calls")
+    for i, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+                or not isinstance(function.get("arguments"), str) or not isinstance(_json_object(function["arguments"]), dict):
+            raise bad(f"{where}.tool_calls[{i}]", "must be {\"type\": \"function\", \"function\": {\"name\": ..., "
+                                                  "\"arguments\": a JSON object's text}}")
+    return calls
+
+
+def _json_object(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
 
 
 # ---- /generate (SGLang native) ----

@@ -188,3 +188,124 @@ def test_tokenize_and_detokenize_in_vllms_shapes(api):
                              ("/detokenize", {"tokens": [10**9]}, "tokens"), ("/detokenize", {"tokens": "x"}, "tokens")]:
         response = _post(api, path, bad)
         assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
+# ---- tools ----
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"],
+                   "additionalProperties": False}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two integers",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"], "additionalProperties": False}}}
+WEATHER_ASK = [{"role": "user", "content": "What is the weather like in Paris?"}]
+
+
+def _calls(body: dict) -> list[dict]:
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    calls = choice["message"]["tool_calls"]
+    for call in calls:
+        spec = next(t for t in (WEATHER, ADD) if t["function"]["name"] == call["function"]["name"])
+        jsonschema.validate(json.loads(call["function"]["arguments"]), spec["function"]["parameters"])
+        assert call["type"] == "function" and call["id"].startswith("call_")
+    return calls
+
+
+def _chat(server, **body) -> dict:
+    return _ok(server, CHAT, {"messages": WEATHER_ASK, "tools": [WEATHER, ADD], "max_tokens": 60, "temperature": 0,
+                              **body})
+
+
+def test_tool_choice_required_and_named_always_give_a_call_that_parses(api):
+    assert len(_calls(_chat(api, tool_choice="required"))) == 1
+    (named,) = _calls(_chat(api, tool_choice={"type": "function", "function": {"name": "add"}}))
+    assert named["function"]["name"] == "add"
+
+
+def test_tool_choice_none_and_auto_answer(api):
+    none = _chat(api, tool_choice="none")["choices"][0]
+    assert "tool_calls" not in none["message"] and none["message"]["content"]
+    auto = _chat(api)["choices"][0]
+    assert auto["finish_reason"] in ("stop", "length", "tool_calls")
+
+
+def test_streamed_tool_call_arrives_as_openai_deltas(api):
+    response = requests.post(api.url + CHAT, json={"messages": WEATHER_ASK, "tools": [WEATHER], "max_tokens": 60,
+                                                   "temperature": 0, "tool_choice": "required", "stream": True},
+                             stream=True, timeout=300)
+    events = [json.loads(line[6:]) for line in response.iter_lines(decode_unicode=True)
+              if line.startswith("data: ") and line != "data: [DONE]"]
+    deltas = [e["choices"][0]["delta"] for e in events]
+    assert all(d.get("content") or d.get("role") or d.get("tool_calls") for d in deltas)
+    calls = [c for d in deltas for c in d.get("tool_calls", [])]
+    assert calls[0]["id"].startswith("call_") and calls[0]["function"]["name"] == "get_weather"
+    arguments = "".join(c["function"].get("arguments", "") for c in calls)
+    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
+    assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_a_conversation_with_earlier_calls_and_their_results(api):
+    messages = WEATHER_ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}]
+    body = _ok(api, CHAT, {"messages": messages, "tools": [WEATHER], "max_tokens": 20, "temperature": 0,
+                           "tool_choice": "none"})
+    assert body["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"tools": [{"type": "function"}]}, "tools[0]"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": [WEATHER, WEATHER]}, "tools"),
+    ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"tools": "get_weather"}, "tools"),
+])
+def test_bad_tools_are_a_400_naming_the_field(api, body, param):
+    response = _post(api, CHAT, {"messages": WEATHER_ASK, **body}, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
+QWEN_STYLE_TEMPLATE = """{%- if tools %}<|im_start|>system
+{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{% else %}You are a helpful assistant.{% endif %}
+
+You may call functions; their signatures are inside <tools></tools>:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+For each call, answer with a JSON object of the function's name and arguments inside <tool_call></tool_call>.<|im_end|>
+{% elif messages[0]['role'] == 'system' %}<|im_start|>system
+{{ messages[0]['content'] }}<|im_end|>
+{% endif %}
+{%- for message in messages %}{% if message['role'] != 'system' %}<|im_start|>{{ message['role'] }}
+{{ message['content'] }}{% for c in message.tool_calls or [] %}<tool_call>
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments }}}
+</tool_call>{% endfor %}<|im_end|>
+{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+@pytest.fixture(scope="module")
+def qwen_api(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen-template")
+    (folder / "template.jinja").write_text(QWEN_STYLE_TEMPLATE)
+    process = ServerProcess("--device", "cpu", "--dtype", "float32", "--max-total-tokens", "8000",
+                            "--chat-template", str(folder / "template.jinja"),
+                            "--tool-call-parser", "qwen25").wait_healthy()
+    yield process
+    process.stop()
+
+
+def test_qwen25_parser_with_a_template_that_renders_tools(qwen_api):
+    (call,) = _calls(_chat(qwen_api, tool_choice="required"))
+    (named,) = _calls(_chat(qwen_api, tool_choice={"type": "function", "function": {"name": "add"}}))
+    assert named["function"]["name"] == "add"
+    messages = WEATHER_ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                              {"role": "tool", "tool_call_id": call["id"], "content": "18 C"}]
+    assert _ok(qwen_api, CHAT, {"messages": messages, "tools": [WEATHER], "max_tokens": 8})["choices"]
