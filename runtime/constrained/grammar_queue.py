@@ -46,10 +46,12 @@ class GrammarQueue:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def submit(self, rid: str, spec: GrammarSpec) -> RequestGrammar | None:
-        """The request's matcher at once when its grammar is compiled already; else None, and it waits here."""
+    def submit(self, rid: str, spec: GrammarSpec, at_once: bool = True) -> RequestGrammar | None:
+        """The request's matcher at once when its grammar is compiled already (and `at_once`); else None, and it
+        waits here. Under TP `at_once` is False: each rank's compile may finish at another time, so every request
+        goes through the queue and rank 0's verdicts."""
         future = self._compiled(spec)
-        if future.done() and future.exception() is None:
+        if at_once and future.done() and future.exception() is None:
             return self.backend.matcher(future.result())
         self._pending[rid] = _Pending(rid, spec, future)
         return None

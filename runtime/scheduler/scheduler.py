@@ -146,7 +146,7 @@ class Scheduler:
             self._finish_unscheduled(req, f"{spec.label}: constrained decoding is off (--grammar-backend none)",
                                      INVALID_GRAMMAR)
         else:
-            req.grammar = self.grammar_queue.submit(req.rid, spec)
+            req.grammar = self.grammar_queue.submit(req.rid, spec, at_once=self.runner.tp is None)
             if req.grammar is None:
                 self.compiling[req.rid] = req
             else:
@@ -186,6 +186,11 @@ class Scheduler:
 
     # ---- the loop ----
     @property
+    def only_compiling(self) -> bool:
+        """The only work left is requests waiting for their grammar to compile."""
+        return bool(self.compiling) and not (self.waiting or self.running.reqs or self.chunked_req or self._inflight)
+
+    @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.running.reqs or self.chunked_req or self._inflight or self.compiling)
 
@@ -203,7 +208,7 @@ class Scheduler:
         batch = self._next_batch()
         if batch is None:
             self._drain()
-            if self.compiling and not (self.waiting or self.running.reqs or self.chunked_req):
+            if self.only_compiling:
                 self.grammar_queue.wait(GRAMMAR_IDLE_WAIT_S)
         else:
             self._checked_since_idle = False

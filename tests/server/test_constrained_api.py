@@ -309,3 +309,62 @@ def test_qwen25_parser_with_a_template_that_renders_tools(qwen_api):
     messages = WEATHER_ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
                               {"role": "tool", "tool_call_id": call["id"], "content": "18 C"}]
     assert _ok(qwen_api, CHAT, {"messages": messages, "tools": [WEATHER], "max_tokens": 8})["choices"]
+
+
+# ---- 64 concurrent mixed requests ----
+
+def _mixed_requests() -> list[tuple[str, dict, str]]:
+    """16 distinct requests (endpoint, body, kind): JSON schema, regex, tool call, free; each sent 4 times."""
+    people = ["Ana, aged 31", "Ben, aged 45", "Cid, aged 8", "Dee, aged 77"]
+    questions = ["What is the weather in Rome?", "Add 2 and 40.", "Is it raining in Oslo?", "What is 7 plus 8?"]
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    greedy = {"temperature": 0}
+    out = []
+    for person in people:
+        out.append((CHAT, {"messages": [{"role": "user", "content": f"Describe {person}, as JSON."}],
+                           "response_format": fmt, "max_tokens": 64, **greedy}, "schema"))
+    for prompt, pattern in [("My phone number is ", PHONE), ("Today's date is ", r"\d{4}-\d{2}-\d{2}"),
+                            ("Is water wet? Answer: ", "(yes|no)"), ("A hex colour: ", "#[0-9a-f]{6}")]:
+        out.append((COMPLETIONS, {"prompt": prompt, "regex": pattern, "max_tokens": 24, **greedy}, pattern))
+    for question in questions:
+        out.append((CHAT, {"messages": [{"role": "user", "content": question}], "tools": [WEATHER, ADD],
+                           "tool_choice": "required", "max_tokens": 60, **greedy}, "tools"))
+    for prompt in ["The capital of France is", "def fibonacci(n):", "Once upon a time", "The best way to learn"]:
+        out.append((COMPLETIONS, {"prompt": prompt, "max_tokens": 24, "ignore_eos": True, **greedy}, "free"))
+    return out
+
+
+def _answer(server, path: str, body: dict) -> str:
+    choice = _ok(server, path, body)["choices"][0]
+    if path == COMPLETIONS:
+        return choice["text"]
+    message = choice["message"]
+    return json.dumps(message.get("tool_calls") and [c["function"] for c in message["tool_calls"]]) + \
+        (message["content"] or "")
+
+
+def _valid(kind: str, path: str, answer: str, body: dict) -> None:
+    if kind == "schema":
+        jsonschema.validate(json.loads(answer.removeprefix("null")), PERSON)
+    elif kind == "tools":
+        calls = json.loads(answer)
+        assert calls and calls[0]["name"] in ("get_weather", "add")
+        spec = WEATHER if calls[0]["name"] == "get_weather" else ADD
+        jsonschema.validate(json.loads(calls[0]["arguments"]), spec["function"]["parameters"])
+    elif kind != "free":
+        assert re.fullmatch(kind, answer), (kind, answer)
+
+
+def test_64_concurrent_mixed_requests_are_valid_and_equal_their_single_runs(api):
+    import concurrent.futures
+
+    requests_ = _mixed_requests()
+    alone = [_answer(api, path, body) for path, body, _ in requests_]
+    for (path, body, kind), answer in zip(requests_, alone):
+        _valid(kind, path, answer, body)
+    batch = requests_ * 4
+    with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
+        answers = list(pool.map(lambda r: _answer(api, r[0], r[1]), batch))
+    assert answers == alone * 4
+    info = requests.get(api.url + "/get_server_info", timeout=30).json()["internal_states"][0]
+    assert not info["memory_leak_detected"]
