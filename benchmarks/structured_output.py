@@ -28,6 +28,7 @@ from toolkit.tune.launcher import ServerProcess, free_port, toolkit_command
 
 STARTUP_TIMEOUT = 300.0
 VLLM_STARTUP_TIMEOUT = 900.0
+MIN_REQUESTS = 4  # per run: batch 1 sends them one after another
 TOPICS = ["fruits", "rivers", "birds", "colours", "tools", "cities", "trees", "planets", "metals", "games",
           "flowers", "fish"]
 
@@ -78,7 +79,7 @@ async def measure(url: str, backend: str, args: argparse.Namespace, work: Path, 
     runs = []
     for repeat in range(args.repeats):
         for batch in args.batch_sizes:
-            count = batch * args.rounds
+            count = max(batch * args.rounds, MIN_REQUESTS)
             for mode in ("free", "constrained"):
                 out = work / f"{backend}_{batch}_{mode}_{repeat}.jsonl"
                 command = bench_command(url, backend, prompts, count, batch, out,
@@ -134,7 +135,8 @@ async def one_server(name: str, server: ServerProcess, timeout: float, backend: 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.structured_output", description=__doc__)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
-    parser.add_argument("--rounds", type=int, default=2, help="requests per run = batch × rounds")
+    parser.add_argument("--rounds", type=int, default=1, help=f"requests per run = batch × rounds (at least "
+                                                                  f"{MIN_REQUESTS})")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--items", type=int, default=24, help="strings in the schema's list")
     parser.add_argument("--output-len", type=int, default=128, help="max tokens per request")
@@ -152,7 +154,7 @@ def main() -> int:
         work = Path(tmp)
         schema_file, prompts = work / "schema.json", work / "prompts.jsonl"
         schema_file.write_text(json.dumps(schema(args.items)))
-        write_prompts(prompts, max(args.batch_sizes) * args.rounds, args.output_len)
+        write_prompts(prompts, max(max(args.batch_sizes) * args.rounds, MIN_REQUESTS), args.output_len)
         ours = ServerProcess.toolkit_serve("--device", "cpu", "--served-model-name", SERVED_NAME, *args.serve_flags,
                                            log_file=work / "server.log", output_path=work / "serve.out")
         results["toolkit"] = asyncio.run(one_server("toolkit", ours, STARTUP_TIMEOUT, "sglang", args, work,

@@ -145,6 +145,9 @@ class SamplingParams:
                                                 f"{limits.MAX_GRAMMAR_CHARS} are allowed")
             if not is_valid_text(text):
                 raise SamplingParamsError(kind, f"{kind} must be valid Unicode (no lone surrogates)")
+            if kind in ("regex", "ebnf") and _nesting(text) > limits.MAX_GRAMMAR_NESTING:
+                raise SamplingParamsError(kind, f"{kind} nests parentheses deeper than {limits.MAX_GRAMMAR_NESTING} "
+                                                "levels")
 
     def _verify_logit_bias(self) -> None:
         bias = self.logit_bias
@@ -159,6 +162,18 @@ class SamplingParams:
             if not isinstance(token, str) or not token.isascii() or not token.isdigit() or len(token) > 12:
                 raise SamplingParamsError("logit_bias", f"logit_bias keys must be token ids, got {shown(token)}")
             _expect_number("logit_bias", value, -limits.LOGIT_BIAS_MAX, limits.LOGIT_BIAS_MAX)
+
+
+def _nesting(text: str) -> int:
+    """How deep the parentheses of a regex or grammar go (escaped ones count too: a bound, not a parse)."""
+    depth = deepest = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 def is_valid_text(text: str) -> bool:

@@ -102,6 +102,8 @@ def test_sglang_regex_and_ebnf_outputs_match(api):
     (CHAT, {"messages": ASK, "regex": "(a"}, "regex"),
     (COMPLETIONS, {"prompt": "hi", "ebnf": "root ::="}, "ebnf"),
     (CHAT, {"messages": ASK, "regex": "(a", "stream": True}, "regex"),
+    ("/generate", {"text": "hi", "sampling_params": {"regex": "(" * 30000 + "a" + ")" * 30000}},
+     "sampling_params.regex"),
 ])
 def test_invalid_grammar_is_a_400_naming_its_field(api, path, body, param):
     response = _post(api, path, body, timeout=60)
@@ -235,7 +237,7 @@ def test_tool_choice_none_and_auto_answer(api):
 def test_streamed_tool_call_arrives_as_openai_deltas(api):
     response = requests.post(api.url + CHAT, json={"messages": WEATHER_ASK, "tools": [WEATHER], "max_tokens": 60,
                                                    "temperature": 0, "tool_choice": "required", "stream": True},
-                             stream=True, timeout=300)
+                             stream=True, timeout=900)
     events = [json.loads(line[6:]) for line in response.iter_lines(decode_unicode=True)
               if line.startswith("data: ") and line != "data: [DONE]"]
     deltas = [e["choices"][0]["delta"] for e in events]
