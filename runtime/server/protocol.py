@@ -3,37 +3,20 @@ The limits are `toolkit.runtime.server.limits`'."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from toolkit.runtime.constrained.spec import JSON_OBJECT_SCHEMA
 from toolkit.runtime.io_struct import context_length_error, logit_bias_error
-from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError, is_valid_text, shown
+from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError, shown
 from toolkit.runtime.server import limits
 from toolkit.runtime.server.limits import MAX_LOGPROBS, MAX_N
-from toolkit.runtime.server.tool_calls import FORMATS, Tool, ToolCall, ToolChoiceMode, ToolFormat, ToolPlan
+from toolkit.runtime.server.grammar_requests import logit_bias, output_grammar
+from toolkit.runtime.server.request_fields import RequestError, bad, boolean, typed, valid_text
+from toolkit.runtime.server.tool_calls import ToolPlan
+from toolkit.runtime.server.tool_requests import encode_tool_chat, message_calls, tool_plan
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens"}
-SGLANG_GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf")  # SGLang's extra constraint fields of an OpenAI body
-
-
-class RequestError(Exception):
-    """An HTTP error with an OpenAI-style body: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                          "code": self.code or self.status}}
-
-
-def bad(param: str, message: str) -> RequestError:
-    return RequestError(400, f"{param}: {message}", param=param)
 
 
 @dataclass
@@ -125,19 +108,8 @@ def _nested_deeper(value: Any, limit: int) -> bool:
 
 # ---- typed field access ----
 
-def _typed(body: dict, name: str, kinds: tuple[type, ...], default: Any, what: str) -> Any:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) and bool not in kinds:
-        raise bad(name, f"must be {what}, got a boolean")
-    if not isinstance(value, kinds):
-        raise bad(name, f"must be {what}, got {type(value).__name__}")
-    return value
-
-
 def _number(body: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
-    value = _typed(body, name, (int, float), default, "a number")
+    value = typed(body, name, (int, float), default, "a number")
     # NOTE: compared before float(): float() of a 400-digit integer raises OverflowError.
     if value != value or (value <= low if low_open else value < low) or value > high:
         raise bad(name, f"must be in {'(' if low_open else '['}{low}, {high}], got {shown(value)}")
@@ -145,17 +117,13 @@ def _number(body: dict, name: str, default: float, low: float, high: float, low_
 
 
 def _int(body: dict, name: str, default: int | None, low: int | None = None, high: int | None = None) -> int | None:
-    value = _typed(body, name, (int,), default, "an integer")
+    value = typed(body, name, (int,), default, "an integer")
     if value is None:
         return None
     if (low is not None and value < low) or (high is not None and value > high):
         raise bad(name, f"must be in [{low if low is not None else '-inf'}, {high if high is not None else 'inf'}], "
                         f"got {shown(value)}")
     return value
-
-
-def _bool(body: dict, name: str, default: bool) -> bool:
-    return _typed(body, name, (bool,), default, "a boolean")
 
 
 def _stop(body: dict) -> list[str]:
@@ -169,12 +137,6 @@ def _stop(body: dict) -> list[str]:
     return stop
 
 
-def _text(value: str, param: str) -> str:
-    if not is_valid_text(value):
-        raise bad(param, "must be valid Unicode text (it holds a lone surrogate such as \\ud800)")
-    return value
-
-
 def _check_prompt_chars(chars: int, ctx: ValidationContext, param: str) -> None:
     limit = ctx.max_prompt_chars
     if limit is not None and chars > limit:
@@ -182,7 +144,7 @@ def _check_prompt_chars(chars: int, ctx: ValidationContext, param: str) -> None:
 
 
 def _encode(text: str, ctx: ValidationContext, param: str) -> list[int]:
-    _check_prompt_chars(len(_text(text, param)), ctx, param)
+    _check_prompt_chars(len(valid_text(text, param)), ctx, param)
     return ctx.encode(text)
 
 
@@ -240,11 +202,11 @@ def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int,
         repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 2.0, low_open=True),
         stop=_stop(body),
         stop_token_ids=_token_ids_field(body, "stop_token_ids"),
-        ignore_eos=_bool(body, "ignore_eos", False),
-        skip_special_tokens=_bool(body, "skip_special_tokens", True),
+        ignore_eos=boolean(body, "ignore_eos", False),
+        skip_special_tokens=boolean(body, "skip_special_tokens", True),
         seed=_int(body, "seed", None, limits.SEED_MIN, limits.SEED_MAX),
         n=_int(body, "n", 1, 1, MAX_N),
-        logit_bias=_logit_bias(body, ctx.vocab_size),
+        logit_bias=logit_bias(body, ctx.vocab_size),
         **(grammar or {}),
     )
     if params["top_k"] == 0:
@@ -254,65 +216,6 @@ def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int,
     except SamplingParamsError as exc:
         name = _OPENAI_NAMES.get(exc.param, exc.param)
         raise bad(name, str(exc)) from None
-
-
-def _logit_bias(body: dict, vocab_size: int) -> dict[str, float] | None:
-    """OpenAI's `logit_bias`: token ids (as JSON keys) to a bias in [-100, 100]."""
-    bias = body.get("logit_bias")
-    if bias is None:
-        return None
-    if not isinstance(bias, dict):
-        raise bad("logit_bias", "must be an object mapping token ids to biases")
-    for token in bias:
-        if not (token.isascii() and token.isdigit() and len(token) <= 12 and int(token) < vocab_size):
-            raise bad("logit_bias", f"{shown(token)} is not a token id in [0, {vocab_size})")
-    return bias
-
-
-# ---- constrained decoding: which field asks for which grammar ----
-
-def _grammar_fields(body: dict, names: tuple[str, ...], param: str) -> tuple[dict[str, Any], str | None]:
-    """SGLang's extra fields (`json_schema`, `regex`, `ebnf`) of an OpenAI body: the sampling fields and the
-    param that names them."""
-    given = {name: body[name] for name in names if body.get(name) is not None}
-    if len(given) > 1:
-        raise bad(sorted(given)[1], f"only one of {', '.join(names)} may be given")
-    if not given:
-        return {}, None
-    (name, value), = given.items()
-    if name == "json_schema" and isinstance(value, (dict, bool)):
-        value = json.dumps(value)
-    if not isinstance(value, str) or not value:
-        raise bad(name, "must be a non-empty string")
-    return {name: value}, f"{param}{name}"
-
-
-def _response_format(body: dict) -> tuple[dict[str, Any], str | None]:
-    """OpenAI's `response_format`: text, json_object (any JSON object) or json_schema (with `strict`)."""
-    fmt = body.get("response_format")
-    if fmt is None:
-        return {}, None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if kind == "text":
-        return {}, None
-    if kind == "json_object":
-        return {"json_schema": JSON_OBJECT_SCHEMA}, "response_format"
-    if kind != "json_schema":
-        raise bad("response_format", "type must be one of text, json_object, json_schema")
-    spec = fmt.get("json_schema")
-    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
-        raise bad("response_format.json_schema", "must be an object with a `schema` object (and `name`, `strict`)")
-    strict = _bool(spec, "strict", False)
-    schema = spec.get("schema", {})
-    return {"json_schema": json.dumps(schema), "json_schema_strict": strict}, "response_format.json_schema"
-
-
-def _output_grammar(body: dict) -> tuple[dict[str, Any], str | None]:
-    fields, param = _response_format(body)
-    extra, extra_param = _grammar_fields(body, SGLANG_GRAMMAR_FIELDS, "")
-    if fields and extra:
-        raise bad(extra_param, "cannot be combined with response_format")
-    return (fields, param) if fields else (extra, extra_param)
 
 
 def _check_constrained(plan: GenerationPlan, ctx: ValidationContext) -> GenerationPlan:
@@ -338,7 +241,7 @@ def _stream_options(body: dict, stream: bool) -> bool:
         raise bad("stream_options", "must be an object")
     if not stream:
         raise bad("stream_options", "is only allowed when stream is true")
-    return _bool(options, "include_usage", False)
+    return boolean(options, "include_usage", False)
 
 
 def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, param: str,
@@ -358,12 +261,12 @@ def parse_completion(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
     _unsupported(body, ("suffix", "best_of"))
     max_tokens = _int(body, "max_tokens", None, 0)
-    grammar, grammar_param = _output_grammar(body)
+    grammar, grammar_param = output_grammar(body)
     params = openai_sampling(body, max_tokens, 16, ctx, grammar)
     prompts = _completion_prompts(body, ctx, params.n)
-    stream = _bool(body, "stream", False)
+    stream = boolean(body, "stream", False)
     logprobs = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
-    echo = _bool(body, "echo", False)
+    echo = boolean(body, "echo", False)
     if echo and logprobs is not None:
         raise bad("echo", "echo with logprobs (the prompt's logprobs) is not supported")
     prompts = [fit_context(ids, params, ctx, "prompt") for ids in prompts]
@@ -404,8 +307,8 @@ def _completion_prompts(body: dict, ctx: ValidationContext, n: int) -> list[list
 def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
     _unsupported(body, ("functions",))
-    grammar, grammar_param = _output_grammar(body)
-    tools = _tool_plan(body, ctx)
+    grammar, grammar_param = output_grammar(body)
+    tools = tool_plan(body, ctx.tool_parser)
     tag = tools.structural_tag() if tools else None
     if tag is not None:
         if grammar:
@@ -416,13 +319,13 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", None, 0)
     params = openai_sampling(body, max_tokens, 128, ctx, grammar)
-    stream = _bool(body, "stream", False)
-    logprobs = _bool(body, "logprobs", False)
+    stream = boolean(body, "stream", False)
+    logprobs = boolean(body, "logprobs", False)
     top_logprobs = _int(body, "top_logprobs", 0, 0, MAX_LOGPROBS) or 0
     if top_logprobs and not logprobs:
         raise bad("top_logprobs", "requires logprobs to be true")
     try:
-        ids = _encode_chat(messages, tools, ctx)
+        ids = encode_tool_chat(messages, tools, ctx.encode_chat, ctx.native_tools)
     except Exception as exc:  # a chat template may reject role orders (jinja raises its own exceptions)
         raise bad("messages", f"the chat template rejected the messages: {str(exc)[:300]}") from None
     ids = fit_context(ids, params, ctx, "messages")
@@ -431,106 +334,13 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     return _check_constrained(plan, ctx)
 
 
-# ---- tools ----
-
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_NO_PARAMETERS = {"type": "object", "properties": {}}
-
-
-def _tool_plan(body: dict, ctx: ValidationContext) -> ToolPlan | None:
-    tools = [_tool(t, i) for i, t in enumerate(_tool_list(body))]
-    choice = body.get("tool_choice")
-    if not tools:
-        if choice not in (None, "none"):
-            raise bad("tool_choice", "needs tools")
-        return None
-    names = [t.name for t in tools]
-    if len(set(names)) != len(names):
-        raise bad("tools", "function names must be unique")
-    mode, named = _tool_choice(choice, names)
-    return ToolPlan(FORMATS[ctx.tool_parser], tools, mode, named, _bool(body, "parallel_tool_calls", True))
-
-
-def _tool_list(body: dict) -> list:
-    tools = body.get("tools")
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise bad("tools", "must be a list of function tools")
-    if len(tools) > limits.MAX_TOOLS:
-        raise bad("tools", f"at most {limits.MAX_TOOLS} tools are allowed, got {len(tools)}")
-    return tools
-
-
-def _tool(tool: Any, index: int) -> Tool:
-    where = f"tools[{index}]"
-    if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
-        raise bad(where, 'must be {"type": "function", "function": {"name": ..., "parameters": ...}}')
-    function = tool["function"]
-    name = function.get("name")
-    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
-        raise bad(f"{where}.function.name", "must be 1-64 letters, digits, underscores or dashes")
-    description = function.get("description", "")
-    if not isinstance(description, str):
-        raise bad(f"{where}.function.description", "must be a string")
-    parameters = function.get("parameters", _NO_PARAMETERS)
-    if not isinstance(parameters, dict):
-        raise bad(f"{where}.function.parameters", "must be a JSON schema object")
-    return Tool(name, _text(description, f"{where}.function.description"), parameters)
-
-
-def _tool_choice(choice: Any, names: list[str]) -> tuple[ToolChoiceMode, str | None]:
-    if choice is None:
-        return "auto", None
-    if choice in ("auto", "none", "required"):
-        return choice, None
-    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
-    name = function.get("name") if isinstance(function, dict) else None
-    if not isinstance(name, str):
-        raise bad("tool_choice", 'must be "none", "auto", "required" or {"type": "function", "function": {"name": '
-                                 '...}}')
-    if name not in names:
-        raise bad("tool_choice", f"names the function {shown(name)}, which is not among the tools")
-    return "named", name
-
-
-def _encode_chat(messages: list[dict], tools: ToolPlan | None, ctx: ValidationContext) -> list[int]:
-    """The prompt: a template that renders tools gets them (and the calls in earlier messages) as they are; for
-    one that does not, the tools are described in a system message and earlier calls written as the model writes
-    them."""
-    if tools is None:
-        return ctx.encode_chat(_plain_messages(messages, None))
-    if ctx.native_tools:
-        return ctx.encode_chat(messages, tools=[t.openai() for t in tools.tools])
-    prompt = tools.format.system_prompt(tools.tools)
-    plain = _plain_messages(messages, tools.format)
-    if plain[0]["role"] == "system":
-        plain[0] = {"role": "system", "content": f"{plain[0]['content']}\n\n{prompt}"}
-    else:
-        plain.insert(0, {"role": "system", "content": prompt})
-    return ctx.encode_chat(plain)
-
-
-def _plain_messages(messages: list[dict], fmt: ToolFormat | None) -> list[dict]:
-    """Role and content only; an assistant's earlier calls become its text."""
-    plain = []
-    for m in messages:
-        content = m["content"] or ""
-        if m.get("tool_calls"):
-            calls = [ToolCall(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"]]
-            written = (fmt or FORMATS["smollm2"]).written(calls)
-            content = f"{content}\n{written}" if content else written
-        plain.append({"role": m["role"], "content": content})
-    return plain
-
-
 # ---- fields /tokenize and /detokenize share with the generation endpoints ----
 
-def prompt_text(body: dict, name: str, ctx: ValidationContext) -> str:
+def promptvalid_text(body: dict, name: str, ctx: ValidationContext) -> str:
     text = body.get(name)
     if not isinstance(text, str):
         raise bad(name, "must be a string")
-    _check_prompt_chars(len(_text(text, name)), ctx, name)
+    _check_prompt_chars(len(valid_text(text, name)), ctx, name)
     return text
 
 
@@ -568,40 +378,17 @@ def _message(message: Any, index: int) -> dict:
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise bad(f"{where}.content", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported")
         content = "".join(p["text"] for p in content)
-    calls = _message_calls(message, where) if role == "assistant" else None
+    calls = message_calls(message, where) if role == "assistant" else None
     if content is None and calls:
         content = ""
     if not isinstance(content, str):
         raise bad(f"{where}.content", "must be a string or a list of text parts")
-    parsed = {"role": "system" if role == "developer" else role, "content": _text(content, f"{where}.content")}
+    parsed = {"role": "system" if role == "developer" else role, "content": valid_text(content, f"{where}.content")}
     if calls:
         parsed["tool_calls"] = calls
     if role == "tool" and isinstance(message.get("tool_call_id"), str):
         parsed["tool_call_id"] = message["tool_call_id"]
     return parsed
-
-
-def _message_calls(message: dict, where: str) -> list[dict] | None:
-    """An assistant message's earlier `tool_calls`, with their arguments as JSON text."""
-    calls = message.get("tool_calls")
-    if calls is None:
-        return None
-    if not isinstance(calls, list):
-        raise bad(f"{where}.tool_calls", "must be a list of tool calls")
-    for i, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
-                or not isinstance(function.get("arguments"), str) or not isinstance(_json_object(function["arguments"]), dict):
-            raise bad(f"{where}.tool_calls[{i}]", "must be {\"type\": \"function\", \"function\": {\"name\": ..., "
-                                                  "\"arguments\": a JSON object's text}}")
-    return calls
-
-
-def _json_object(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return None
 
 
 # ---- /generate (SGLang native) ----
@@ -616,8 +403,8 @@ def parse_generate(body: dict, ctx: ValidationContext) -> GenerationPlan:
     per_prompt = _native_sampling(body.get("sampling_params"), count)
     _check_sequences(sum(p.n for p in per_prompt), "sampling_params.n")
     prompts, single = _native_prompts(text, input_ids, ctx)
-    stream = _bool(body, "stream", False)
-    return_logprob = _bool(body, "return_logprob", False)
+    stream = boolean(body, "stream", False)
+    return_logprob = boolean(body, "return_logprob", False)
     top = _int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) or 0
     prompts = [fit_context(ids, p, ctx, prompt_param, "sampling_params.max_new_tokens")
                for ids, p in zip(prompts, per_prompt)]
