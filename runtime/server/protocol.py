@@ -336,7 +336,7 @@ def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
 
 # ---- fields /tokenize and /detokenize share with the generation endpoints ----
 
-def promptvalid_text(body: dict, name: str, ctx: ValidationContext) -> str:
+def prompt_text(body: dict, name: str, ctx: ValidationContext) -> str:
     text = body.get(name)
     if not isinstance(text, str):
         raise bad(name, "must be a string")
