@@ -24,6 +24,7 @@ class RequestOptions:
     model: str | None = None
     ignore_eos: bool = True
     extra_body: dict = field(default_factory=dict)
+    json_schema: str | None = None  # --json-schema: every request's output must match it (a prompt's own wins)
 
 
 def _merge(body: dict, extra: dict) -> dict:
@@ -34,6 +35,9 @@ def _merge(body: dict, extra: dict) -> dict:
 
 def _sglang_body(prompt: Prompt, opts: RequestOptions) -> dict:
     sampling = {"temperature": 0.0, "max_new_tokens": prompt.output_len, "ignore_eos": opts.ignore_eos}
+    schema = prompt.json_schema or opts.json_schema
+    if schema is not None:
+        sampling["json_schema"] = schema
     body = {"input_ids": prompt.input_ids} if prompt.input_ids is not None else {"text": prompt.text}
     return {**body, "sampling_params": sampling, "stream": True}
 
@@ -45,6 +49,10 @@ def _openai_body(prompt: Prompt, opts: RequestOptions, messages: list[dict] | No
     else:
         body["prompt"] = prompt.text
     body.update(temperature=0.0, max_tokens=prompt.output_len, stream=True)
+    schema = prompt.json_schema or opts.json_schema
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "output", "schema": json.loads(schema), "strict": True}}
     # NOTE: continuous usage (SGLang, vLLM) gives exact per-chunk token counts; extra_body may turn it off.
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if opts.ignore_eos:

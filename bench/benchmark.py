@@ -29,10 +29,11 @@ class Target:
     model: str | None = None
     ignore_eos: bool = True
     extra_body: dict | None = None
+    json_schema: str | None = None
 
     @property
     def options(self) -> RequestOptions:
-        return RequestOptions(self.backend, self.model, self.ignore_eos, dict(self.extra_body or {}))
+        return RequestOptions(self.backend, self.model, self.ignore_eos, dict(self.extra_body or {}), self.json_schema)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,14 @@ from toolkit.bench.backends import ALIASES, BACKENDS, CHAT_BACKENDS
 from toolkit.bench.benchmark import Measurement, RunSettings, Target, measure
 from toolkit.bench.datasets import DATASETS, DatasetError, DatasetSpec
 from toolkit.bench.max_rate import DEFAULT_ATTAINMENT, DEFAULT_RUNS, Bracket, SearchSettings, find_max_rate, meets_slo
-from toolkit.bench.options import UsageError, WorkerError, parse_extra_body, parse_rates, parse_slo
+from toolkit.bench.options import (
+    UsageError,
+    WorkerError,
+    parse_extra_body,
+    parse_json_schema,
+    parse_rates,
+    parse_slo,
+)
 from toolkit.bench.output import append_record, print_summary
 from toolkit.bench.assemble import build_record
 from toolkit.bench.stats import repeat_summary
@@ -36,6 +43,7 @@ class BenchOptions:
     model: str | None = None
     tokenizer: str | None = None
     extra_request_body: str | None = None
+    json_schema: Path | None = None
     dataset: DatasetSpec = field(default_factory=DatasetSpec)
     rate: str | None = None
     arrival: str = "poisson"
@@ -190,6 +198,7 @@ def _config(opts: BenchOptions, target: Target, settings: RunSettings) -> dict:
         "burstiness": opts.burstiness, "max_concurrency": settings.max_concurrency, "seed": spec.seed,
         "warmup_requests": settings.warmup_requests, "request_timeout": settings.request_timeout,
         "ignore_eos": target.ignore_eos, "turns": opts.turns,
+        "json_schema": str(opts.json_schema) if opts.json_schema else None,
     }
 
 
@@ -214,7 +223,8 @@ def prepare(opts: BenchOptions, console: Console, tokenizer=None) -> Prepared:
             console.print(f"note: prompts are measured with the embedded SmolLM2 tokenizer, not {model}'s; "
                           "pass --tokenizer PATH to match the served model", highlight=False)
     ignore_eos = opts.dataset.synthetic if opts.ignore_eos is None else opts.ignore_eos
-    target = Target(opts.base_url, opts.backend, opts.api_key, model, ignore_eos, extra_body)
+    target = Target(opts.base_url, opts.backend, opts.api_key, model, ignore_eos, extra_body,
+                    parse_json_schema(opts.json_schema))
     settings = RunSettings(opts.request_timeout, opts.max_concurrency, opts.warmup_requests,
                            opts.scrape_metrics, opts.scrape_interval, opts.output_details)
     return Prepared(target, settings, tokenizer, slo_ms)

@@ -45,7 +45,7 @@ def jsonl_requests(path: Path, tokenizer, default_output_len: int, limit: int) -
         rows = read_rows(path)[:limit]
     except DatasetError as exc:
         raise SystemExit(f"toolkit bench-offline: error: {exc}") from None
-    return [OfflineRequest(tokenizer.encode(text), explicit or default_output_len) for text, explicit, _ in rows]
+    return [OfflineRequest(tokenizer.encode(row.prompt), row.output_len or default_output_len) for row in rows]
 
 
 def build_parser() -> SuggestingArgumentParser:

@@ -60,5 +60,20 @@ def parse_extra_body(text: str | None) -> dict:
     return body
 
 
+def parse_json_schema(path) -> str | None:
+    """`--json-schema FILE`: the schema's JSON text (checked to be a JSON object)."""
+    if path is None:
+        return None
+    try:
+        schema = json.loads(open(path, encoding="utf-8").read())
+    except OSError as exc:
+        raise UsageError(f"--json-schema {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--json-schema {path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(schema, dict):
+        raise UsageError(f"--json-schema {path}: must hold a JSON schema object")
+    return json.dumps(schema)
+
+
 def rate_label(rate: float) -> float | str:
     return "inf" if math.isinf(rate) else rate

@@ -6,7 +6,7 @@ Record schema (one JSON object per run; numbers that could not be measured are n
   `dataset_path`, `random_input_len`, `random_output_len`, `random_range_ratio`, `request_rate` (req/s, or the
   string "inf"; sessions/s in a multi-turn run), `turns` (1: single requests), `arrival`
   (poisson|constant|gamma|trace), `burstiness`, `max_concurrency`, `seed`, `warmup_requests`, `warmup_failures`,
-  `request_timeout`, `ignore_eos`,
+  `request_timeout`, `ignore_eos`, `json_schema` (the `--json-schema` file that constrained every output, or null),
   `sweep` ({"role": "saturation"|"rate", "step": i}, only when a command runs several rates);
   `search` (only with `--find-max-rate`: {"role": "saturation"|"probe", "step": i, "meets_slo": bool, and after
   each answered probe the bracket so far: "max_rate" (highest passing rate or null), "bracket_hi" (lowest failing

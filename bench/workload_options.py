@@ -50,6 +50,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("tokenizer", str, None, "Tokenizer folder or .gguf (default: the embedded SmolLM2's).", TARGET),
     Flag("extra_request_body", str, None, "JSON object merged into every request body, e.g. "
          "'{\"stop\": [\".\"]}'.", TARGET),
+    Flag("json_schema", Path, None, "A JSON schema file: every request's output is constrained to it (SGLang's "
+         "sampling_params.json_schema; response_format json_schema, strict, on the OpenAI dialects). A custom "
+         "dataset row's own json_schema wins.", TARGET),
     Flag("rate", str, None, "Requests/s: 8, inf (all at once) or a list 1,2,4,8 (bench only); default: inf, or the "
          "trace's own timestamps for --dataset trace. A max-rate search starts from it.", LOAD,
          aliases=("--rate", "--request-rate")),

@@ -158,8 +158,11 @@ class Engine:
         unfinished = set(by_rid)
         # NOTE: every step either finishes work or makes a token; retraction can re-prefill, hence the slack.
         max_steps = 4 * budget + 1000
-        for _ in range(max_steps):
+        steps = 0
+        while steps < max_steps:
             outputs, _ = self._iterate()
+            # NOTE: a step that only waited for grammars to compile does not count (compiles have their own bound)
+            steps += 0 if self.scheduler.only_compiling else 1
             for out in outputs:
                 state = by_rid.get(out.rid)
                 if state is None:

@@ -30,6 +30,7 @@ class FinishReason:
 
 
 WAITING_TIMEOUT = "waiting_timeout"  # FinishReason.code: waited past --queue-timeout before it was scheduled
+INVALID_GRAMMAR = "invalid_grammar"  # FinishReason.code: its grammar is invalid, too slow to compile, or off
 
 
 # ---- front end → scheduler ----
@@ -103,6 +104,7 @@ class SchedulerStats:
 
     num_running_reqs: int = 0
     num_queue_reqs: int = 0
+    num_grammar_queue_reqs: int = 0  # requests waiting for their grammar to compile
     num_used_tokens: int = 0
     token_usage: float = 0.0
     gen_throughput: float = 0.0
@@ -145,6 +147,12 @@ def token_id_error(input_ids: list[int], vocab_size: int) -> str | None:
     if low < 0 or high >= vocab_size:
         return f"token id {high if high >= vocab_size else low} is outside the model's vocabulary [0, {vocab_size})"
     return None
+
+
+def logit_bias_error(params: SamplingParams, vocab_size: int) -> str | None:
+    """A biased token id outside the model's vocabulary."""
+    outside = [token for token, _ in params.logit_bias_items if token >= vocab_size]
+    return f"logit_bias: token id {outside[0]} is outside the model's vocabulary [0, {vocab_size})" if outside else None
 
 
 def context_length_error(input_len: int, max_new_tokens: int, context_len: int) -> str | None:

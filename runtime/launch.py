@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from toolkit.runtime.constrained.backend import grammar_backend
 from toolkit.runtime.device_defaults import with_device_defaults
 from toolkit.runtime.distributed.group import TPGroup
 from toolkit.runtime.distributed.topology import RankInfo
@@ -79,5 +80,7 @@ def launch_scheduler(args: ServerArgs, rank: RankInfo | None = None,
     tokenizer = load_tokenizer(source.tokenizer_path)
     runner = ModelRunner(args, source, tp=tp, host_processes=rank.host_processes)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
-    scheduler = Scheduler(args, runner, eos_token_ids(source, tokenizer), decode)
+    eos = eos_token_ids(source, tokenizer)
+    grammars = grammar_backend(args.grammar_backend, tokenizer, source.config.vocab_size, eos)
+    scheduler = Scheduler(args, runner, eos, decode, grammars)
     return LaunchedScheduler(args, source, tokenizer, runner, scheduler, tp)

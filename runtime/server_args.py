@@ -23,6 +23,7 @@ HTTP = "HTTP server"
 MEMORY = "Memory and scheduling"
 KERNELS = "Kernels and optimizations"
 PARALLELISM = "Parallelism"
+CONSTRAINED = "Constrained decoding"
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,17 @@ class ServerArgs:
         0, PARALLELISM, "First GPU of this node (CUDA): rank r of replica d uses base + d * ranks-per-node + r.",
         minimum=0)
 
+    grammar_backend: str = flag(
+        "xgrammar", CONSTRAINED, "The grammar engine of JSON schema, regex, EBNF and tool-call constraints: xgrammar, "
+        "or none (constrained requests are refused with 400).", choices=("xgrammar", "none"))
+    grammar_compile_timeout: float = flag(
+        30.0, CONSTRAINED, "Seconds a grammar may take to compile; past that its request is refused with 400 (and "
+        "so is the same grammar again).")
+    tool_call_parser: str | None = flag(
+        None, CONSTRAINED, "The tool-call format of the model's chat template: llama3 (JSON), qwen25 "
+        "(<tool_call> tags), smollm2 (<tool_call>[...]</tool_call>); default: read from the template.",
+        choices=("llama3", "qwen25", "smollm2"))
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -167,6 +179,8 @@ class ServerArgs:
             raise ValueError(f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
         if self.schedule_conservativeness <= 0:
             raise ValueError(f"--schedule-conservativeness must be > 0, got {self.schedule_conservativeness}")
+        if not self.grammar_compile_timeout > 0:
+            raise ValueError(f"--grammar-compile-timeout must be > 0 seconds, got {self.grammar_compile_timeout}")
         if self.queue_timeout is not None and not self.queue_timeout > 0:
             raise ValueError(f"--queue-timeout must be > 0 seconds, got {self.queue_timeout}")
         if self.chunked_prefill_size is not None and self.chunked_prefill_size == 0:

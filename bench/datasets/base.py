@@ -17,6 +17,7 @@ class Prompt:
     input_len: int
     output_len: int
     input_ids: list[int] | None = None
+    json_schema: str | None = None  # the output must match this JSON schema (its text), when set
 
 
 @dataclass(frozen=True, slots=True)

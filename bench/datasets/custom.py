@@ -1,7 +1,9 @@
-"""`custom`: a JSONL file, one request a line: `{"prompt", "output_len"}` or a `messages`/`conversations` list."""
+"""`custom`: a JSONL file, one request a line: `{"prompt", "output_len"}` or a `messages`/`conversations` list,
+with an optional `json_schema` (an object) its output must match (a structured-output workload)."""
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from toolkit.bench.datasets.base import DatasetError, DatasetSpec, Prompt, cycle_to, require_file
 
@@ -17,21 +19,36 @@ def _turn_text(turns: list, roles: tuple[str, ...]) -> str | None:
     return None
 
 
-def _parse_row(row: dict, where: str) -> tuple[str, int | None, str | None]:
-    """(prompt text, explicit output length or None, reply text or None)."""
+class Row(NamedTuple):
+    prompt: str
+    output_len: int | None  # explicit, or None
+    reply: str | None  # the reference reply's text, or None
+    json_schema: str | None = None
+
+
+def _schema(row: dict, where: str) -> str | None:
+    schema = row.get("json_schema")
+    if schema is None:
+        return None
+    if not isinstance(schema, (dict, bool)):
+        raise DatasetError(f"{where}: json_schema must be a JSON schema object")
+    return json.dumps(schema)
+
+
+def _parse_row(row: dict, where: str) -> Row:
     output_len = row.get("output_len", row.get("max_tokens"))
     if output_len is not None and (not isinstance(output_len, int) or output_len < 1):
         raise DatasetError(f"{where}: output_len must be a positive integer")
     if isinstance(row.get("prompt"), str):
-        return row["prompt"], output_len, None
+        return Row(row["prompt"], output_len, None, _schema(row, where))
     turns = row.get("messages", row.get("conversations"))
     prompt = _turn_text(turns, _USER_ROLES) if isinstance(turns, list) else None
     if prompt is None:
         raise DatasetError(f"{where}: needs a string 'prompt' or a 'messages' list with a user turn")
-    return prompt, output_len, _turn_text(turns, _REPLY_ROLES)
+    return Row(prompt, output_len, _turn_text(turns, _REPLY_ROLES), _schema(row, where))
 
 
-def read_rows(path) -> list[tuple[str, int | None, str | None]]:
+def read_rows(path) -> list[Row]:
     rows = []
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
@@ -47,8 +64,8 @@ def read_rows(path) -> list[tuple[str, int | None, str | None]]:
     return rows
 
 
-def _output_len(row: tuple[str, int | None, str | None], tokenizer, override: int | None, where: str) -> int:
-    _, explicit, reply = row
+def _output_len(row: Row, tokenizer, override: int | None, where: str) -> int:
+    explicit, reply = row.output_len, row.reply
     if override or explicit:
         return override or explicit
     if reply is None:
@@ -62,10 +79,11 @@ def sample(spec: DatasetSpec, tokenizer, count: int | None) -> list[Prompt]:
     rows = read_rows(path)
     if not rows:
         raise DatasetError(f"{path}: no requests")
-    input_ids = tokenizer([text for text, _, _ in rows], add_special_tokens=False)["input_ids"]
+    input_ids = tokenizer([row.prompt for row in rows], add_special_tokens=False)["input_ids"]
     override = spec.sharegpt_output_len
     prompts = [
-        Prompt(text=row[0], input_len=len(ids), output_len=_output_len(row, tokenizer, override, f"{path} row {n}"))
+        Prompt(text=row.prompt, input_len=len(ids), output_len=_output_len(row, tokenizer, override, f"{path} row {n}"),
+               json_schema=row.json_schema)
         for n, (row, ids) in enumerate(zip(rows, input_ids), 1)
     ]
     return cycle_to(prompts, count or len(prompts))

@@ -181,12 +181,12 @@ def _compiled(template: str) -> jinja2.Template:
 
 
 def render_chat(template: str, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool,
-                variables: Mapping[str, str]) -> str:
+                variables: Mapping[str, str], tools: list[dict[str, Any]] | None = None) -> str:
     """The prompt text a chat template makes of the messages; keys whose value is None are dropped first."""
     chat = [{key: value for key, value in message.items() if value is not None} for message in messages]
     try:
         return _compiled(template).render(
-            **variables, messages=chat, tools=None, documents=None, add_generation_prompt=add_generation_prompt
+            **variables, messages=chat, tools=tools, documents=None, add_generation_prompt=add_generation_prompt
         )
     except Exception as exc:  # NOTE: a template is foreign code; anything it raises means it rejected the messages
         raise ChatTemplateError(f"{type(exc).__name__}: {exc}") from exc
@@ -253,21 +253,27 @@ class FastTokenizer:
         return text
 
     @property
+    def default_chat_template(self) -> str | None:
+        """The template chats render with (None when there is none)."""
+        template = self.chat_template
+        return template.get("default") if isinstance(template, dict) else template
+
+    @property
     def special_tokens_map(self) -> dict[str, str]:
         """The named special tokens as text: the variables (bos_token, eos_token, ...) a chat template sees."""
         return {name: token.content for name, token in self.config.special_tokens.items()}
 
     @overload
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = ...,
-                            tokenize: Literal[True] = ...) -> list[int]: ...
+                            tokenize: Literal[True] = ..., tools: list[dict[str, Any]] | None = ...) -> list[int]: ...
 
     @overload
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = ...,
-                            *, tokenize: Literal[False]) -> str: ...
+                            *, tokenize: Literal[False], tools: list[dict[str, Any]] | None = ...) -> str: ...
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False,
-                            tokenize: bool = True) -> list[int] | str:
+                            tokenize: bool = True, tools: list[dict[str, Any]] | None = None) -> list[int] | str:
         """The chat prompt's ids (or text); raises ChatTemplateError when the template rejects the messages."""
         text = render_chat(_pick_template(self.chat_template), messages, add_generation_prompt,
-                           self.special_tokens_map)
+                           self.special_tokens_map, tools)
         return self.encode(text, add_special_tokens=False) if tokenize else text

@@ -4,6 +4,8 @@ Work is done only for the rows that ask for it: greedy rows share one blocked ar
 filtering run on the sampled rows, penalties on the penalized rows, log-softmax on the rows that want logprobs.
 Logits may come in the model's dtype (bf16 on CPU): the argmax reads them as they are, every other computation
 widens its rows to float32 first, so results are those of float32 logits.
+A request's `logit_bias` and a constrained request's grammar mask change its row's logits first (bias, then mask),
+so greedy and sampled rows alike choose among the allowed tokens.
 Everything stays a device tensor (`SampledTokens`) until the scheduler reads it.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from toolkit.runtime.constrained.bitmask import VocabMask
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 
 _SEED_MASK = (1 << 64) - 1
@@ -38,6 +41,8 @@ class SamplingBatch:
     penalized: list[tuple[int, SamplingParams, TokenHistory]]  # rows whose logits get penalties
     logprob_rows: torch.Tensor | None  # rows that return logprobs
     top_logprobs_num: int = 0
+    logit_bias: LogitBias | None = None  # added to the logits before anything else reads them
+    vocab_mask: VocabMask | None = None  # the constrained rows' grammar masks (constrained/bitmask.py)
 
     @classmethod
     def build(cls, params: list[SamplingParams], rids: list[str], device: torch.device | str,
@@ -56,6 +61,7 @@ class SamplingBatch:
             penalized=penalized,
             logprob_rows=_index(logprob_rows, device) if logprob_rows else None,
             top_logprobs_num=top_logprobs_num,
+            logit_bias=LogitBias.of(params, device),
         )
 
     @classmethod
@@ -63,6 +69,28 @@ class SamplingBatch:
         """Every row takes its argmax (the common case, built without looking at each request)."""
         return cls(params=[], rids=[], greedy_rows=_index(list(range(rows)), device), sampled_rows=_index([], device),
                    temperatures=None, filters=False, seeded=[], penalized=[], logprob_rows=None)
+
+
+@dataclass
+class LogitBias:
+    """Every (row, token, bias) of the batch's `logit_bias` requests, as three flat device tensors."""
+
+    rows: torch.Tensor
+    tokens: torch.Tensor
+    values: torch.Tensor
+
+    @classmethod
+    def of(cls, params: list[SamplingParams], device: torch.device | str) -> LogitBias | None:
+        entries = [(row, token, bias) for row, p in enumerate(params) for token, bias in p.logit_bias_items]
+        if not entries:
+            return None
+        rows, tokens, values = zip(*entries)
+        return cls(_index(list(rows), device), _index(list(tokens), device),
+                   torch.tensor(values, dtype=torch.float32, device=device))
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.to(torch.float32, copy=logits.dtype != torch.float32)
+        return logits.index_put_((self.rows, self.tokens), self.values, accumulate=True)
 
 
 @dataclass
@@ -102,6 +130,10 @@ class Sampler:
 
     def sample_batch(self, logits: torch.Tensor, batch: SamplingBatch) -> SampledTokens:
         logits = apply_penalties(logits, batch.penalized)
+        if batch.logit_bias is not None:
+            logits = batch.logit_bias.apply(logits)
+        if batch.vocab_mask is not None:
+            batch.vocab_mask.apply(logits)
         if batch.sampled_rows.numel() == 0:
             token_ids = greedy_argmax(logits)
         else:

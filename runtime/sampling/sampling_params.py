@@ -1,9 +1,11 @@
 """Per-request sampling and stopping parameters, validated with messages that name the field."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from toolkit.runtime.constrained.spec import GRAMMAR_KINDS, GrammarSpec
 from toolkit.runtime.server import limits
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -34,6 +36,16 @@ class SamplingParams:
     skip_special_tokens: bool = True
     seed: int | None = None
     n: int = 1
+    # Constrained decoding (SGLang's names; at most one): the output must match this JSON schema (a JSON string),
+    # regular expression, EBNF grammar or xgrammar structural tag (a JSON string). `json_schema_strict` False
+    # (OpenAI's `strict: false`) lets objects carry properties the schema does not name where JSON Schema allows.
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    json_schema_strict: bool = True
+    # token id (a decimal string, as JSON keys are) -> bias added to its logit, in [-100, 100]
+    logit_bias: dict[str, float] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SamplingParams:
@@ -44,6 +56,10 @@ class SamplingParams:
             raise SamplingParamsError(unknown[0], f"unknown sampling parameter {unknown[0]!r}")
         if isinstance(data.get("stop"), str):
             data["stop"] = [data["stop"]]
+        if isinstance(data.get("json_schema"), (dict, bool)):
+            data["json_schema"] = json.dumps(data["json_schema"])
+        if isinstance(data.get("logit_bias"), dict):
+            data["logit_bias"] = {str(token): bias for token, bias in data["logit_bias"].items()}
         for name in ("stop", "stop_token_ids"):
             if data.get(name) is None:
                 data.pop(name, None)
@@ -58,6 +74,19 @@ class SamplingParams:
     @property
     def has_penalties(self) -> bool:
         return self.frequency_penalty != 0 or self.presence_penalty != 0 or self.repetition_penalty != 1
+
+    @property
+    def grammar(self) -> GrammarSpec | None:
+        """The constraint on the output, or None."""
+        for kind in GRAMMAR_KINDS:
+            text = getattr(self, kind)
+            if text is not None:
+                return GrammarSpec(kind, text, self.json_schema_strict if kind == "json_schema" else True)
+        return None
+
+    @property
+    def logit_bias_items(self) -> list[tuple[int, float]]:
+        return [(int(token), float(bias)) for token, bias in (self.logit_bias or {}).items()]
 
     @property
     def stop_str_max_len(self) -> int:
@@ -79,7 +108,9 @@ class SamplingParams:
         if self.seed is not None:
             _expect_int("seed", self.seed, minimum=limits.SEED_MIN, maximum=limits.SEED_MAX)
         self._verify_stops()
-        for name in ("ignore_eos", "skip_special_tokens"):
+        self._verify_grammar()
+        self._verify_logit_bias()
+        for name in ("ignore_eos", "skip_special_tokens", "json_schema_strict"):
             if not isinstance(getattr(self, name), bool):
                 raise SamplingParamsError(name, f"{name} must be a boolean")
 
@@ -98,6 +129,51 @@ class SamplingParams:
         if len(self.stop_token_ids) > limits.MAX_STOP_TOKEN_IDS:
             raise SamplingParamsError("stop_token_ids", f"at most {limits.MAX_STOP_TOKEN_IDS} stop token ids are "
                                                         f"allowed, got {len(self.stop_token_ids)}")
+
+
+    def _verify_grammar(self) -> None:
+        given = [kind for kind in GRAMMAR_KINDS if getattr(self, kind) is not None]
+        if len(given) > 1:
+            raise SamplingParamsError(given[1], f"only one of {', '.join(GRAMMAR_KINDS)} may be given, got "
+                                                f"{' and '.join(given)}")
+        for kind in given:
+            text = getattr(self, kind)
+            if not isinstance(text, str) or not text:
+                raise SamplingParamsError(kind, f"{kind} must be a non-empty string")
+            if len(text) > limits.MAX_GRAMMAR_CHARS:
+                raise SamplingParamsError(kind, f"{kind} has {len(text)} characters; at most "
+                                                f"{limits.MAX_GRAMMAR_CHARS} are allowed")
+            if not is_valid_text(text):
+                raise SamplingParamsError(kind, f"{kind} must be valid Unicode (no lone surrogates)")
+            if kind in ("regex", "ebnf") and _nesting(text) > limits.MAX_GRAMMAR_NESTING:
+                raise SamplingParamsError(kind, f"{kind} nests parentheses deeper than {limits.MAX_GRAMMAR_NESTING} "
+                                                "levels")
+
+    def _verify_logit_bias(self) -> None:
+        bias = self.logit_bias
+        if bias is None:
+            return
+        if not isinstance(bias, dict):
+            raise SamplingParamsError("logit_bias", "logit_bias must be an object mapping token ids to biases")
+        if len(bias) > limits.MAX_LOGIT_BIAS:
+            raise SamplingParamsError("logit_bias", f"at most {limits.MAX_LOGIT_BIAS} entries are allowed, got "
+                                                    f"{len(bias)}")
+        for token, value in bias.items():
+            if not isinstance(token, str) or not token.isascii() or not token.isdigit() or len(token) > 12:
+                raise SamplingParamsError("logit_bias", f"logit_bias keys must be token ids, got {shown(token)}")
+            _expect_number("logit_bias", value, -limits.LOGIT_BIAS_MAX, limits.LOGIT_BIAS_MAX)
+
+
+def _nesting(text: str) -> int:
+    """How deep the parentheses of a regex or grammar go (escaped ones count too: a bound, not a parse)."""
+    depth = deepest = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 def is_valid_text(text: str) -> bool:

@@ -73,6 +73,9 @@ class Req:
     kv_allocated: int = 0
     # (launched step, row): where this request's next input token is, on the device.
     token_source: tuple[Any, int] | None = None
+    # A constrained request's position in its grammar (constrained/backend.py), advanced by every appended token;
+    # set once its grammar is compiled. A retracted request keeps it: its tokens so far are kept too.
+    grammar: Any = None
     # What finishing checks per token, resolved once: a length bound, a set of token ids, stop strings or not.
     max_new_tokens: int = field(init=False)
     stop_token_set: frozenset[int] = field(init=False)
@@ -87,7 +90,8 @@ class Req:
         self.stop_token_set = eos | frozenset(params.stop_token_ids)
         self.checks_stop_strings = bool(params.stop) and self.tail_text is not None
         self.penalized = params.has_penalties
-        self.plain_greedy = params.is_greedy and not self.penalized and not self.return_logprob
+        self.plain_greedy = (params.is_greedy and not self.penalized and not self.return_logprob
+                             and not params.logit_bias)
 
     @property
     def finished(self) -> bool:
@@ -145,6 +149,8 @@ class Req:
         if len(self.output_ids) >= self.max_new_tokens:
             return FinishReason("length", matched=self.max_new_tokens)
         if token in self.stop_token_set:
+            return FinishReason("stop", matched=token)
+        if self.grammar is not None and self.grammar.is_terminated:
             return FinishReason("stop", matched=token)
         if self.checks_stop_strings:
             return self._stop_string_finish()

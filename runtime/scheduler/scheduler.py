@@ -7,7 +7,7 @@ server's scheduler process calls it between reading requests from and writing ou
 With overlap scheduling a decode step is launched before the previous one's tokens are processed, so the host work
 (appending tokens, stop checks, outputs, admission) hides behind the forward. A step in flight is drained first
 whenever the next decision needs its tokens: before admitting a prefill, before retracting, and when a running
-request uses penalties. A request that finished in the step being processed has one more token computed in the
+request uses penalties or a grammar (its next mask needs its last token). A request that finished in the step being processed has one more token computed in the
 step already launched; that token is dropped and its KV kept for the prefix cache.
 """
 from __future__ import annotations
@@ -19,8 +19,12 @@ from dataclasses import dataclass
 
 import torch
 
+from toolkit.runtime.constrained.backend import GrammarBackend
+from toolkit.runtime.constrained.bitmask import batch_mask
+from toolkit.runtime.constrained.grammar_queue import GrammarQueue, Resolved
 from toolkit.runtime.forward_batch import ForwardMode
 from toolkit.runtime.io_struct import (
+    INVALID_GRAMMAR,
     WAITING_TIMEOUT,
     AbortRequest,
     DrainRequest,
@@ -31,6 +35,7 @@ from toolkit.runtime.io_struct import (
     SchedulerStats,
     TokenOutput,
     context_length_error,
+    logit_bias_error,
     token_id_error,
 )
 from toolkit.runtime.memory.planning import default_max_running_requests
@@ -52,6 +57,7 @@ logger = logging.getLogger("runtime")
 _QUEUED = frozenset({ReqStatus.WAITING, ReqStatus.RETRACTED})
 _IN_RUNNING_BATCH = frozenset({ReqStatus.RUNNING, ReqStatus.FINISHED, ReqStatus.ABORTED})
 _CHUNKED = frozenset({ReqStatus.PREFILLING})
+GRAMMAR_IDLE_WAIT_S = 0.005  # with only compiling grammars to wait for, a step blocks this long on them
 
 
 @dataclass
@@ -70,6 +76,7 @@ class Scheduler:
         runner: ModelRunner,
         eos_token_ids: frozenset[int] = frozenset(),
         decode_text: Callable[[list[int]], str] | None = None,
+        grammar_backend: GrammarBackend | None = None,
     ) -> None:
         self.args = args
         self.runner = runner
@@ -95,6 +102,11 @@ class Scheduler:
         self._outputs: list[TokenOutput] = []
         self._checked_since_idle = True
         self._aborts_pending = False
+        self.grammar_backend = grammar_backend
+        self.grammar_queue = GrammarQueue(grammar_backend, args.grammar_compile_timeout) if grammar_backend else None
+        self.compiling: dict[str, Req] = {}  # requests in the grammar queue, in arrival order
+        # NOTE: under TP only rank 0 samples; the other ranks advance their matchers but build no masks.
+        self._fills_masks = runner.tp is None or runner.tp.is_leader
         logger.info(
             f"max_total_num_tokens={self.max_total_num_tokens}, chunked_prefill_size={args.chunked_prefill_size}, "
             f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={self.max_running_requests}, "
@@ -120,12 +132,45 @@ class Scheduler:
             eos_token_ids=self.eos_token_ids, return_logprob=inp.return_logprob,
             top_logprobs_num=inp.top_logprobs_num, tail_text=self.decode_text,
         )
-        error = token_id_error(req.origin_input_ids, self.runner.config.vocab_size) or context_length_error(
+        vocab_size = self.runner.config.vocab_size
+        error = token_id_error(req.origin_input_ids, vocab_size) or context_length_error(
             len(req.origin_input_ids), req.sampling_params.max_new_tokens, self.context_len
-        )
+        ) or logit_bias_error(req.sampling_params, vocab_size)
         if error is not None:
             self._finish_unscheduled(req, error)
             return
+        spec = req.sampling_params.grammar
+        if spec is None:
+            self.waiting.append(req)
+        elif self.grammar_queue is None:
+            self._finish_unscheduled(req, f"{spec.label}: constrained decoding is off (--grammar-backend none)",
+                                     INVALID_GRAMMAR)
+        else:
+            req.grammar = self.grammar_queue.submit(req.rid, spec, at_once=self.runner.tp is None)
+            if req.grammar is None:
+                self.compiling[req.rid] = req
+            else:
+                self.waiting.append(req)
+
+    def _admit_compiled(self) -> None:
+        """Requests whose grammar is ready join the waiting queue; those whose grammar was refused finish. Under TP,
+        rank 0 decides which and every rank applies its verdicts (a follower waits for its own compile)."""
+        tp = self.runner.tp
+        if tp is None:
+            resolved = self.grammar_queue.ready()
+        elif tp.is_leader:
+            resolved = self.grammar_queue.ready()
+            tp.share([(r.rid, r.error) for r in resolved])
+        else:
+            resolved = [self.grammar_queue.resolve(rid, error) for rid, error in tp.share([])]
+        for item in resolved:
+            self._leave_grammar_queue(self.compiling.pop(item.rid), item)
+
+    def _leave_grammar_queue(self, req: Req, item: Resolved) -> None:
+        if item.error is not None:
+            self._finish_unscheduled(req, item.error, INVALID_GRAMMAR)
+            return
+        req.grammar = item.grammar
         self.waiting.append(req)
 
     def abort_request(self, rid: str, message: str = "aborted by the client") -> None:
@@ -135,13 +180,19 @@ class Scheduler:
                 self._aborts_pending = True
 
     def _live_requests(self) -> list[Req]:
-        live = self.waiting + self.running.reqs + (self._inflight.reqs if self._inflight else [])
+        live = self.waiting + list(self.compiling.values()) + self.running.reqs
+        live += self._inflight.reqs if self._inflight else []
         return live + [self.chunked_req] if self.chunked_req is not None else live
 
     # ---- the loop ----
     @property
+    def only_compiling(self) -> bool:
+        """The only work left is requests waiting for their grammar to compile."""
+        return bool(self.compiling) and not (self.waiting or self.running.reqs or self.chunked_req or self._inflight)
+
+    @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running.reqs or self.chunked_req or self._inflight)
+        return bool(self.waiting or self.running.reqs or self.chunked_req or self._inflight or self.compiling)
 
     def step(self) -> list[TokenOutput]:
         """Run one prefill or decode batch if there is one (with overlap, also process the one before it);
@@ -150,11 +201,15 @@ class Scheduler:
             self._drain()
         if self._aborts_pending:
             self._apply_aborts()
+        if self.compiling:
+            self._admit_compiled()
         if self.args.queue_timeout is not None and self.waiting:
             self._abort_on_queue_timeout(time.perf_counter())
         batch = self._next_batch()
         if batch is None:
             self._drain()
+            if self.only_compiling:
+                self.grammar_queue.wait(GRAMMAR_IDLE_WAIT_S)
         else:
             self._checked_since_idle = False
             self._launch(batch)
@@ -166,9 +221,11 @@ class Scheduler:
         return outputs
 
     def shutdown(self) -> None:
-        """Finish the step in flight and stop the model worker."""
+        """Finish the step in flight and stop the model worker (and the grammar compiler)."""
         self.drain()
         self.worker.close()
+        if self.grammar_queue is not None:
+            self.grammar_queue.close()
 
     def drain(self) -> list[TokenOutput]:
         """Process the step in flight, if any: afterwards every finished request's KV is back in the cache."""
@@ -184,7 +241,7 @@ class Scheduler:
         if self._inflight.batch.mode is ForwardMode.EXTEND:
             return True
         admits = (self.waiting and not (self.running.batch_is_full and self.running.reqs)) or self.chunked_req
-        return bool(admits) or any(r.penalized for r in self.running.reqs)
+        return bool(admits) or any(r.penalized or r.grammar is not None for r in self.running.reqs)
 
     def _drain(self) -> None:
         launched, self._inflight = self._inflight, None
@@ -243,6 +300,12 @@ class Scheduler:
             self._process_decode(launched.reqs, sample, used_cuda_graph)
 
     def _sampling(self, reqs: list[Req]) -> SamplingBatch:
+        batch = self._choice(reqs)
+        if self.grammar_backend is not None and self._fills_masks:
+            batch.vocab_mask = batch_mask(self.grammar_backend, [r.grammar for r in reqs], self.runner.device)
+        return batch
+
+    def _choice(self, reqs: list[Req]) -> SamplingBatch:
         if all(r.plain_greedy for r in reqs):
             return SamplingBatch.greedy(len(reqs), self.runner.device)
         histories = None
@@ -414,7 +477,8 @@ class Scheduler:
                 self.cache.cache_req(req, finished=True)
         if self.stats_log.on_decode_step(kept):
             used, usage = self._token_usage()
-            self.stats_log.log_decode(len(reqs), used, usage, cuda_graph=used_cuda_graph, queue=len(self.waiting))
+            self.stats_log.log_decode(len(reqs), used, usage, cuda_graph=used_cuda_graph, queue=len(self.waiting),
+                                      grammar_queue=len(self.compiling))
         self._drop_from_running()
 
     # ---- tokens out ----
@@ -430,7 +494,10 @@ class Scheduler:
             if req.top_logprobs_num and sample.top_logprobs is not None:
                 top = sample.top_logprobs[row][: req.top_logprobs_num]
                 req.output_top_logprobs.append(top)
-        reason = req.finish_after(token)
+        if req.grammar is not None and not req.grammar.accept(token):
+            reason = FinishReason("abort", message=f"the grammar does not allow the token {token} the model chose")
+        else:
+            reason = req.finish_after(token)
         if reason is not None:
             req.finish(reason)
         self._emit(req, token, logprob, top)
@@ -448,6 +515,10 @@ class Scheduler:
         self._aborts_pending = False
         for req in [r for r in self.waiting if r.to_abort]:
             self.waiting.remove(req)
+            self._finish_unscheduled(req, req.to_abort)
+        for req in [r for r in self.compiling.values() if r.to_abort]:
+            del self.compiling[req.rid]
+            self.grammar_queue.remove(req.rid)
             self._finish_unscheduled(req, req.to_abort)
         for req in [r for r in self.running.reqs if r.to_abort]:
             self._finish_running(req)
@@ -480,8 +551,8 @@ class Scheduler:
             self.cache.cache_req(req, finished=True)
         self._emit(req, None)
 
-    def _finish_unscheduled(self, req: Req, message: str) -> None:
-        req.finish(FinishReason("abort", message=message))
+    def _finish_unscheduled(self, req: Req, message: str, code: str | None = None) -> None:
+        req.finish(FinishReason("abort", message=message, code=code))
         logger.info(f"Abort request {req.rid}: {message}")
         self._emit(req, None)
 
@@ -523,6 +594,7 @@ class Scheduler:
         releasing = sum(1 for r in self._inflight.reqs if r.finished) if self._inflight else 0
         stats.num_running_reqs = len(self.running) + (1 if self.chunked_req else 0) + releasing
         stats.num_queue_reqs = len(self.waiting)
+        stats.num_grammar_queue_reqs = len(self.compiling)
         stats.num_used_tokens, usage = self._token_usage()
         stats.token_usage = round(usage, 4)
         stats.new_token_ratio = self.ratio.value

@@ -56,7 +56,8 @@ class StatsLogger:
         self.stats.total_decode_steps += 1
         return self.stats.total_decode_steps % self.decode_log_interval == 0
 
-    def log_decode(self, running: int, used: int, usage: float, cuda_graph: bool, queue: int) -> None:
+    def log_decode(self, running: int, used: int, usage: float, cuda_graph: bool, queue: int,
+                   grammar_queue: int = 0) -> None:
         now = time.perf_counter()
         stats = self.stats
         stats.gen_throughput = self._generated_since_log / max(now - self._decode_tic, 1e-9)
@@ -66,7 +67,8 @@ class StatsLogger:
         if self.writes_batch_lines:
             logger.info(
                 f"Decode batch. #running-req: {running}, #token: {used}, token usage: {usage:.2f}, "
-                f"cuda graph: {cuda_graph}, gen throughput (token/s): {stats.gen_throughput:.2f}, #queue-req: {queue}"
+                f"cuda graph: {cuda_graph}, gen throughput (token/s): {stats.gen_throughput:.2f}, #queue-req: {queue}, "
+                f"#grammar-queue-req: {grammar_queue}"
             )
 
     def log_retraction(self, retracted: int, old_ratio: float, new_ratio: float) -> None:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 from toolkit.runtime.io_struct import FinishReason
-from toolkit.runtime.server.protocol import GenerationPlan
-from toolkit.runtime.server.tokenizer_manager import Chunk, TokenizerManager
+from toolkit.runtime.server.protocol import GenerationPlan, RequestError, bad
+from toolkit.runtime.server.tokenizer_manager import Chunk, GrammarRejected, TokenizerManager
 
 
 @dataclass
@@ -85,8 +85,15 @@ async def collect(manager: TokenizerManager, plan: GenerationPlan) -> list[Choic
     tasks = [asyncio.ensure_future(drain(c, s)) for c, s in streams]
     try:
         return list(await asyncio.gather(*tasks))
+    except GrammarRejected as exc:
+        raise grammar_error(plan, exc) from None
     finally:
         await _stop(manager, tasks, [c for c, _ in streams])
+
+
+def grammar_error(plan: GenerationPlan, exc: GrammarRejected) -> RequestError:
+    """400 naming the field that carried the refused grammar."""
+    return bad(plan.grammar_param or "grammar", str(exc))
 
 
 class Stream:
@@ -96,11 +103,30 @@ class Stream:
 
     def __init__(self, manager: TokenizerManager, plan: GenerationPlan) -> None:
         self.manager = manager
+        self.plan = plan
         self.streams = _streams(manager, plan, stream=True)
         self.chunks = _merged(manager, self.streams)
+        self._head: list[tuple[Choice, Chunk]] = []
+
+    async def wait_first(self) -> None:
+        """Wait for the first chunk before the response starts: a constrained stream's grammar is refused with a
+        plain 400 (RequestError), never inside a stream already answered 200."""
+        try:
+            self._head = [await anext(self.chunks)]
+        except StopAsyncIteration:
+            pass
+        except GrammarRejected as exc:
+            raise grammar_error(self.plan, exc) from None
 
     def __aiter__(self) -> AsyncIterator[tuple[Choice, Chunk]]:
-        return self.chunks
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[tuple[Choice, Chunk]]:
+        for item in self._head:
+            yield item
+        self._head = []
+        async for item in self.chunks:
+            yield item
 
     async def aclose(self) -> None:
         await self.chunks.aclose()

@@ -14,7 +14,7 @@ import uuid
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from toolkit.runtime.server import native_api, openai_api
+from toolkit.runtime.server import native_api, openai_api, tokenize_api
 from toolkit.runtime.server.admission import Overloaded
 from toolkit.runtime.server.limits import MAX_BODY_BYTES
 from toolkit.runtime.server.protocol import RequestError
@@ -101,6 +101,9 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_post("/v1/completions", openai_api.completions)
     app.router.add_post("/v1/chat/completions", openai_api.chat_completions)
     app.router.add_get("/v1/models", openai_api.models)
+    for prefix in ("", "/v1"):  # NOTE: vLLM serves them at the root; SGLang also under /v1
+        app.router.add_post(f"{prefix}/tokenize", tokenize_api.tokenize)
+        app.router.add_post(f"{prefix}/detokenize", tokenize_api.detokenize)
     app.router.add_post("/generate", native_api.generate)
     app.router.add_get("/health", native_api.health)
     app.router.add_get("/health_generate", native_api.health_generate)

@@ -13,6 +13,10 @@
 | `top_k`                    | -1, or 1 … 2**31 − 1      | 400, param `top_k` (above the vocabulary = all)      |
 | `temperature`              | 0 … 2                     | 400, param `temperature`                             |
 | `logprobs` / `top_logprobs`| 0 … 20                    | 400, the field                                       |
+| a grammar (schema, regex…) | 65536 characters          | 400, the field                                       |
+| regex / EBNF nesting       | 1000 parentheses deep     | 400, the field                                       |
+| `logit_bias`               | 1024 entries in [-100,100]| 400, param `logit_bias`                              |
+| `tools`                    | 128 functions             | 400, param `tools`                                   |
 
 Text fields must be valid Unicode (no lone surrogates such as `"\\ud800"`). This module is plain constants: the
 torch-free sampling-parameter check (`SamplingParams.verify`) and the HTTP parsing read them; the sampler does
@@ -34,3 +38,8 @@ MAX_LOGPROBS = 20
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 TOP_K_MAX = 2**31 - 1
 TEMPERATURE_MAX = 2.0
+MAX_GRAMMAR_CHARS = 65536
+MAX_GRAMMAR_NESTING = 1000  # parentheses in a regex or EBNF grammar (xgrammar's own limit; deeper ones take minutes)
+MAX_LOGIT_BIAS = 1024
+MAX_TOOLS = 128
+LOGIT_BIAS_MAX = 100.0

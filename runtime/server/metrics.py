@@ -22,6 +22,7 @@ SCHEDULER_GAUGES: dict[str, tuple[str, str]] = {
     "token_usage": ("sglang:token_usage", "The KV token usage (used / max_total_num_tokens)."),
     "gen_throughput": ("sglang:gen_throughput", "The generation throughput (token/s) of the last decode log window."),
     "num_queue_reqs": ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+    "num_grammar_queue_reqs": ("sglang:num_grammar_queue_reqs", "The number of requests whose grammar is compiling."),
     "cache_hit_rate": ("sglang:cache_hit_rate", "The prefix cache hit rate."),
     "num_retracted_reqs": ("sglang:num_retracted_reqs", "The number of requests retracted by the last retraction."),
     "new_token_ratio": ("sglang:new_token_ratio", "The current new-token ratio of the admission budget."),
@@ -137,7 +138,7 @@ def summed_stats(replicas: list[SchedulerStats], pools: list[int]) -> SchedulerS
         return sum(getattr(stats, key) for stats in replicas)
 
     summed = SchedulerStats(**{key: total(key) for key in (
-        "num_running_reqs", "num_used_tokens", "num_queue_reqs", "gen_throughput", "input_throughput",
+        "num_running_reqs", "num_used_tokens", "num_queue_reqs", "num_grammar_queue_reqs", "gen_throughput", "input_throughput",
         "num_retracted_reqs", "total_retracted_reqs", "total_prefill_tokens", "total_cached_tokens",
         "total_generated_tokens", "total_decode_steps", "total_prefill_batches")})
     summed.token_usage = round(summed.num_used_tokens / sum(pools), 4)

@@ -13,6 +13,7 @@ from toolkit.runtime.server.protocol import GenerationPlan, parse_chat, parse_co
 from toolkit.runtime.server.sse import parse_request, sse_response
 from toolkit.runtime.server.state import STATE, ServerState
 from toolkit.runtime.server.tokenizer_manager import Chunk
+from toolkit.runtime.server.tool_calls import ToolStream, tool_call_deltas
 
 
 def finish_reason(choice: Choice) -> str | None:
@@ -64,6 +65,15 @@ def chat_logprobs(state: ServerState, entries) -> dict[str, Any]:
 
 # ---- /v1/completions ----
 
+def echoed(state: ServerState, plan: GenerationPlan, choice: Choice) -> str:
+    """`echo`: the prompt as the client sent it (text), or its token ids decoded."""
+    if not plan.echo:
+        return ""
+    if plan.prompt_texts:
+        return plan.prompt_texts[choice.prompt_index]
+    return state.tokenizer.decode(plan.prompts[choice.prompt_index], skip_special_tokens=True)
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app[STATE]
     plan = await parse_request(request, parse_completion, state.validation)
@@ -73,7 +83,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     choices = await generation.collect(state.manager, plan)
     return web.json_response({
         "id": rid, "object": "text_completion", "created": created, "model": state.served_model_name,
-        "choices": [{"index": c.index, "text": c.text, "finish_reason": finish_reason(c),
+        "choices": [{"index": c.index, "text": echoed(state, plan, c) + c.text, "finish_reason": finish_reason(c),
                      "matched_stop": matched_stop(c),
                      "logprobs": completion_logprobs(state, c.logprobs) if plan.return_logprob else None}
                     for c in choices],
@@ -89,8 +99,9 @@ async def _stream_completion(request, state: ServerState, plan: GenerationPlan, 
         logprobs = None
         if plan.return_logprob:
             logprobs = completion_logprobs(state, chunk.logprobs, offsets.get(choice.index, 0))
+        lead = echoed(state, plan, choice) if choice.index not in offsets else ""
         offsets[choice.index] = len(choice.text)
-        return {**head, "choices": [{"index": choice.index, "text": chunk.text, "logprobs": logprobs,
+        return {**head, "choices": [{"index": choice.index, "text": lead + chunk.text, "logprobs": logprobs,
                                      "finish_reason": finish_reason(choice), "matched_stop": matched_stop(choice)}]}
 
     return await sse_response(request, state, plan, event, head, lambda cs: usage(state, plan, cs))
@@ -107,26 +118,56 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     choices = await generation.collect(state.manager, plan)
     return web.json_response({
         "id": rid, "object": "chat.completion", "created": created, "model": state.served_model_name,
-        "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.text},
-                     "logprobs": chat_logprobs(state, c.logprobs) if plan.return_logprob else None,
-                     "finish_reason": finish_reason(c), "matched_stop": matched_stop(c)}
-                    for c in choices],
+        "choices": [_chat_choice(state, plan, c) for c in choices],
         "usage": usage(state, plan, choices),
     })
+
+
+def _chat_choice(state: ServerState, plan: GenerationPlan, choice: Choice) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+    reason = finish_reason(choice)
+    if plan.tools is not None:
+        content, calls = plan.tools.split(choice.text)
+        if calls:
+            message = {"role": "assistant", "content": content or None, "tool_calls": [c.openai() for c in calls]}
+            reason = "tool_calls" if reason == "stop" else reason
+    return {"index": choice.index, "message": message,
+            "logprobs": chat_logprobs(state, choice.logprobs) if plan.return_logprob else None,
+            "finish_reason": reason, "matched_stop": matched_stop(choice)}
 
 
 async def _stream_chat(request, state: ServerState, plan: GenerationPlan, rid: str, created: int):
     head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.served_model_name}
     started: set[int] = set()
+    tool_streams: dict[int, ToolStream] = {}
 
-    def event(choice: Choice, chunk: Chunk) -> dict[str, Any]:
-        delta: dict[str, Any] = {"content": chunk.text}
+    def entry(choice: Choice, delta: dict[str, Any], logprobs, reason: str | None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": choice.index, "delta": delta, "logprobs": logprobs,
+                                     "finish_reason": reason, "matched_stop": matched_stop(choice) if reason else None}]}
+
+    def event(choice: Choice, chunk: Chunk) -> list[dict[str, Any]]:
+        text, deltas, reason = chunk.text, [], finish_reason(choice)
+        if plan.tools is not None:
+            stream = tool_streams.setdefault(choice.index, ToolStream(plan.tools))
+            text = stream.push(chunk.text)
+            if choice.finished_reason is not None:
+                rest, calls = stream.finish()
+                text += rest
+                deltas = tool_call_deltas(calls)
+                reason = "tool_calls" if calls and reason == "stop" else reason
+        first: dict[str, Any] = {"content": text}
         if choice.index not in started:
             started.add(choice.index)
-            delta = {"role": "assistant", **delta}
+            first = {"role": "assistant", **first}
         logprobs = chat_logprobs(state, chunk.logprobs) if plan.return_logprob else None
-        return {**head, "choices": [{"index": choice.index, "delta": delta, "logprobs": logprobs,
-                                     "finish_reason": finish_reason(choice), "matched_stop": matched_stop(choice)}]}
+        if not deltas:
+            # NOTE: text held back as a possible call sends nothing yet (OpenAI sends no empty deltas)
+            held = plan.tools is not None and not text and reason is None and "role" not in first and not logprobs
+            return [] if held else [entry(choice, first, logprobs, reason)]
+        events = [entry(choice, first, logprobs, None)] if text or "role" in first else []
+        events += [entry(choice, delta, None, None) for delta in deltas]
+        events[-1]["choices"][0].update(finish_reason=reason, matched_stop=matched_stop(choice))
+        return events
 
     return await sse_response(request, state, plan, event, head, lambda cs: usage(state, plan, cs))
 

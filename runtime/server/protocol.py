@@ -6,30 +6,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from toolkit.runtime.io_struct import context_length_error
-from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError, is_valid_text, shown
+from toolkit.runtime.io_struct import context_length_error, logit_bias_error
+from toolkit.runtime.sampling.sampling_params import SamplingParams, SamplingParamsError, shown
 from toolkit.runtime.server import limits
 from toolkit.runtime.server.limits import MAX_LOGPROBS, MAX_N
+from toolkit.runtime.server.grammar_requests import logit_bias, output_grammar
+from toolkit.runtime.server.request_fields import RequestError, bad, boolean, typed, valid_text
+from toolkit.runtime.server.tool_calls import ToolPlan
+from toolkit.runtime.server.tool_requests import encode_tool_chat, message_calls, tool_plan
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens"}
-
-
-class RequestError(Exception):
-    """An HTTP error with an OpenAI-style body: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                          "code": self.code or self.status}}
-
-
-def bad(param: str, message: str) -> RequestError:
-    return RequestError(400, f"{param}: {message}", param=param)
 
 
 @dataclass
@@ -39,8 +26,11 @@ class ValidationContext:
     vocab_size: int
     allow_auto_truncate: bool
     encode: Callable[[str], list[int]]
-    encode_chat: Callable[[list[dict]], list[int]]
+    encode_chat: Callable[..., list[int]]  # (messages, tools=None) -> the chat prompt's ids
     max_token_chars: int = 0  # the longest token's text; 0 when unknown
+    tool_parser: str = "smollm2"  # the chat template's tool-call format (--tool-call-parser, or detected)
+    native_tools: bool = False  # the chat template renders `tools` itself
+    constrained: bool = True  # a grammar backend serves constrained requests (--grammar-backend is not none)
 
     @property
     def max_prompt_chars(self) -> int | None:
@@ -63,6 +53,10 @@ class GenerationPlan:
     top_logprobs_num: int = 0
     single: bool = True  # a single prompt (native API: answer with an object, not a list)
     per_prompt_params: list[SamplingParams] = field(default_factory=list)
+    grammar_param: str | None = None  # the field that constrains the output (a grammar error names it)
+    tools: ToolPlan | None = None  # chat with tools: how calls are parsed out of each choice
+    echo: bool = False  # completions: the prompt's text leads each choice's text
+    prompt_texts: list[str] = field(default_factory=list)  # the prompts as text, when they came as text
 
     def params_for(self, index: int) -> SamplingParams:
         return self.per_prompt_params[index] if self.per_prompt_params else self.params
@@ -114,19 +108,8 @@ def _nested_deeper(value: Any, limit: int) -> bool:
 
 # ---- typed field access ----
 
-def _typed(body: dict, name: str, kinds: tuple[type, ...], default: Any, what: str) -> Any:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) and bool not in kinds:
-        raise bad(name, f"must be {what}, got a boolean")
-    if not isinstance(value, kinds):
-        raise bad(name, f"must be {what}, got {type(value).__name__}")
-    return value
-
-
 def _number(body: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
-    value = _typed(body, name, (int, float), default, "a number")
+    value = typed(body, name, (int, float), default, "a number")
     # NOTE: compared before float(): float() of a 400-digit integer raises OverflowError.
     if value != value or (value <= low if low_open else value < low) or value > high:
         raise bad(name, f"must be in {'(' if low_open else '['}{low}, {high}], got {shown(value)}")
@@ -134,17 +117,13 @@ def _number(body: dict, name: str, default: float, low: float, high: float, low_
 
 
 def _int(body: dict, name: str, default: int | None, low: int | None = None, high: int | None = None) -> int | None:
-    value = _typed(body, name, (int,), default, "an integer")
+    value = typed(body, name, (int,), default, "an integer")
     if value is None:
         return None
     if (low is not None and value < low) or (high is not None and value > high):
         raise bad(name, f"must be in [{low if low is not None else '-inf'}, {high if high is not None else 'inf'}], "
                         f"got {shown(value)}")
     return value
-
-
-def _bool(body: dict, name: str, default: bool) -> bool:
-    return _typed(body, name, (bool,), default, "a boolean")
 
 
 def _stop(body: dict) -> list[str]:
@@ -158,12 +137,6 @@ def _stop(body: dict) -> list[str]:
     return stop
 
 
-def _text(value: str, param: str) -> str:
-    if not is_valid_text(value):
-        raise bad(param, "must be valid Unicode text (it holds a lone surrogate such as \\ud800)")
-    return value
-
-
 def _check_prompt_chars(chars: int, ctx: ValidationContext, param: str) -> None:
     limit = ctx.max_prompt_chars
     if limit is not None and chars > limit:
@@ -171,7 +144,7 @@ def _check_prompt_chars(chars: int, ctx: ValidationContext, param: str) -> None:
 
 
 def _encode(text: str, ctx: ValidationContext, param: str) -> list[int]:
-    _check_prompt_chars(len(_text(text, param)), ctx, param)
+    _check_prompt_chars(len(valid_text(text, param)), ctx, param)
     return ctx.encode(text)
 
 
@@ -202,8 +175,7 @@ def check_model(body: dict, ctx: ValidationContext) -> None:
 
 
 _HARMLESS_VALUES: dict[str, tuple[Any, ...]] = {
-    "suffix": (None, ""), "echo": (None, False), "logit_bias": (None, {}), "best_of": (None, 1),
-    "tools": (None, []), "functions": (None, []),
+    "suffix": (None, ""), "best_of": (None, 1), "functions": (None, []),
 }
 
 
@@ -217,7 +189,8 @@ def _unsupported(body: dict, names: tuple[str, ...]) -> None:
 
 # ---- OpenAI sampling fields shared by completions and chat ----
 
-def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int, ctx: ValidationContext,
+                    grammar: dict[str, Any] | None = None) -> SamplingParams:
     params = dict(
         max_new_tokens=max_tokens if max_tokens is not None else default_max_tokens,
         temperature=_number(body, "temperature", 1.0, 0.0, limits.TEMPERATURE_MAX),
@@ -229,10 +202,12 @@ def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int)
         repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 2.0, low_open=True),
         stop=_stop(body),
         stop_token_ids=_token_ids_field(body, "stop_token_ids"),
-        ignore_eos=_bool(body, "ignore_eos", False),
-        skip_special_tokens=_bool(body, "skip_special_tokens", True),
+        ignore_eos=boolean(body, "ignore_eos", False),
+        skip_special_tokens=boolean(body, "skip_special_tokens", True),
         seed=_int(body, "seed", None, limits.SEED_MIN, limits.SEED_MAX),
         n=_int(body, "n", 1, 1, MAX_N),
+        logit_bias=logit_bias(body, ctx.vocab_size),
+        **(grammar or {}),
     )
     if params["top_k"] == 0:
         raise bad("top_k", "must be -1 (disabled) or at least 1, got 0")
@@ -241,6 +216,12 @@ def openai_sampling(body: dict, max_tokens: int | None, default_max_tokens: int)
     except SamplingParamsError as exc:
         name = _OPENAI_NAMES.get(exc.param, exc.param)
         raise bad(name, str(exc)) from None
+
+
+def _check_constrained(plan: GenerationPlan, ctx: ValidationContext) -> GenerationPlan:
+    if plan.grammar_param is not None and not ctx.constrained:
+        raise bad(plan.grammar_param, "constrained decoding is off on this server (--grammar-backend none)")
+    return plan
 
 
 def _token_ids_field(body: dict, name: str) -> list[int]:
@@ -260,7 +241,7 @@ def _stream_options(body: dict, stream: bool) -> bool:
         raise bad("stream_options", "must be an object")
     if not stream:
         raise bad("stream_options", "is only allowed when stream is true")
-    return _bool(options, "include_usage", False)
+    return boolean(options, "include_usage", False)
 
 
 def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, param: str,
@@ -278,15 +259,27 @@ def fit_context(ids: list[int], params: SamplingParams, ctx: ValidationContext, 
 
 def parse_completion(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
-    _unsupported(body, ("suffix", "echo", "logit_bias", "best_of"))
+    _unsupported(body, ("suffix", "best_of"))
     max_tokens = _int(body, "max_tokens", None, 0)
-    params = openai_sampling(body, max_tokens, default_max_tokens=16)
+    grammar, grammar_param = output_grammar(body)
+    params = openai_sampling(body, max_tokens, 16, ctx, grammar)
     prompts = _completion_prompts(body, ctx, params.n)
-    stream = _bool(body, "stream", False)
+    stream = boolean(body, "stream", False)
     logprobs = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
+    echo = boolean(body, "echo", False)
+    if echo and logprobs is not None:
+        raise bad("echo", "echo with logprobs (the prompt's logprobs) is not supported")
     prompts = [fit_context(ids, params, ctx, "prompt") for ids in prompts]
-    return GenerationPlan(prompts, params, stream, _stream_options(body, stream), logprobs is not None,
-                          logprobs or 0, single=False)
+    plan = GenerationPlan(prompts, params, stream, _stream_options(body, stream), logprobs is not None,
+                          logprobs or 0, single=False, grammar_param=grammar_param, echo=echo,
+                          prompt_texts=_prompt_texts(body))
+    return _check_constrained(plan, ctx)
+
+
+def _prompt_texts(body: dict) -> list[str]:
+    prompt = body["prompt"]
+    texts = [prompt] if isinstance(prompt, str) else prompt
+    return texts if all(isinstance(t, str) for t in texts) else []
 
 
 def _completion_prompts(body: dict, ctx: ValidationContext, n: int) -> list[list[int]]:
@@ -313,32 +306,53 @@ def _completion_prompts(body: dict, ctx: ValidationContext, n: int) -> list[list
 
 def parse_chat(body: dict, ctx: ValidationContext) -> GenerationPlan:
     check_model(body, ctx)
-    _unsupported(body, ("tools", "functions", "logit_bias"))
-    _check_response_format(body)
+    _unsupported(body, ("functions",))
+    grammar, grammar_param = output_grammar(body)
+    tools = tool_plan(body, ctx.tool_parser)
+    tag = tools.structural_tag() if tools else None
+    if tag is not None:
+        if grammar:
+            raise bad(grammar_param, "cannot be combined with tool_choice required or a named function")
+        grammar, grammar_param = {"structural_tag": tag}, "tool_choice"
     messages = _messages(body, ctx)
     max_tokens = _int(body, "max_completion_tokens", None, 0)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", None, 0)
-    params = openai_sampling(body, max_tokens, default_max_tokens=128)
-    stream = _bool(body, "stream", False)
-    logprobs = _bool(body, "logprobs", False)
+    params = openai_sampling(body, max_tokens, 128, ctx, grammar)
+    stream = boolean(body, "stream", False)
+    logprobs = boolean(body, "logprobs", False)
     top_logprobs = _int(body, "top_logprobs", 0, 0, MAX_LOGPROBS) or 0
     if top_logprobs and not logprobs:
         raise bad("top_logprobs", "requires logprobs to be true")
     try:
-        ids = ctx.encode_chat(messages)
+        ids = encode_tool_chat(messages, tools, ctx.encode_chat, ctx.native_tools)
     except Exception as exc:  # a chat template may reject role orders (jinja raises its own exceptions)
         raise bad("messages", f"the chat template rejected the messages: {str(exc)[:300]}") from None
     ids = fit_context(ids, params, ctx, "messages")
-    return GenerationPlan([ids], params, stream, _stream_options(body, stream), logprobs, top_logprobs)
+    plan = GenerationPlan([ids], params, stream, _stream_options(body, stream), logprobs, top_logprobs,
+                          grammar_param=grammar_param, tools=tools)
+    return _check_constrained(plan, ctx)
 
 
-def _check_response_format(body: dict) -> None:
-    fmt = body.get("response_format")
-    if fmt is None:
-        return
-    if not isinstance(fmt, dict) or fmt.get("type") != "text":
-        raise bad("response_format", "only {\"type\": \"text\"} is supported")
+# ---- fields /tokenize and /detokenize share with the generation endpoints ----
+
+def prompt_text(body: dict, name: str, ctx: ValidationContext) -> str:
+    text = body.get(name)
+    if not isinstance(text, str):
+        raise bad(name, "must be a string")
+    _check_prompt_chars(len(valid_text(text, name)), ctx, name)
+    return text
+
+
+def chat_messages(body: dict, ctx: ValidationContext) -> list[dict]:
+    return _messages(body, ctx)
+
+
+def token_ids(body: dict, name: str, vocab_size: int) -> list[int]:
+    value = body.get(name)
+    if value == []:
+        return []
+    return _token_list(value, name, vocab_size)
 
 
 def _messages(body: dict, ctx: ValidationContext) -> list[dict]:
@@ -364,9 +378,17 @@ def _message(message: Any, index: int) -> dict:
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise bad(f"{where}.content", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported")
         content = "".join(p["text"] for p in content)
+    calls = message_calls(message, where) if role == "assistant" else None
+    if content is None and calls:
+        content = ""
     if not isinstance(content, str):
         raise bad(f"{where}.content", "must be a string or a list of text parts")
-    return {"role": "system" if role == "developer" else role, "content": _text(content, f"{where}.content")}
+    parsed = {"role": "system" if role == "developer" else role, "content": valid_text(content, f"{where}.content")}
+    if calls:
+        parsed["tool_calls"] = calls
+    if role == "tool" and isinstance(message.get("tool_call_id"), str):
+        parsed["tool_call_id"] = message["tool_call_id"]
+    return parsed
 
 
 # ---- /generate (SGLang native) ----
@@ -381,14 +403,21 @@ def parse_generate(body: dict, ctx: ValidationContext) -> GenerationPlan:
     per_prompt = _native_sampling(body.get("sampling_params"), count)
     _check_sequences(sum(p.n for p in per_prompt), "sampling_params.n")
     prompts, single = _native_prompts(text, input_ids, ctx)
-    stream = _bool(body, "stream", False)
-    return_logprob = _bool(body, "return_logprob", False)
+    stream = boolean(body, "stream", False)
+    return_logprob = boolean(body, "return_logprob", False)
     top = _int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) or 0
     prompts = [fit_context(ids, p, ctx, prompt_param, "sampling_params.max_new_tokens")
                for ids, p in zip(prompts, per_prompt)]
     if stream and not single:
         raise bad("stream", "streaming is supported for a single prompt only")
-    return GenerationPlan(prompts, per_prompt[0], stream, False, return_logprob, top, single, per_prompt)
+    for p in per_prompt:
+        bias_error = logit_bias_error(p, ctx.vocab_size)
+        if bias_error is not None:
+            raise bad("sampling_params.logit_bias", bias_error)
+    grammar = next((p.grammar for p in per_prompt if p.grammar is not None), None)
+    plan = GenerationPlan(prompts, per_prompt[0], stream, False, return_logprob, top, single, per_prompt,
+                          grammar_param=f"sampling_params.{grammar.kind}" if grammar else None)
+    return _check_constrained(plan, ctx)
 
 
 def _is_batch(input_ids: Any) -> bool:

@@ -34,6 +34,7 @@ from toolkit.runtime.server.metrics import RequestMetrics
 from toolkit.runtime.server.protocol import ValidationContext
 from toolkit.runtime.server.state import ServerState
 from toolkit.runtime.server.tokenizer_manager import SchedulerGone, TokenizerManager
+from toolkit.runtime.server.tool_calls import detect_parser, renders_tools
 from toolkit.runtime.server_args import ServerArgs, default_served_model_name, parse_server_args
 
 logger = logging.getLogger("runtime")
@@ -239,13 +240,17 @@ class Server:
 
 
 def _validation(tokenizer: FastTokenizer, ready, args: ServerArgs, served_name: str) -> ValidationContext:
-    def encode_chat(messages: list[dict]) -> list[int]:
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    def encode_chat(messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, tools=tools)
+
+    template = tokenizer.default_chat_template
 
     return ValidationContext(
         served_model_name=served_name, context_len=ready.context_len, vocab_size=ready.vocab_size,
         allow_auto_truncate=args.allow_auto_truncate, encode=tokenizer.encode, encode_chat=encode_chat,
         max_token_chars=max(map(len, tokenizer.backend.get_vocab(with_added_tokens=True)), default=0),
+        constrained=args.grammar_backend != "none",
+        tool_parser=args.tool_call_parser or detect_parser(template), native_tools=renders_tools(template),
     )
 
 

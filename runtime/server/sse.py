@@ -38,7 +38,7 @@ async def sse_response(
     request: web.Request,
     state,
     plan: GenerationPlan,
-    event: Callable[[Choice, Chunk], dict[str, Any]],
+    event: Callable[[Choice, Chunk], dict[str, Any] | list[dict[str, Any]]],
     head: dict[str, Any],
     usage: Callable[[list[Choice]], dict[str, Any]] | None = None,
 ) -> web.StreamResponse:
@@ -48,6 +48,8 @@ async def sse_response(
     chunks = Stream(state.manager, plan)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     try:
+        if plan.grammar_param is not None:
+            await chunks.wait_first()
         await response.prepare(request)
     except BaseException:
         await chunks.aclose()
@@ -57,7 +59,9 @@ async def sse_response(
         try:
             async for choice, chunk in chunks:
                 choices[choice.index] = choice
-                await response.write(encode_event(event(choice, chunk)))
+                payload = event(choice, chunk)
+                for item in payload if isinstance(payload, list) else [payload]:
+                    await response.write(encode_event(item))
             if plan.include_usage and usage is not None:
                 await response.write(encode_event({**head, "choices": [], "usage": usage(list(choices.values()))}))
         except SchedulerGone as exc:

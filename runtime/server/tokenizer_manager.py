@@ -16,6 +16,7 @@ import zmq
 import zmq.asyncio
 
 from toolkit.runtime.io_struct import (
+    INVALID_GRAMMAR,
     WAITING_TIMEOUT,
     AbortRequest,
     BatchOutput,
@@ -102,6 +103,11 @@ class SchedulerGone(RuntimeError):
 
 
 SCHEDULER_FAILED = "the scheduler process failed; the error is in the server log"
+
+
+class GrammarRejected(ValueError):
+    """The scheduler refused the request's grammar (invalid, too slow to compile, or constrained decoding off): the
+    request's fault, answered 400 naming the field that carried the grammar."""
 
 
 class TokenizerManager:
@@ -239,6 +245,8 @@ class TokenizerManager:
                 reason = item.finished_reason
                 if reason is not None and reason.code == WAITING_TIMEOUT:
                     raise Overloaded("waiting_timeout", reason.message or "the request waited too long in the queue")
+                if reason is not None and reason.code == INVALID_GRAMMAR:
+                    raise GrammarRejected(reason.message or "the grammar was refused")
                 yield item
                 if item.finished_reason is not None:
                     return

@@ -13,7 +13,7 @@ from tests.runtime.engine_fixtures import LogCapture, random_prompts, tiny_engin
 from tests.runtime.tiny_models import make_tiny_model
 
 CAP = 3
-DECODE_RE = re.compile(r"Decode batch\. #running-req: (\d+), .* #queue-req: (\d+)$")
+DECODE_RE = re.compile(r"Decode batch\. #running-req: (\d+), .* #queue-req: (\d+), #grammar-queue-req: \d+$")
 
 
 @pytest.fixture(scope="module")

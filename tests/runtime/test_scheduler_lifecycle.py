@@ -14,7 +14,7 @@ from tests.runtime.tiny_models import make_tiny_model
 # docs/log-formats.md §2-§4, §6: the 0.4.9-era templates our scheduler writes, as regexes
 DECODE_RE = re.compile(
     r"Decode batch\. #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), cuda graph: (True|False), "
-    r"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)$"
+    r"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+), #grammar-queue-req: (\d+)$"
 )
 PREFILL_RE = re.compile(
     r"Prefill batch\. #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), token usage: ([\d.]+), "

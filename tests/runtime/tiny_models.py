@@ -30,6 +30,9 @@ TINY_CONFIGS: dict[str, dict] = {
         max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=10000.0,
     ),
 }
+# NOTE: the embedded tokenizer's whole vocabulary, so grammars (compiled against that tokenizer) apply as they would
+# to the embedded model; 4 heads / 2 KV heads split by 2 for TP.
+TINY_CONFIGS["llama-gqa-fullvocab"] = {**TINY_CONFIGS["llama-gqa-llama3rope"], "vocab_size": 49152}
 
 
 def make_tiny_model(name: str, folder: Path, seed: int = 0):

@@ -119,7 +119,7 @@ def test_log_file_has_sglang_lines(server):
     text = server.log_file.read_text()
     assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] Prefill batch\. #new-seq: \d+", text, re.MULTILINE)
     assert re.search(r"^\[[\d :-]+\] Decode batch\. #running-req: \d+, #token: \d+, token usage: [\d.]+, "
-                     r"cuda graph: False, gen throughput \(token/s\): [\d.]+, #queue-req: \d+$", text, re.MULTILINE)
+                     r"cuda graph: False, gen throughput \(token/s\): [\d.]+, #queue-req: \d+, #grammar-queue-req: \d+$", text, re.MULTILINE)
     assert re.search(r"max_total_num_tokens=20000, .*available_cpu_mem=[\d.]+ GB$", text, re.MULTILINE)
     assert re.search(r'INFO:     127\.0\.0\.1:\d+ - "POST /v1/completions HTTP/1\.1" 200 OK', text)
 
