@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterable, Mapping
 
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.fields import Value
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.ideas import flag_of
-from toolkit.diagnose.log_format.launch import SGLANG_LAUNCHER, VLLM_LAUNCHER
+from toolkit.diagnose.read.fields import Value
+from toolkit.diagnose.read.launch import SGLANG_LAUNCHER, VLLM_LAUNCHER
 from toolkit.runtime.server_args import ServerArgs  # torch-free: the flag declarations only
 
 # The SGLang arguments a corrected command keeps, in order.

@@ -14,9 +14,9 @@ from toolkit.diagnose.advice import launch_command
 from toolkit.diagnose.bench_input import BenchInput, read_bench
 from toolkit.diagnose.config import ServerConfig, read_config
 from toolkit.diagnose.findings import SEVERITIES, Finding, rank_of
-from toolkit.diagnose.lines import ParseStats
 from toolkit.diagnose.metrics_input import Metrics, read_metrics
-from toolkit.diagnose.reading import Tap, read_logs
+from toolkit.diagnose.read.lines import ParseStats
+from toolkit.diagnose.read.logs import Tap, read_logs
 from toolkit.diagnose.rules import Context, run_rules
 from toolkit.diagnose.rules.context import MIN_LINES
 from toolkit.diagnose.timeline import Timeline, build_timeline

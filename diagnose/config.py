@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_policy
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.fields import Value, parse_fields
-from toolkit.diagnose.log_format.eras import era_of
-from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN, SGLANG_KINDS, STARTS, VLLM_FREE_MEMORY, VLLM_KINDS
+from toolkit.diagnose.era_defaults import default_cuda_graph_max_bs, default_schedule_policy
+from toolkit.diagnose.read.eras import era_of
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.fields import Value, parse_fields
+from toolkit.diagnose.read.messages import CAPTURE_BEGAN, SGLANG_KINDS, STARTS, VLLM_FREE_MEMORY, VLLM_KINDS
 
 # Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
 _VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]|" + VLLM_FREE_MEMORY)

@@ -8,9 +8,9 @@ from typing import Literal
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.ideas import Change, Engine, flag_of
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.series import Rows
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")

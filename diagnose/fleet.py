@@ -25,8 +25,8 @@ from toolkit.diagnose.analysis import Diagnosis, analyze
 from toolkit.diagnose.findings import Evidence, Finding, rank_of
 from toolkit.diagnose.flags import engine_of
 from toolkit.diagnose.ideas import Engine
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import Context
-from toolkit.diagnose.series import Rows
 
 IMBALANCE = 2.0
 BUSY_RUNNING = 2.0         # the busier worker's mean batch must be at least this for an imbalance

@@ -8,7 +8,7 @@ from typing import Any
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.ideas import IDEAS, Change, Engine
-from toolkit.diagnose.log_format.messages import KINDS
+from toolkit.diagnose.read.messages import KINDS
 from toolkit.diagnose.timeline import distribution
 
 SCHEMA = "toolkit.diagnose/1"

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
-from toolkit.diagnose.prefix import clock_text
+from toolkit.diagnose.read.prefix import clock_text
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green", "insufficient": "magenta"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -35,8 +35,8 @@ import numpy as np
 from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction, more_kv_memory
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context
-from toolkit.diagnose.series import Rows
 
 FULL_USAGE = 0.9
 BOUND_FRACTION = 0.5

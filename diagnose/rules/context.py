@@ -9,10 +9,10 @@ import numpy as np
 
 from toolkit.diagnose.bench_input import BenchInput
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.log_format.messages import BATCH_KINDS, CAPTURE_BEGAN
 from toolkit.diagnose.metrics_input import Metrics
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.messages import BATCH_KINDS, CAPTURE_BEGAN
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.timeline import Timeline
 
 MIN_LINES = 10  # fewer steady load lines than this and load-shape rules cannot judge

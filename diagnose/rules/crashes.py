@@ -12,11 +12,11 @@
 """
 from __future__ import annotations
 
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import error_line
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.messages import error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
 from toolkit.diagnose.rules.workarounds import workaround
 

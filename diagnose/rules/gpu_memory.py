@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Evidence, Finding, evidence_events
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN
+from toolkit.diagnose.read.messages import CAPTURE_BEGAN
 from toolkit.diagnose.rules.context import Context, capturing_at
 
 LOW_GB = 5.0

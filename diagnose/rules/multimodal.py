@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import cut_or_about_memory
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.messages import cut_or_about_memory
 from toolkit.diagnose.rules.context import Context, pow2_at_most
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's, on GPUs

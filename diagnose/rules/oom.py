@@ -37,11 +37,11 @@ from typing import Literal
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import cut_in_kv_check, cut_or_about_memory, error_line
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.messages import cut_in_kv_check, cut_or_about_memory, error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, prints_sizes, refused_length, rounded_down
 

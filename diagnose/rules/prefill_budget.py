@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.eras import default_max_prefill_tokens
+from toolkit.diagnose.era_defaults import default_max_prefill_tokens
 from toolkit.diagnose.findings import Finding, confidence_of, evidence
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, power_of_two
-from toolkit.diagnose.series import Rows
 
 ROOM = 0.9
 CAPPED_FRACTION = 0.5

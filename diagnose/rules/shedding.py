@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.running_cap import supported_cap
-from toolkit.diagnose.series import Rows
 
 MIN_SHED = 10
 SHED_SHARE = 0.05

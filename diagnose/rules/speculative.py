@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Confidence, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 LOW_RATE = 0.3

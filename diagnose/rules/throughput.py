@@ -20,8 +20,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from toolkit.diagnose.findings import Finding, evidence
 from toolkit.diagnose.flags import memory_fraction, more_kv_memory
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import Context, pow2_at_least
-from toolkit.diagnose.series import Rows
 
 COLLAPSE_FACTOR = 3.0
 MIN_RUN = 3

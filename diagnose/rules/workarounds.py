@@ -32,11 +32,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.log_format.messages import MAMBA_POOL_FULL
-from toolkit.diagnose.messages import error_line, error_lines
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.messages import MAMBA_POOL_FULL, error_line, error_lines
 
 _PD_TP = re.compile(r"different TP sizes|(?:prefill|decode)\w{0,20}[ _]tp[ _]size\W{1,3}\d+", re.I)
 _PREFILL_TP = re.compile(r"prefill\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.diagnose.fastpath.scan import scan_chunk
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.source import PAD
+from toolkit.diagnose.read.fastpath.scan import scan_chunk
+from toolkit.diagnose.read.fields import parse_fields
+from toolkit.diagnose.read.source import PAD
 from tests.diagnose.test_fastpath import STATS_BODIES, _read, _same, _table_rows, export_against_per_line
 
 V1 = "(APIServer pid=1) INFO {date} [loggers.py:123] "

@@ -15,10 +15,10 @@ import shlex
 from collections.abc import Iterable
 from typing import Union
 
-from toolkit.diagnose.log_format.batch import BINDING_USAGE, LABELS, MIXED, USAGES
-from toolkit.diagnose.log_format.launch import PROGRAM_AT, SHELL_OPERATORS, VLLM_LAUNCHER, VLLM_SHORT_FLAGS
-from toolkit.diagnose.log_format.prefix import PASTE_QUOTE
-from toolkit.diagnose.log_format.messages import ACCESS_FIELDS, VLLM_FREE_MEMORY, engine_tag
+from toolkit.diagnose.read.batch import BINDING_USAGE, LABELS, MIXED, USAGES
+from toolkit.diagnose.read.launch import PROGRAM_AT, SHELL_OPERATORS, VLLM_LAUNCHER, VLLM_SHORT_FLAGS
+from toolkit.diagnose.read.messages import ACCESS_FIELDS, VLLM_FREE_MEMORY, engine_tag
+from toolkit.diagnose.read.prefix import PASTE_QUOTE
 
 Value = Union[int, float, bool, str, None]
 

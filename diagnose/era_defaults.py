@@ -1,8 +1,8 @@
 """The defaults SGLang would have chosen in each era (docs/log-formats.md §12); the eras and the log forms that
-prove one are `diagnose.log_format.eras`."""
+prove one are `diagnose.read.eras`."""
 from __future__ import annotations
 
-from toolkit.diagnose.log_format.eras import ERAS
+from toolkit.diagnose.read.eras import ERAS
 
 
 def _at_least(era: str | None, version: str) -> bool:

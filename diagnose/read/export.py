@@ -32,24 +32,24 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
-from toolkit.diagnose.arrow_arrays import booleans, empty_table, names, numbers, spans, texts, values_of
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.fastpath.access import access_fields
-from toolkit.diagnose.fastpath.ahead import JobResult, ReadChunk, range_workers
-from toolkit.diagnose.fastpath.fields import BOOLEAN
-from toolkit.diagnose.fastpath.scan import ACCESS, ScannedChunk, stamp_times
-from toolkit.diagnose.fastpath.words import Words
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.log_format.messages import UVICORN_ACCESS
-from toolkit.diagnose.series import META
-from toolkit.diagnose.source import Chunk
+from toolkit.diagnose.read.arrow_arrays import booleans, empty_table, names, numbers, spans, texts, values_of
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.fastpath.access import access_fields
+from toolkit.diagnose.read.fastpath.ahead import JobResult, ReadChunk, range_workers
+from toolkit.diagnose.read.fastpath.fields import BOOLEAN
+from toolkit.diagnose.read.fastpath.scan import ACCESS, ScannedChunk, stamp_times
+from toolkit.diagnose.read.fastpath.words import Words
+from toolkit.diagnose.read.fields import parse_fields
+from toolkit.diagnose.read.messages import UVICORN_ACCESS
+from toolkit.diagnose.read.series import META
+from toolkit.diagnose.read.source import Chunk
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from toolkit.diagnose.analysis import Diagnosis
-    from toolkit.diagnose.lines import ParseStats
-    from toolkit.diagnose.series import BatchTable, LogRecords
+    from toolkit.diagnose.read.lines import ParseStats
+    from toolkit.diagnose.read.series import BatchTable, LogRecords
 
 FORMATS = (".csv", ".parquet")
 BASE = ("kind", "time", "timestamp", "rank", "line", "source", "text")

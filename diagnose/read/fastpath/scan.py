@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolkit.diagnose.fastpath.fields import read_pieces
-from toolkit.diagnose.fastpath.outer import BEFORE_ACCESS, outer_lengths
-from toolkit.diagnose.fastpath.stats import StatsLines, stats_lines
-from toolkit.diagnose.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather,
+from toolkit.diagnose.read.batch import DECODE_LABEL, LABEL_ENDS, PREFILL_LABEL
+from toolkit.diagnose.read.fastpath.fields import read_pieces
+from toolkit.diagnose.read.fastpath.outer import BEFORE_ACCESS, outer_lengths
+from toolkit.diagnose.read.fastpath.stats import StatsLines, stats_lines
+from toolkit.diagnose.read.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather,
                                              is_literal, parse_digits, two_digits, window, word_at)
-from toolkit.diagnose.log_format.batch import DECODE_LABEL, LABEL_ENDS, PREFILL_LABEL
-from toolkit.diagnose.log_format.messages import ACCESS_DASH, SGLANG_BATCH_KINDS, UVICORN_ACCESS
-from toolkit.diagnose.log_format.prefix import (DAY, RANK_TAGS, SGLANG_STAMP_LAYOUT, days_since_epoch, is_date,
+from toolkit.diagnose.read.messages import ACCESS_DASH, SGLANG_BATCH_KINDS, UVICORN_ACCESS
+from toolkit.diagnose.read.prefix import (DAY, RANK_TAGS, SGLANG_STAMP_LAYOUT, days_since_epoch, is_date,
                                                 rank_name, time_of_day)
-from toolkit.diagnose.source import PASTED_RESET
+from toolkit.diagnose.read.source import PASTED_RESET
 
 DECODE, PREFILL, ACCESS = 0, 1, 2  # kind codes: SGLANG_BATCH_KINDS[code], then access lines
 assert SGLANG_BATCH_KINDS[DECODE] == "decode" and SGLANG_BATCH_KINDS[PREFILL] == "prefill"
@@ -461,7 +461,7 @@ _DATE = np.uint64(0xFFFFFF)  # bytes 8-10 of a stamp, `-dd`: with word 0, the da
 
 def _time(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(seconds on the log's clock, the date is a calendar date) from each stamp, by the rule of
-    `diagnose.log_format.prefix`: the time of day (plus milliseconds) added to the date's midnight (worked out
+    `diagnose.read.prefix`: the time of day (plus milliseconds) added to the date's midnight (worked out
     per distinct date)."""
     w0, w1, w2 = head[0], head[1], head[2]
     if len(w0) == 0:
@@ -541,7 +541,7 @@ def _distinct(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rank_name(tag: bytes) -> str | None:
-    """The rank a tag text names (`None` when it is not a rank tag), named by `log_format.prefix.rank_name`."""
+    """The rank a tag text names (`None` when it is not a rank tag), named by `read.prefix.rank_name`."""
     name = _RANK_NAMES.get(tag, "?")
     if name == "?":
         text = tag.decode("ascii", "replace")

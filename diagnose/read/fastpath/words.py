@@ -1,7 +1,7 @@
 """A chunk's bytes read eight at a time: unaligned little-endian 64-bit words at any offset, and the SWAR tests
 on them (which byte is the first of a kind, how many digits lead, what number they spell).
 
-Chunks end in zero padding (`diagnose.source.PAD`), so a word may be read at any offset up to the chunk's
+Chunks end in zero padding (`diagnose.read.source.PAD`), so a word may be read at any offset up to the chunk's
 size plus the padding less eight; callers never read further.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 if TYPE_CHECKING:
-    from toolkit.diagnose.lines import ParseStats
+    from toolkit.diagnose.read.lines import ParseStats
 
 CHUNK = 2 << 20
 MAX_LINE = 1 << 20

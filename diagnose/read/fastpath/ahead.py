@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.diagnose import source
-from toolkit.diagnose.fastpath.scan import ScannedChunk, scan_chunk
-from toolkit.diagnose.fastpath.plain import stamped_plain, surely_plain, vllm_plain
-from toolkit.diagnose.lines import RECORD_REACH, is_plain, opens_record
-from toolkit.diagnose.source import MAX_LINE, PAD, Chunk, decode_line, decode_lines
+from toolkit.diagnose.read import source
+from toolkit.diagnose.read.fastpath.plain import stamped_plain, surely_plain, vllm_plain
+from toolkit.diagnose.read.fastpath.scan import ScannedChunk, scan_chunk
+from toolkit.diagnose.read.lines import RECORD_REACH, is_plain, opens_record
+from toolkit.diagnose.read.source import MAX_LINE, PAD, Chunk, decode_line, decode_lines
 from toolkit.runtime.host_memory import keep_freed_memory  # torch-free
 
 WORKERS = min(2, os.cpu_count() or 1)

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.fastpath.words import (Words, digit_run, digit_values, lowest_flag_bits, nondigit_flags,
+from toolkit.diagnose.read.batch import BINDING_USAGE, KEYS, RUNNING, USAGES
+from toolkit.diagnose.read.fastpath.words import (Words, digit_run, digit_values, lowest_flag_bits, nondigit_flags,
                                              parse_digits, spell)
-from toolkit.diagnose.fields import canonical
-from toolkit.diagnose.log_format.batch import BINDING_USAGE, KEYS, RUNNING, USAGES
+from toolkit.diagnose.read.fields import canonical
 
 _LITERALS = [f"{key}: ".encode() for key in KEYS]
 NAMES = [canonical(key) for key in KEYS]

@@ -1,7 +1,7 @@
 """SGLang's decode and prefill lines (docs/log-formats.md §2-§3, §8): labels, field keys, the binding usage.
 
 `Decode batch. #running-req: 233, #token: 370959, token usage: 0.82, ...`: after the label, an unordered
-`key: value` list. The per-line parser reads any key (`diagnose.fields`); the fast path reads lines whose keys
+`key: value` list. The per-line parser reads any key (`diagnose.read.fields`); the fast path reads lines whose keys
 are all in `KEYS` and sends the rest to it.
 """
 from __future__ import annotations

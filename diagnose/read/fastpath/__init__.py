@@ -1,11 +1,11 @@
 """The fast path: the common lines of a chunk (decode, prefill and HTTP access lines in the layout SGLang's
 logger writes since 0.3.6, also behind a collector's prefix; vLLM's stats lines) classified and read in vectorized
 numpy operations (the stats lines, a few in a chunk, one pattern match each);
-every other line goes to the per-line parser (`diagnose.lines`), in order.
+every other line goes to the per-line parser (`diagnose.read.lines`), in order.
 
 Results equal the per-line parser: for every line it reads, the kind, line number, time, rank and fields are
 exactly what `LineParser` and `parse_fields` give, and the counts of other and unread lines are the same
-(docs/log-formats.md §14). Both derive their tables from `diagnose.log_format` (stamp layout and rank tags,
+(docs/log-formats.md §14). Both derive their tables from `diagnose.read` (stamp layout and rank tags,
 labels, keys, the binding usage). Tests that check it: `tests/diagnose/test_log_format_differential.py` (every
 sample line of docs/log-formats.md, every real log), `tests/diagnose/test_fastpath.py` (every era, every stamp and
 body, cut and garbled lines, random pieces and access lines, the calendar, byte ranges read by worker

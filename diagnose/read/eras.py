@@ -1,7 +1,7 @@
 """SGLang's eras and the log forms that prove one (docs/log-formats.md §12)."""
 from __future__ import annotations
 
-from toolkit.diagnose.log_format.batch import DECODE_LABEL, NEW_FILL_LABEL
+from toolkit.diagnose.read.batch import DECODE_LABEL, NEW_FILL_LABEL
 
 ERAS = ("0.1.14", "0.2.5", "0.2.15", "0.3.6", "0.4.3", "0.4.9", "0.5.3", "0.5.5", "0.5.23")
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.log_format.messages import BATCH_KINDS
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.fields import parse_fields
+from toolkit.diagnose.read.messages import BATCH_KINDS
 
 META = ("source", "line", "time", "rank")
 _DTYPES = {"source": np.int16, "line": np.int64, "time": np.float64, "rank": np.int16}

@@ -1,14 +1,14 @@
 """Events: one recognised log message (docs/log-formats.md §1-§8), the only event type of `toolkit diagnose`; the
-kinds are named in `diagnose.log_format.messages`.
+kinds are named in `diagnose.read.messages`.
 
-Fields are read lazily from `text` (`diagnose.fields`): the parsers only classify. Batch and stats lines (the
-time series) become columns in `diagnose.series`; every other event stays an `Event`.
+Fields are read lazily from `text` (`diagnose.read.fields`): the parsers only classify. Batch and stats lines (the
+time series) become columns in `diagnose.read.series`; every other event stays an `Event`.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from toolkit.diagnose.fields import Value, parse_fields
+from toolkit.diagnose.read.fields import Value, parse_fields
 
 
 class Event(NamedTuple):

@@ -1,9 +1,9 @@
 """The per-line parser: log lines -> `Event`s, in constant memory, for every SGLang era and vLLM
-(docs/log-formats.md §1-§9). It is the reference: `diagnose.fastpath` reads the common lines of a block
+(docs/log-formats.md §1-§9). It is the reference: `diagnose.read.fastpath` reads the common lines of a block
 vectorized and must give exactly what this gives.
 
 Each line's prefix (time, rank, process) is read first; the message after it is classified by how it starts
-(`diagnose.messages`). Multi-line records (tracebacks, hard OOM, leak warnings, vLLM's memory profile) are
+(`diagnose.read.messages`). Multi-line records (tracebacks, hard OOM, leak warnings, vLLM's memory profile) are
 joined into one event. Unreadable lines are counted in `ParseStats`, never raised.
 """
 from __future__ import annotations
@@ -17,16 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.log_format.batch import ACCEPT_LENGTH, QUEUE
-from toolkit.diagnose.log_format.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
-from toolkit.diagnose.log_format.messages import (BATCH_KINDS, CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
-                                                  REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
-                                                  engine_tag)
-from toolkit.diagnose.log_format.prefix import (COLOCATED_ACTOR, COLOCATED_ACTORS, PASTE_FENCE, PASTE_QUOTE,
-                                                engine_rank)
-from toolkit.diagnose.messages import error_kinds, error_line, kind_of, line_kind
-from toolkit.diagnose.prefix import Prefix, glued_records, read_prefix, stamped_message_start
+from toolkit.diagnose.read.batch import ACCEPT_LENGTH, QUEUE
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
+from toolkit.diagnose.read.messages import (BATCH_KINDS, CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
+                                            REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
+                                            engine_tag, error_kinds, error_line, kind_of, line_kind)
+from toolkit.diagnose.read.prefix import (COLOCATED_ACTOR, COLOCATED_ACTORS, PASTE_FENCE, PASTE_QUOTE, Prefix,
+                                          engine_rank, glued_records, read_prefix, stamped_message_start)
 
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
@@ -373,7 +371,7 @@ def parse_lines(lines: Iterable[str], source: int = 0, stats: ParseStats | None 
 
 def parse_path(path: str | Path, source: int = 0, stats: ParseStats | None = None) -> Iterator[Event]:
     """Events from a plain or gzip file, or stdin for `-`, streamed, every line read by the per-line parser."""
-    from toolkit.diagnose.source import LineReader, decode_lines, open_log
+    from toolkit.diagnose.read.source import LineReader, decode_lines, open_log
 
     parser = LineParser(source, stats)
     with open_log(path) as stream:

@@ -1,6 +1,6 @@
 """Reading logs into records: the fast path for the chunks' hot lines, the per-line parser for the rest.
 
-For each source, chunks are scanned ahead on worker threads (`diagnose.fastpath`); the caller hands each
+For each source, chunks are scanned ahead on worker threads (`diagnose.read.fastpath`); the caller hands each
 chunk's slow lines, in order, to one `LineParser`, and keeps the hot batch lines as columns. Access lines are
 counted, never kept. With `fast=False` every line takes the per-line path (the reference the fast path is
 tested against). A `tap` (`--export`'s `EventStash`) is handed each chunk's events as they are read, and gives
@@ -17,15 +17,14 @@ from typing import Protocol
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.fastpath.ahead import (Job, LineTooLong, ReadChunk, runs, samples, scanned_chunks,
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.fastpath.ahead import (Job, LineTooLong, ReadChunk, runs, samples, scanned_chunks,
                                               scanned_ranges, use_processes)
-from toolkit.diagnose.lines import LineParser, ParseStats
-from toolkit.diagnose.log_format.messages import BATCH_KINDS
-from toolkit.diagnose.log_format.prefix import YEAR
-from toolkit.diagnose.prefix import read_prefix, window_on_clock
-from toolkit.diagnose.series import BatchTableBuilder, LogRecords, merge_parts
-from toolkit.diagnose.source import Chunk, LineReader, cleaned, decode_lines, open_log
+from toolkit.diagnose.read.lines import LineParser, ParseStats
+from toolkit.diagnose.read.messages import BATCH_KINDS
+from toolkit.diagnose.read.prefix import YEAR, read_prefix, window_on_clock
+from toolkit.diagnose.read.series import BatchTableBuilder, LogRecords, merge_parts
+from toolkit.diagnose.read.source import Chunk, LineReader, cleaned, decode_lines, open_log
 
 SERIES_KINDS = frozenset({"retract", "preempt", "oom", "watchdog", "exception", "leak", "spec_metrics",
                           "prefix_cache", "shed", "queue_timeout", "client_gone", "kv_transfer_failed"})
@@ -172,7 +171,7 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
 
 def chunk_size() -> int:
     """The chunk size, read at call time (tests make chunks small)."""
-    from toolkit.diagnose import source
+    from toolkit.diagnose.read import source
 
     return source.CHUNK
 

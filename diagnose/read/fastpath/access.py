@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.fastpath.scan import AccessLines
-from toolkit.diagnose.fastpath.words import Words, digit_run, first_byte, is_literal, parse_digits, window
-from toolkit.diagnose.log_format.messages import ACCESS_HTTP, MAX_CLIENT_CHARS
+from toolkit.diagnose.read.fastpath.scan import AccessLines
+from toolkit.diagnose.read.fastpath.words import Words, digit_run, first_byte, is_literal, parse_digits, window
+from toolkit.diagnose.read.messages import ACCESS_HTTP, MAX_CLIENT_CHARS
 
 _HTTP = ACCESS_HTTP.encode()
 _WHITESPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")

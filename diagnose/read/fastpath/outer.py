@@ -1,4 +1,4 @@
-"""Outer prefixes before SGLang's stamp (docker compose, CRI, Ray, journald: `log_format.prefix.OUTER_PREFIXES`),
+"""Outer prefixes before SGLang's stamp (docker compose, CRI, Ray, journald: `read.prefix.OUTER_PREFIXES`),
 and vLLM's process prefix before its API server's access line (`TIMELESS_PROCESS`): how many bytes of each line
 to skip so that the scanner meets the stamp (or the access line) where it reads one.
 
@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.fastpath.words import Words, all_digits, gather
-from toolkit.diagnose.log_format.messages import UVICORN_ACCESS
-from toolkit.diagnose.log_format.prefix import OUTER_PREFIX, TIMELESS_PROCESS
+from toolkit.diagnose.read.fastpath.words import Words, all_digits, gather
+from toolkit.diagnose.read.messages import UVICORN_ACCESS
+from toolkit.diagnose.read.prefix import OUTER_PREFIX, TIMELESS_PROCESS
 
 MAX_OUTER = 96  # bytes read per line: a longer prefix (with what follows it) leaves the line to the per-line path
 MAX_TRIES = 16  # lines per chunk read by the grammar; lines no layout of those matches take the per-line path

@@ -18,15 +18,14 @@ from itertools import repeat
 
 import numpy as np
 
-from toolkit.diagnose.fastpath.outer import Form, prefix_layouts
-from toolkit.diagnose.fastpath.scan import StampedLines
-from toolkit.diagnose.fastpath.words import Words, occurrences
-from toolkit.diagnose.log_format.messages import STARTS, TRACEBACK_FRAME, TRACEBACK_HEAD
-from toolkit.diagnose.log_format.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
+from toolkit.diagnose.read.fastpath.outer import Form, prefix_layouts
+from toolkit.diagnose.read.fastpath.scan import StampedLines
+from toolkit.diagnose.read.fastpath.words import Words, occurrences
+from toolkit.diagnose.read.messages import ERROR_START, NO_EVENT, STARTS, TRACEBACK_FRAME, TRACEBACK_HEAD
+from toolkit.diagnose.read.prefix import (FIRST_STAMP, FIRST_STAMP_DATE, NOTHING_MORE, PREFIXES_AFTER_STAMP,
                                                 VLLM_DEFAULT_YEAR, VLLM_MONTH_DAY, VLLM_PREFIX,
                                                 VLLM_PREFIX_FIRST_BYTES, is_date)
-from toolkit.diagnose.messages import ERROR_START, NO_EVENT
-from toolkit.diagnose.source import PASTED_RESET
+from toolkit.diagnose.read.source import PASTED_RESET
 
 # NOTE: `is_plain` of a printable ASCII line (tabs too), matched on its bytes: on ASCII text a bytes pattern and a
 # str pattern match alike (`\s`, `\w`, `\d`, case folding), and decoding it removes nothing (no CR, no escape
