@@ -13,13 +13,13 @@ from toolkit.diagnose.read.eras import era_of
 from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.read.fields import Value, parse_fields
 from toolkit.diagnose.read.messages import CAPTURE_BEGAN, SGLANG_KINDS, STARTS, VLLM_FREE_MEMORY, VLLM_KINDS
+from toolkit.diagnose.read.rank import Rank
 
 # Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
 _VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]|" + VLLM_FREE_MEMORY)
 _SGLANG_TEXT = re.compile(r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]")
 _TEXT_KINDS = ("not_enough_memory", "oom", "exception")
 VLLM_DEFAULT_CAPTURE_SIZE = 512
-_RANK_PART = re.compile(r"(DP|TP|GPU)(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,7 @@ class ServerConfig:
                 "weights per device (GB)": self.weight_mem_gb, "KV cache (GB)": self.kv_mem_gb}
 
 
-def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[str],
+def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[Rank],
                 vllm_prefixed: bool = False, colocated_with: Iterable[str] = ()) -> ServerConfig:
     """Server configuration from the start-up events (first occurrence of each), the engine that wrote the
     log, and the TP/DP sizes its rank tags imply. `samples` holds the first and last text of each kind
@@ -188,7 +188,7 @@ def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], r
     common = {"rank_tp": rank_tp, "rank_dp": rank_dp, "colocated_with": min(colocated_with, default=None)}
     if engine == "vllm":
         return _vllm_config(events, samples, launch, common)
-    if any(rank.startswith("GPU") for rank in all_ranks):
+    if any(rank.gpu is not None for rank in all_ranks):
         samples = {**samples, "rank tag": "[gpu_id="}  # SGLang 0.2.5's `[gpu_id=N]` tag is part of the prefix
     return _sglang_config(events, samples, launch, {**common, "engine": engine})
 
@@ -236,16 +236,12 @@ def _int(*values: object) -> int | None:
     return None
 
 
-def _rank_sizes(ranks: Iterable[str]) -> tuple[int | None, int | None]:
-    """(TP size, DP size) the rank tags imply: one more than the largest index seen, None without tags."""
-    tp = dp = None
-    for rank in ranks:
-        for kind, n in _RANK_PART.findall(rank):
-            if kind == "DP":
-                dp = max(dp or 0, int(n) + 1)
-            else:
-                tp = max(tp or 0, int(n) + 1)
-    return tp, dp
+def _rank_sizes(ranks: Iterable[Rank]) -> tuple[int | None, int | None]:
+    """(TP size, DP size) the rank tags imply: one more than the largest index seen (a GPU tag's counts as TP),
+    None without tags."""
+    tps = [n for r in ranks for n in (r.tp, r.gpu) if n is not None]
+    dps = [r.dp for r in ranks if r.dp is not None]
+    return (max(tps) + 1 if tps else None), (max(dps) + 1 if dps else None)
 
 
 _POOL_START = re.compile(STARTS["pool"])

@@ -14,7 +14,6 @@ A worker's load counts each DP group once (its TP ranks print the same batch) an
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,7 +36,6 @@ FREE_USAGE = 0.5
 MISSING_GAP_S = 60.0
 MISSING_SHARE = 0.1
 LOG_SUFFIXES = (".log", ".log.gz", ".txt", ".gz")
-_DP = re.compile(r"DP\d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +165,7 @@ def _summed_over_groups(rows: Rows, name: str) -> float | None:
     values = rows[name]
     if not np.isfinite(values).any():
         return None
-    groups = np.array([m.group() if (m := _DP.search(r)) else "" for r in rows["rank"]], dtype=object)
+    groups = np.array([r.dp_group for r in rows["rank"]], dtype=object)
     return float(sum(np.nanmean(values[groups == g]) for g in set(groups.tolist())
                      if np.isfinite(values[groups == g]).any()))
 

@@ -22,9 +22,10 @@ from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.read.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
 from toolkit.diagnose.read.messages import (BATCH_KINDS, CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
                                             REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
-                                            engine_tag, error_kinds, error_line, kind_of, line_kind)
+                                            error_kinds, error_line, kind_of, line_kind)
 from toolkit.diagnose.read.prefix import (COLOCATED_ACTOR, COLOCATED_ACTORS, PASTE_FENCE, PASTE_QUOTE, Prefix,
-                                          engine_rank, glued_records, read_prefix, stamped_message_start)
+                                          glued_records, read_prefix, stamped_message_start)
+from toolkit.diagnose.read.rank import Rank, stats_rank
 
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
@@ -59,7 +60,7 @@ class PendingRecord:
     kind: str
     line: int
     time: float | None
-    rank: str
+    rank: Rank
     parts: list[str]
     chars: int = 0
     quoted: bool = False
@@ -344,14 +345,6 @@ def _readable_batch(kind: str, text: str) -> bool:
     counted = ("running" in text or (kind == "prefill" and QUEUE in text and own)
                or (kind == "decode" and ACCEPT_LENGTH in text))
     return counted and ": " in text
-
-
-def stats_rank(text: str, rank: str) -> str:
-    """vLLM's stats line names its engine (a DP rank): `Engine 001:` -> `DP1`; aggregated lines -> `DP*`."""
-    tag = engine_tag(text)
-    if tag is None or "DP" in rank:
-        return rank
-    return engine_rank(None if tag.aggregated else tag.number)
 
 
 def parse_lines(lines: Iterable[str], source: int = 0, stats: ParseStats | None = None) -> Iterator[Event]:

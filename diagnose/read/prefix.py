@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Literal, NamedTuple, TypeVar
 
+from toolkit.diagnose.read.rank import NO_RANK, Rank, gpu_rank, process_rank, rank_name, tp_rank
+
 DAY = 86400.0
 YEAR = 366 * DAY  # vLLM's `MM-DD` clock reads as the year 2000, a leap year
 
@@ -229,43 +231,9 @@ def time_of_day(hour: N, minute: N, second: N) -> N:
     return hour * 3600 + minute * 60 + second  # type: ignore[operator]
 
 
-# -- rank tags and their names ------------------------------------------------------------------------------
-
-_RANK_PARTS = re.compile(r"(?<![A-Za-z])(DP|TP|PP|EP)(\d+)")
-_WORKER_RANK = re.compile(r"\brank=(\d+)")
-
-
-def rank_name(tags: str) -> str:
-    """SGLang's stamp tags as one rank name: `"  DP1  TP2 "` -> `"DP1 TP2"`."""
-    return " ".join(tags.split())
-
-
-def process_rank(process: str) -> str:
-    """vLLM's process name as a rank: `EngineCore_DP1` -> `DP1`, `Worker_PP1_TP0` -> `PP1 TP0`, V1's
-    multiprocessing `VllmWorker rank=7` -> `TP7` (its worker's rank), `APIServer` -> `""`."""
-    parts = " ".join(f"{kind}{n}" for kind, n in _RANK_PARTS.findall(process))
-    worker = _WORKER_RANK.search(process) if not parts else None
-    return tp_rank(worker.group(1)) if worker else parts
-
-
 def month_number(name: str) -> int:
     """syslog's month name as its number: `Nov` -> 11."""
     return MONTHS.index(name) + 1
-
-
-def gpu_rank(gpu: str) -> str:
-    """SGLang 0.2.5's `[gpu_id=N]` (or `[gpu=N]`) as a rank."""
-    return f"GPU{gpu}"
-
-
-def tp_rank(rank: str) -> str:
-    """SGLang 0.1's `Rank N: ` and `[rank=N] `, and torch.distributed's `[rankN]: `, as a rank."""
-    return f"TP{rank}"
-
-
-def engine_rank(engine: int | None) -> str:
-    """vLLM's stats line's engine (a DP rank): `Engine 001:` -> `DP1`; `N Engines Aggregated:` (None) -> `DP*`."""
-    return f"DP{engine}" if engine is not None else "DP*"
 
 
 # -- reading ----------------------------------------------------------------------------------------------------
@@ -281,13 +249,10 @@ class Prefix(NamedTuple):
     messages could be either's (an OOM, a traceback)."""
 
     time: float | None
-    rank: str
+    rank: Rank
     start: int
     period: float | None = None
     vllm: bool = False
-
-
-NO_PREFIX = Prefix(None, "", 0, None)
 
 
 @lru_cache(maxsize=512)
@@ -367,7 +332,7 @@ _CLOCKS: dict[str, Callable[[Sequence[str | None]], tuple[float, float | None] |
     # journald's `Nov 26 21:03:11` prints no year: it reads as vLLM's month-day clock does
     "syslog": lambda g: _clock(None, str(month_number(g[0])), *g[1:6], VLLM_DEFAULT_YEAR),  # type: ignore[arg-type]
 }
-_RANKS: dict[str, Callable[[Sequence[str | None]], str]] = {
+_RANKS: dict[str, Callable[[Sequence[str | None]], Rank]] = {
     "tags": lambda g: rank_name(g[0] or ""),
     "process": lambda g: process_rank(g[0] or ""),
     "gpu": lambda g: gpu_rank(g[0]),  # type: ignore[arg-type]
@@ -414,7 +379,7 @@ class _Form:
     def prefix(self, line: str, groups: Sequence[str | None], end: int) -> Prefix:
         clock = self.clock(groups) if self.clock is not None else None
         time, period = clock if clock is not None else (None, None)
-        found = Prefix(time, self.rank(groups) if self.rank is not None else "", end, period, self.vllm)
+        found = Prefix(time, self.rank(groups) if self.rank is not None else NO_RANK, end, period, self.vllm)
         for stage in self.then:
             for form in stage:
                 if line.startswith(form.opens, found.start) and (m := form.pattern.match(line, found.start)):
@@ -424,7 +389,7 @@ class _Form:
 
     def followed(self, outer: Prefix, m: re.Match[str]) -> Prefix:
         """`outer` read on past this form, which follows it: the message starts after it; the time stays outer's."""
-        rank = self.rank(m.groups()) if self.rank is not None else ""
+        rank = self.rank(m.groups()) if self.rank is not None else NO_RANK
         rank = (outer.rank or rank) if self.rank_if_none else (rank or outer.rank)
         return Prefix(outer.time, rank, m.end(), outer.period, outer.vllm or self.vllm)
 
@@ -452,8 +417,8 @@ _SOURCE_LEVEL = _FORMS["source level"].pattern
 
 
 def read_prefix(line: str) -> Prefix:
-    """The time, rank and message start of `line`, read by the first of `FORMS` it holds; `NO_PREFIX` parts where
-    it has none."""
+    """The time, rank and message start of `line`, read by the first of `FORMS` it holds; no time and no rank where
+    it names none."""
     for needs, quick, where, form in _ALONE:
         if needs in line and (quick is None or quick(line) is not None) and (m := where(line)) is not None:
             return form.prefix(line, m.groups(), m.end())
@@ -461,7 +426,7 @@ def read_prefix(line: str) -> Prefix:
     at = process.end() if process else 0
     m = _AT_START_ANY.match(line, at)
     if m is None:
-        return Prefix(None, process_rank(process.group(1)) if process else "", at, None)
+        return Prefix(None, process_rank(process.group(1)) if process else NO_RANK, at, None)
     form, group = _AT_START_GROUPS[m.lastgroup]  # type: ignore[index]
     return form.prefix(line, m.groups()[group: group + form.groups], m.end())
 

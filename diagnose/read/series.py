@@ -16,6 +16,7 @@ import numpy as np
 from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.read.fields import parse_fields
 from toolkit.diagnose.read.messages import BATCH_KINDS
+from toolkit.diagnose.read.rank import NO_RANK, Rank, rank
 
 META = ("source", "line", "time", "rank")
 _DTYPES = {"source": np.int16, "line": np.int64, "time": np.float64, "rank": np.int16}
@@ -28,13 +29,13 @@ class BatchTable:
 
     kind: str
     columns: dict[str, np.ndarray]
-    ranks: list[str]
+    ranks: list[Rank]
 
     def __len__(self) -> int:
         return len(self.columns["line"])
 
     @classmethod
-    def empty(cls, kind: str, ranks: list[str] | None = None) -> BatchTable:
+    def empty(cls, kind: str, ranks: list[Rank] | None = None) -> BatchTable:
         return cls(kind, {name: np.zeros(0, dtype) for name, dtype in _DTYPES.items()}, ranks if ranks is not None else [])
 
     def rows(self, mask: np.ndarray | None = None) -> Rows:
@@ -63,7 +64,7 @@ class Rows:
         if cached is not None:
             return cached
         if name == "rank":
-            names = np.array(self.table.ranks or [""], dtype=object)
+            names = np.array(self.table.ranks or [NO_RANK], dtype=object)
             values = names[self._codes()]
         else:
             column = self.table.columns.get(name)
@@ -85,16 +86,16 @@ class Rows:
     def head(self, n: int) -> Rows:
         return Rows(self.table, np.arange(min(n, len(self))) if self.index is None else self.index[:n])
 
-    def rank_is(self, rank: str) -> np.ndarray:
+    def rank_is(self, rank: Rank) -> np.ndarray:
         """A mask of these lines: those of `rank` (compared by code, without making the names)."""
         ranks = self.table.ranks
         return self._codes() == ranks.index(rank) if rank in ranks else np.zeros(len(self), bool)
 
-    def of_rank(self, rank: str) -> Rows:
+    def of_rank(self, rank: Rank) -> Rows:
         return self.where(self.rank_is(rank))
 
     @property
-    def ranks(self) -> tuple[str, ...]:
+    def ranks(self) -> tuple[Rank, ...]:
         counts = np.bincount(self._codes(), minlength=len(self.table.ranks))
         return tuple(sorted(self.table.ranks[c] for c in np.flatnonzero(counts).tolist()))
 
@@ -156,7 +157,7 @@ class _Growing:
         self.last_key = max(self.last_key, last)
         self.n += k
 
-    def table(self, kind: str, ranks: list[str], window: tuple[float, float] | None) -> BatchTable:
+    def table(self, kind: str, ranks: list[Rank], window: tuple[float, float] | None) -> BatchTable:
         if not self.n:
             return BatchTable.empty(kind, ranks)
         columns = {name: column[: self.n] for name, column in self.columns.items()}
@@ -177,15 +178,16 @@ class BatchTableBuilder:
     def __init__(self) -> None:
         self._kinds: dict[str, _Growing] = {kind: _Growing() for kind in BATCH_KINDS}
         self._ranks: dict[str, int] = {}
-        self.ranks: list[str] = []
+        self.ranks: list[Rank] = []
 
     def rank_codes(self, names: Iterable[str]) -> np.ndarray:
+        """The codes of ranks by name (a worker's names come as text: each is typed here, once)."""
         codes = []
         for name in names:
             code = self._ranks.get(name)
             if code is None:
                 code = self._ranks[name] = len(self.ranks)
-                self.ranks.append(name)
+                self.ranks.append(rank(name))
             codes.append(code)
         return np.array(codes, np.int16)
 
@@ -276,4 +278,4 @@ class LogRecords:
     batches: Mapping[str, BatchTable]
     events: Mapping[str, list[Event]] = field(default_factory=dict)
     samples: Mapping[str, str] = field(default_factory=dict)
-    ranks: list[str] = field(default_factory=list)
+    ranks: list[Rank] = field(default_factory=list)

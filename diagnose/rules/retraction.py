@@ -20,8 +20,6 @@ more KV memory (or fewer sequences), at the confidence of those lines.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
@@ -38,7 +36,6 @@ PER_DECODE_LINES = 25
 MIN_BUSY_S = 60.0
 V0_WARN_EVERY = 50  # vLLM V0 warns at its 1st, 51st, 101st, ... preemption (`total_num_cumulative_preemption=N`)
 SWAPPED_SHARE = 0.5  # `retraction.swapped`: of the stats lines, at least this share with requests swapped out
-_DP = re.compile(r"DP\d+")
 
 
 def _retractions(ctx: Context) -> list[Event]:
@@ -91,8 +88,7 @@ def group_rates(ctx: Context) -> dict[str, tuple[int, float]]:
     groups: dict[str, list[float]] = {}
     for e in _retractions(ctx):
         if e.time is not None:
-            dp = _DP.search(e.rank)
-            groups.setdefault(dp.group() if dp else "all ranks", []).append(e.time)
+            groups.setdefault(e.rank.dp_group or "all ranks", []).append(e.time)
     out = {}
     for group, times in groups.items():
         seconds = np.unique(np.floor(times))

@@ -27,8 +27,8 @@ from toolkit.diagnose.read.fastpath.stats import StatsLines, stats_lines
 from toolkit.diagnose.read.fastpath.words import (ONE, Words, all_digits, digit_at, first_below, first_byte, gather,
                                              is_literal, parse_digits, two_digits, window, word_at)
 from toolkit.diagnose.read.messages import ACCESS_DASH, SGLANG_BATCH_KINDS, UVICORN_ACCESS
-from toolkit.diagnose.read.prefix import (DAY, RANK_TAGS, SGLANG_STAMP_LAYOUT, days_since_epoch, is_date,
-                                                rank_name, time_of_day)
+from toolkit.diagnose.read.prefix import DAY, RANK_TAGS, SGLANG_STAMP_LAYOUT, days_since_epoch, is_date, time_of_day
+from toolkit.diagnose.read.rank import rank_name
 from toolkit.diagnose.read.source import PASTED_RESET
 
 DECODE, PREFILL, ACCESS = 0, 1, 2  # kind codes: SGLANG_BATCH_KINDS[code], then access lines
@@ -541,7 +541,7 @@ def _distinct(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rank_name(tag: bytes) -> str | None:
-    """The rank a tag text names (`None` when it is not a rank tag), named by `read.prefix.rank_name`."""
+    """The rank a tag text names (`None` when it is not a rank tag), named by `read.rank.rank_name`."""
     name = _RANK_NAMES.get(tag, "?")
     if name == "?":
         text = tag.decode("ascii", "replace")

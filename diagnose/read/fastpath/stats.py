@@ -9,7 +9,7 @@ optional `.` and nothing after. For such a line `parse_fields` reads each piece'
 (a percent divided by 100), so the fields here are exactly its fields as the series keeps them (float64; a field
 named like a table's own column, `line` or `time`, is not kept by either). The time is the prefix's on vLLM's
 year-less clock, before the wraps the reader adds in line order (`LineParser.on_clock`); a date that is no
-calendar date leaves the line slow. The rank is `lines.stats_rank` of the prefix's process.
+calendar date leaves the line slow. The rank is `rank.stats_rank` of the prefix's process.
 """
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ import numpy as np
 
 from toolkit.diagnose.read.fastpath.words import occurrences
 from toolkit.diagnose.read.fields import MAX_DIGITS as FIELD_DIGITS, canonical, pool_usage_field
-from toolkit.diagnose.read.lines import stats_rank
 from toolkit.diagnose.read.messages import ENGINE, EngineTag, engine_tag
-from toolkit.diagnose.read.prefix import (VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PREFIX_FIRST_BYTES, process_rank,
-                                          vllm_clock)
+from toolkit.diagnose.read.prefix import VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PREFIX_FIRST_BYTES, vllm_clock
+from toolkit.diagnose.read.rank import process_rank, stats_rank
 from toolkit.diagnose.read.series import META  # a field so named is not kept: the prefix says those
 
 LABEL = b"Avg prompt throughput: "  # every stats line holds it: the lines to try are found by it
