@@ -10,14 +10,13 @@ flag, the more severe one (the earlier in the list) wins. SGLang's command start
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping
 
 from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.ideas import flag_of
-from toolkit.diagnose.read.fields import Value
 from toolkit.diagnose.read.launch import SGLANG_LAUNCHER, VLLM_LAUNCHER
+from toolkit.diagnose.read.values import Value
 from toolkit.runtime.server_args import ServerArgs  # torch-free: the flag declarations only
 
 # The SGLang arguments a corrected command keeps, in order.
@@ -106,4 +105,5 @@ def _command(args: Mapping[str, Value], findings: Iterable[Finding], launcher: s
 
 
 def _quote(value: str) -> str:
-    return value if re.fullmatch(r"[\w./:@=+-]+", value) else "'" + value.replace("'", "'\\''") + "'"
+    plain = value and all(c.isalnum() or c in "_./:@=+-" for c in value)
+    return value if plain else "'" + value.replace("'", "'\\''") + "'"

@@ -125,7 +125,7 @@ def analyze(
     Raises `ValueError` for unreadable metrics/bench inputs and `OSError` for unreadable logs."""
     stats = ParseStats()
     records = read_logs(paths, lines, stats, window, tap=tap)
-    config = read_config(records.events, records.samples, records.ranks, stats.vllm_events > 0, stats.colocated_with)
+    config = read_config(records)
     timeline = build_timeline(records.batches, records.events, config)
     scrape = read_metrics(metrics) if isinstance(metrics, str) else metrics
     run = read_bench(bench) if isinstance(bench, str) else bench

@@ -9,7 +9,6 @@ imports it: the CLI composition root hands it the page writer with `use_html_wri
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -204,7 +203,7 @@ def _run_fleet(logs: list[str], fmt: str, plots: str | None, fail_on: str | None
 
         err = Console(stderr=True, highlight=False)
         for worker in fleet.workers:
-            folder = os.path.join(plots, re.sub(r"[^\w.-]", "_", worker.name))
+            folder = os.path.join(plots, "".join(c if c.isalnum() or c in "_.-" else "_" for c in worker.name))
             for path in write_plots(worker.diagnosis.timeline, folder):
                 err.print(f"plot: {path}", markup=False)
     if fmt == "json":

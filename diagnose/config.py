@@ -3,22 +3,18 @@ engine config, non-default args and capacity lines (docs/log-formats.md §5, §9
 rank tags when the arguments are absent."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.diagnose.era_defaults import default_cuda_graph_max_bs, default_schedule_policy
-from toolkit.diagnose.read.eras import era_of
 from toolkit.diagnose.read.events import Event
-from toolkit.diagnose.read.fields import Value, parse_fields
-from toolkit.diagnose.read.messages import CAPTURE_BEGAN, SGLANG_KINDS, STARTS, VLLM_FREE_MEMORY, VLLM_KINDS
+from toolkit.diagnose.read.messages import CAPTURE_BEGAN, SGLANG_KINDS, VLLM_KINDS
 from toolkit.diagnose.read.rank import Rank
+from toolkit.diagnose.read.series import LogRecords
+from toolkit.diagnose.read.values import Value
 
-# Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
-_VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]|" + VLLM_FREE_MEMORY)
-_SGLANG_TEXT = re.compile(r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]")
-_TEXT_KINDS = ("not_enough_memory", "oom", "exception")
+_ERROR_KINDS = ("not_enough_memory", "oom", "exception")  # error records: their words may name the engine
 VLLM_DEFAULT_CAPTURE_SIZE = 512
 
 
@@ -171,26 +167,24 @@ class ServerConfig:
                 "weights per device (GB)": self.weight_mem_gb, "KV cache (GB)": self.kv_mem_gb}
 
 
-def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[Rank],
-                vllm_prefixed: bool = False, colocated_with: Iterable[str] = ()) -> ServerConfig:
-    """Server configuration from the start-up events (first occurrence of each), the engine that wrote the
-    log, and the TP/DP sizes its rank tags imply. `samples` holds the first and last text of each kind
-    (`kind`, `kind#last`), batch kinds included, for the era. `vllm_prefixed`: some event's line has vLLM's
-    logger prefix (it names the engine where the messages could be either's). `colocated_with`: the RL
-    frameworks whose trainer actors printed start-up lines (`ParseStats.colocated_with`)."""
-    kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
-    commands = [parse_fields("launch_command", e.text) for e in events.get("launch_command", [])]
-    engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS else "vllm" if vllm_prefixed
-              else next((str(c["launch_engine"]) for c in reversed(commands) if c), None) or _engine_by_text(events))
+def read_config(records: LogRecords) -> ServerConfig:
+    """Server configuration from the start-up events (first occurrence of each), the engine that wrote the log (the
+    messages only one engine prints, the facts its prefixes tell, a launch command, an error's words), the TP/DP
+    sizes its rank tags imply, the RL framework whose trainer's actors printed start-up lines, and the release its
+    forms prove."""
+    events = records.events
+    kinds = {k for k, rows in events.items() if rows} | records.batch_kinds
+    commands = [e.fields for e in events.get("launch_command", [])]
+    engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS
+              else "vllm" if events.get("vllm_logger")
+              else next((str(c["launch_engine"]) for c in reversed(commands) if c), None) or _engine_by_words(events))
     launch = _launch_args(commands, engine)
-    all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
-    rank_tp, rank_dp = _rank_sizes(all_ranks)
-    common = {"rank_tp": rank_tp, "rank_dp": rank_dp, "colocated_with": min(colocated_with, default=None)}
+    rank_tp, rank_dp = _rank_sizes(set(records.ranks) | {e.rank for rows in events.values() for e in rows})
+    colocated = [str(e.fields.get("framework")) for e in events.get("colocated", []) if e.fields.get("framework")]
+    common = {"rank_tp": rank_tp, "rank_dp": rank_dp, "colocated_with": min(colocated, default=None)}
     if engine == "vllm":
-        return _vllm_config(events, samples, launch, common)
-    if any(rank.gpu is not None for rank in all_ranks):
-        samples = {**samples, "rank tag": "[gpu_id="}  # SGLang 0.2.5's `[gpu_id=N]` tag is part of the prefix
-    return _sglang_config(events, samples, launch, {**common, "engine": engine})
+        return _vllm_config(events, records.vllm_generation, launch, common)
+    return _sglang_config(records, launch, {**common, "engine": engine, "era": records.era})
 
 
 def _launch_args(commands: list[dict[str, Value]], engine: str | None) -> dict[str, Value]:
@@ -200,23 +194,20 @@ def _launch_args(commands: list[dict[str, Value]], engine: str | None) -> dict[s
     return {k: v for k, v in last.items() if k != "launch_engine"}
 
 
-def _engine_by_text(events: Mapping[str, list[Event]]) -> str | None:
+def _engine_by_words(events: Mapping[str, list[Event]]) -> str | None:
     """The engine an error record's words or source paths name, when no line of either engine's own says
     (SGLang first: its older tracebacks pass through vLLM's layers)."""
-    texts = [e.text for kind in _TEXT_KINDS for e in events.get(kind, [])]
-    for engine, words in (("sglang", _SGLANG_TEXT), ("vllm", _VLLM_TEXT)):
-        if any(words.search(text) for text in texts):
-            return engine
-    return None
+    named = {e.error.engine for kind in _ERROR_KINDS for e in events.get(kind, [])}
+    return next((engine for engine in ("sglang", "vllm") if engine in named), None)
 
 
 def _first(events: Mapping[str, list[Event]], kind: str) -> dict[str, Value]:
     rows = events.get(kind, [])
-    return parse_fields(kind, rows[0].text) if rows else {}
+    return rows[0].fields if rows else {}
 
 
 def _all(events: Mapping[str, list[Event]], kind: str) -> list[dict[str, Value]]:
-    return [parse_fields(kind, e.text) for e in events.get(kind, [])]
+    return [e.fields for e in events.get(kind, [])]
 
 
 def _dtype_arg(args: Mapping[str, Value]) -> str | None:
@@ -244,9 +235,6 @@ def _rank_sizes(ranks: Iterable[Rank]) -> tuple[int | None, int | None]:
     return (max(tps) + 1 if tps else None), (max(dps) + 1 if dps else None)
 
 
-_POOL_START = re.compile(STARTS["pool"])
-
-
 def _pool(events: Mapping[str, list[Event]]) -> dict[str, Value]:
     """The memory pool's line (`max_total_num_tokens=..., max_running_requests=..., ...`); where a paste glued it to
     the end of the capture before it (`... avail mem=6.95 GB max_total_num_tokens=...`, sglang#33483), its
@@ -254,9 +242,7 @@ def _pool(events: Mapping[str, list[Event]]) -> dict[str, Value]:
     pool = _first(events, "pool")
     if pool:
         return pool
-    glued = (m for e in events.get("graph_end", []) if (m := _POOL_START.search(e.text)) is not None)
-    found = next(glued, None)
-    return parse_fields("pool", found.string[found.start():]) if found is not None else {}
+    return next((glued for e in events.get("graph_end", []) if (glued := e.glued("pool")) is not None), {})
 
 
 def _captured_max_bs(events: Mapping[str, list[Event]]) -> int | None:
@@ -283,16 +269,16 @@ def graphs_off(args: Mapping[str, Value], vllm: bool) -> bool:
     return bool(args.get("enforce_eager" if vllm else "disable_cuda_graph") or False)
 
 
-def _past_capture(events: Mapping[str, list[Event]], samples: Mapping[str, str], args: dict[str, Value]) -> bool:
+def _past_capture(records: LogRecords, args: dict[str, Value]) -> bool:
     """Whether the memory pool's end is what start-up leaves, with no capture line in the log: graphs are off, or
     the log goes on past where a capture would be (the pool's summary line, batch lines). An excerpt that ends at
     the pool's end stops before the capture (sglang#3434): what it will leave is not in the log."""
-    served = any(kind in samples for kind in ("decode", "prefill")) or bool(events.get("pool"))
+    served = bool(records.batch_kinds & {"decode", "prefill"}) or bool(records.events.get("pool"))
     return graphs_off(args, vllm=False) or served
 
 
-def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],
-                   extra: dict) -> ServerConfig:
+def _sglang_config(records: LogRecords, launch: dict[str, Value], extra: dict) -> ServerConfig:
+    events = records.events
     args = {**launch, **_first(events, "server_args")}  # NOTE: the pool line's numbers come first below
     pool = _pool(events)
     load_begin = _all(events, "load_begin")
@@ -312,7 +298,7 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         elif any(events.get(kind) for kind in CAPTURE_BEGAN):
             # NOTE: a capture begun without its end in the log (cut, or failed): what it leaves is unknown
             before_graphs = _capture_began_with(events, pool_end)
-        elif _past_capture(events, samples, args):
+        elif _past_capture(records, args):
             avail = _num(pool_end.get("avail_mem"))
     begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]
     if not begins:  # NOTE: 0.1 printed the free memory at `Init torch begin.` instead (sglang#485)
@@ -323,11 +309,6 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         weights = round(begins[0] - float(load_end["avail_mem"]), 2)  # type: ignore[arg-type]
     kv_gb = sum(v for v in (_num(kv.get(k)) for k in ("k_size", "v_size", "kv_size")) if v is not None) or None
     graph_mem = sum(v for v in (_num(g.get("mem_usage")) for g in graph_end) if v is not None) or None
-    texts = dict(samples)
-    for kind, rows in events.items():
-        if rows:
-            texts.setdefault(kind, rows[0].text)
-            texts.setdefault(f"{kind}#last", rows[-1].text)
     return ServerConfig(
         args=args,
         max_total_num_tokens=_int(pool.get("max_total_num_tokens"), kv.get("tokens")),
@@ -344,23 +325,17 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         graph_mem_gb=graph_mem,
         dtype=str(load_end["dtype"]) if "dtype" in load_end else _dtype_arg(args),
         model_class=str(load_end["type"]) if "type" in load_end else None,
-        era=era_of(texts),
         captured_max_bs=_captured_max_bs(events),
         **extra,
     )
 
 
-def _vllm_version(config: Mapping[str, Value], samples: Mapping[str, str]) -> str | None:
+def _vllm_version(config: Mapping[str, Value], generation: str | None) -> str | None:
     """The version the engine config names, else the generation the stats line's form shows."""
-    if config.get("version"):
-        return str(config["version"])
-    stats = samples.get("stats", "")
-    if "Swapped:" in stats or "Pending:" in stats:
-        return "V0"
-    return "V1" if stats else None
+    return str(config["version"]) if config.get("version") else generation
 
 
-def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],
+def _vllm_config(events: Mapping[str, list[Event]], generation: str | None, launch: dict[str, Value],
                  extra: dict) -> ServerConfig:
     config = _first(events, "engine_config")
     own: dict[str, Value] = {**config, **_first(events, "engine_args")}
@@ -392,7 +367,7 @@ def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], 
         graph_mem_gb=graph_gb,
         dtype=str(config["dtype"]) if config.get("dtype") else _dtype_arg(args),
         engine="vllm",
-        engine_version=_vllm_version(config, samples),
+        engine_version=_vllm_version(config, generation),
         max_concurrency=_num(capacity.get("max_concurrency")),
         **extra,
     )

@@ -81,11 +81,11 @@ class Finding:
         """The advice as text: the value with its companions and alternatives, or the action."""
         change, engine = self.change, self.engine
         if change is None:
-            options = ", or ".join(a.text(engine) for a in self.alternatives)
+            options = ", or ".join(a.as_flag(engine) for a in self.alternatives)
             return f"{self.action}: {options}" if self.action and options else self.action or options or None
         words = change.value_text()
-        extras = [f"with {', '.join(c.text(engine) for c in change.companions)}"] if change.companions else []
-        extras += [f"or {a.text(engine)}" for a in self.alternatives]
+        extras = [f"with {', '.join(c.as_flag(engine) for c in change.companions)}"] if change.companions else []
+        extras += [f"or {a.as_flag(engine)}" for a in self.alternatives]
         if words is None:
             return None
         return f"{words} ({'; '.join(extras)})" if extras else words

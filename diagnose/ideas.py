@@ -105,7 +105,7 @@ class Change:
             return self.value
         return {1: "higher", -1: "lower"}.get(self.direction)
 
-    def text(self, engine: Engine) -> str:
+    def as_flag(self, engine: Engine) -> str:
         """`--flag value` in the engine's words (a switch turned on is its bare flag)."""
         known = IDEAS[self.idea]
         flag = flag_of(self.idea, engine) or known.sglang or known.vllm

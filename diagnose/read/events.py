@@ -1,15 +1,20 @@
 """Events: one recognised log message (docs/log-formats.md §1-§8), the only event type of `toolkit diagnose`; the
 kinds are named in `diagnose.read.messages`.
 
-Fields are read lazily from `text` (`diagnose.read.fields`): the parsers only classify. Batch and stats lines (the
-time series) become columns in `diagnose.read.series`; every other event stays an `Event`.
+Fields are read lazily from `text` (`diagnose.read.fields`, each kind's declared fields): the parsers only classify.
+What an error record's text says is read into `error` (`diagnose.read.errors`). Batch and stats lines (the time
+series) become columns in `diagnose.read.series`; every other event stays an `Event`. Judges read these, never the
+text.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from toolkit.diagnose.read.fields import Value, parse_fields
+from toolkit.diagnose.read.errors import ErrorText, read_error
+from toolkit.diagnose.read.fields import parse_fields
+from toolkit.diagnose.read.messages import start_in
 from toolkit.diagnose.read.rank import Rank
+from toolkit.diagnose.read.values import Value
 
 
 class Event(NamedTuple):
@@ -28,3 +33,19 @@ class Event(NamedTuple):
     @property
     def fields(self) -> dict[str, Value]:
         return parse_fields(self.kind, self.text)
+
+    @property
+    def error(self) -> ErrorText:
+        """What its text says as an error record: error lines, signs, the engine it names, refusal sizes."""
+        return read_error(self.text)
+
+    @property
+    def last_line(self) -> int:
+        """The line its record ends at (a multi-line record's last)."""
+        return self.line + self.text.count("\n")
+
+    def glued(self, kind: str) -> dict[str, Value] | None:
+        """The fields of a `kind` message glued on in its text (a paste that lost a newline: SGLang's pool line right
+        after a capture's end, sglang#33483), None where none is."""
+        at = start_in(kind, self.text)
+        return parse_fields(kind, self.text[at:]) if at is not None else None

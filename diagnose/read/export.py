@@ -40,7 +40,7 @@ from toolkit.diagnose.read.fastpath.fields import BOOLEAN
 from toolkit.diagnose.read.fastpath.scan import ACCESS, ScannedChunk, stamp_times
 from toolkit.diagnose.read.fastpath.words import Words
 from toolkit.diagnose.read.fields import parse_fields
-from toolkit.diagnose.read.messages import UVICORN_ACCESS
+from toolkit.diagnose.read.messages import FACT_KINDS, UVICORN_ACCESS
 from toolkit.diagnose.read.series import META
 from toolkit.diagnose.read.source import Chunk
 
@@ -64,13 +64,16 @@ _ACCESS = {"client": "text", "method": "text", "path": "text", "status": "number
 def field_types(batches: Mapping[str, BatchTable], events: Mapping[str, list[Event]],
                 stats: ParseStats) -> dict[str, str]:
     """{field: "number" | "boolean" | "text"} of every field the logs' events have: their batch tables' columns
-    (less those the timeline derives), their other events' fields, the access fields if any line was one."""
+    (less those the timeline derives), their other events' fields (facts are no message: not exported), the access
+    fields if any line was one."""
     types: dict[str, str] = {}
     for table in batches.values():
         for name in table.columns:
             if name not in META and name not in _DERIVED:
                 types[name] = "boolean" if name in BOOLEAN else "number"
-    for rows in events.values():
+    for kind, rows in events.items():
+        if kind in FACT_KINDS:
+            continue
         for e in rows:
             for name, value in e.fields.items():
                 types[name] = _merge(types.get(name), _type(value))

@@ -5,7 +5,13 @@ code inside a sentence (vllm#2140).
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
+import shlex
+
+from toolkit.diagnose.read.prefix import PASTE_QUOTE
+from toolkit.diagnose.read.values import Fields, Value, value
 
 SGLANG_LAUNCHER = "python -m sglang.launch_server"  # how a corrected command starts, by engine
 VLLM_LAUNCHER = "vllm serve"
@@ -33,3 +39,73 @@ SHELL_OPERATORS = frozenset("|&;<>()")  # a token of these ends the command (a p
 # vLLM's short flags and the arguments they set (SGLang's aliases are `ServerArgs`'s own)
 VLLM_SHORT_FLAGS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
                     "q": "quantization"}
+
+# -- reading ----------------------------------------------------------------------------------------------------
+
+MAX_COMMAND_CHARS = 16384  # a command is read this far (a quoted template may run on; tokens cost per character)
+_QUOTE_MARGIN = re.compile(r"\s*" + PASTE_QUOTE)  # a continuation line's markdown quote or bash's prompt (PS2)
+_NUMBER = re.compile(r"-\d[\d.]*(?:e[-+]?\d+)?")  # a negative number is a value, not a flag
+
+
+def _launch_command(text: str) -> dict[str, Value]:
+    """`launch_engine` (the engine its program names) and each flag by its argument name (`--tp 2` -> `tp_size`
+    for SGLang), up to the end of the inline code it may be in, a shell operator or a comment: `--name value`,
+    `--name=value`, a bare `--name` (True); `vllm serve MODEL`'s model."""
+    first, *more = text[:MAX_COMMAND_CHARS].split("\n")
+    command = " ".join([first.rstrip().rstrip("\\"),
+                        *(_QUOTE_MARGIN.sub("", line, count=1).rstrip().rstrip("\\") for line in more)])
+    command = command.partition("`")[0]
+    engine, program = next(((e, m) for e, p in PROGRAM_AT.items() if (m := p.match(command))), (None, None))
+    if program is None:
+        return {}
+    words = _shell_words(command[program.end():])
+    out: dict[str, Value] = {"launch_engine": engine}
+    if (program.group(0).endswith(VLLM_LAUNCHER) and words and re.match(r"[\w./~]", words[0])  # NOTE: no `…`
+            and ("/" in words[0] or len(words) == 1 or words[1].startswith("-"))):
+        out["model"] = words.pop(0)
+    aliases = _aliases(engine)
+    for i, word in enumerate(words):
+        if not word.startswith("-") or word == "-" or _NUMBER.fullmatch(word):
+            continue
+        name, sep, raw = word.lstrip("-").partition("=")
+        name = name.replace("-", "_")
+        if not name.isidentifier():
+            continue
+        if not sep:
+            following = words[i + 1] if i + 1 < len(words) else None
+            raw = following if following is not None and (not following.startswith("-")
+                                                          or _NUMBER.fullmatch(following)) else "True"
+        out[aliases.get(name, name)] = value(raw)
+    return out
+
+
+def _shell_words(text: str) -> list[str]:
+    """The words of a shell command up to its first operator or comment (`--x 1 2>&1 | tee` -> `--x`, `1`)."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:  # an unclosed quote: a paste cut inside the command
+        words = text.partition("#")[0].split()
+    for i, word in enumerate(words):
+        if set(word) <= SHELL_OPERATORS:
+            return words[: i - 1] if i and words[i - 1] in ("1", "2") and word[0] in "<>" else words[:i]
+    return words
+
+
+@functools.lru_cache(maxsize=2)
+def _aliases(engine: str) -> dict[str, str]:
+    """{flag name: argument}: SGLang's aliases as `ServerArgs` declares them (its flags are SGLang's; argparse also
+    takes `--model` for `--model-path`), vLLM's short flags."""
+    if engine == "vllm":
+        return VLLM_SHORT_FLAGS
+    from toolkit.runtime.server_args import FLAG, ServerArgs  # torch-free: the flag declarations only
+
+    out = {"model": "model_path"}
+    for f in dataclasses.fields(ServerArgs):
+        for alias in f.metadata[FLAG].aliases if FLAG in f.metadata else ():
+            out[alias.lstrip("-").replace("-", "_")] = f.name
+    return out
+
+
+FIELDS = {"launch_command": Fields(_launch_command, {"launch_engine": str, "model": str}, open=True)}

@@ -22,11 +22,15 @@ from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.read.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
 from toolkit.diagnose.read.messages import (BATCH_KINDS, CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
                                             REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
-                                            error_kinds, error_line, kind_of, line_kind)
-from toolkit.diagnose.read.prefix import (COLOCATED_ACTOR, COLOCATED_ACTORS, PASTE_FENCE, PASTE_QUOTE, Prefix,
+                                            kind_of, line_kind)
+from toolkit.diagnose.read.errors import error_kinds, error_line
+from toolkit.diagnose.read.prefix import (PASTE_FENCE, PASTE_QUOTE, Prefix, colocated_actor,
                                           glued_records, read_prefix, stamped_message_start)
-from toolkit.diagnose.read.rank import Rank, stats_rank
+from toolkit.diagnose.read.rank import NO_RANK, Rank, stats_rank
 
+# NOTE: facts are never told by a line the fast path may read itself (both paths see the others); such lines name
+# their engine by their kind
+_READ_HOT = frozenset({*BATCH_KINDS, "access"})
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
 MAX_EXAMPLES = 20
@@ -43,8 +47,6 @@ class ParseStats:
     unread: int = 0
     kinds: Counter = field(default_factory=Counter)
     unread_examples: list[tuple[int, str]] = field(default_factory=list)
-    vllm_events: int = 0  # events whose line vLLM's own logger wrote (its prefix): the log is vLLM's
-    colocated_with: set[str] = field(default_factory=set)  # RL frameworks whose actors a start-up line came from
 
     def note_unread(self, line: int, text: str) -> None:
         self.unread += 1
@@ -85,6 +87,8 @@ class LineParser:
         self.begun = False  # an event or a record was read: a traceback's frame no longer opens one
         self._record: PendingRecord | None = None
         self._wraps, self._last = 0.0, None  # clock wraps added, last time read (clocks without a date)
+        self.facts: list[Event] = []  # what the lines' prefixes told (`FACT_KINDS`), each fact once
+        self._told: set[str] = set()
 
     @property
     def open_record(self) -> bool:
@@ -142,10 +146,10 @@ class LineParser:
                 self.stats.other += 1
             return None
         time, text = self._clock(prefix), line[start:]
-        self.stats.vllm_events += prefix.vllm
-        if kind not in BATCH_KINDS and (m := _COLOCATED.search(line, 0, start)) is not None:
-            # NOTE: never from a batch line, which the fast path may read itself: both paths see the others
-            self.stats.colocated_with.add(COLOCATED_ACTORS[m.group(1)])
+        if kind not in _READ_HOT and prefix.vllm:
+            self._fact("vllm_logger", no, time, line[:start])
+        if kind not in _READ_HOT and (m := colocated_actor(line, start)) is not None:
+            self._fact("colocated", no, time, m.group(0), m.group(1))
         self.begun = True
         if kind in OPENERS:
             quoted = prefix.start == 0 and ">" in line[:start]
@@ -157,6 +161,13 @@ class LineParser:
             return None
         rank = stats_rank(text, prefix.rank) if kind == "stats" else prefix.rank
         return Event(kind, no, time, rank, text, self.source)
+
+    def _fact(self, kind: str, no: int, time: float | None, prefix: str, who: str = "") -> None:
+        """Note a fact the line's prefix tells (read from that prefix), the first time it is told (by `who`)."""
+        told = f"{kind} {who}"
+        if told not in self._told:
+            self._told.add(told)
+            self.facts.append(Event(kind, no, time, NO_RANK, prefix, self.source))
 
     def _clock(self, prefix: Prefix) -> float | None:
         """The prefix's time, with the wraps of a clock without a date (or year) added."""
@@ -270,7 +281,6 @@ def opens_record(line: str) -> bool:
     return False
 
 
-_COLOCATED = re.compile(COLOCATED_ACTOR)
 _CODE_SPAN = re.compile(r"`([^`]+)`\s*")
 _GLUED_FENCES = re.compile(f"^{PASTE_FENCE}(?=[^`])|(?<=[^`]){PASTE_FENCE}\\s*$")
 

@@ -9,7 +9,7 @@ the chunk scanners a job.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
 from operator import itemgetter
 from pathlib import Path
@@ -21,8 +21,10 @@ from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.read.fastpath.ahead import (Job, LineTooLong, ReadChunk, runs, samples, scanned_chunks,
                                               scanned_ranges, use_processes)
 from toolkit.diagnose.read.lines import LineParser, ParseStats
-from toolkit.diagnose.read.messages import BATCH_KINDS
+from toolkit.diagnose.read.eras import GPU_TAG, era_of, vllm_generation
+from toolkit.diagnose.read.messages import BATCH_KINDS, FACT_KINDS
 from toolkit.diagnose.read.prefix import YEAR, read_prefix, window_on_clock
+from toolkit.diagnose.read.rank import Rank
 from toolkit.diagnose.read.series import BatchTableBuilder, LogRecords, merge_parts
 from toolkit.diagnose.read.source import Chunk, LineReader, cleaned, decode_lines, open_log
 
@@ -97,10 +99,27 @@ def read_logs(paths: Sequence[str | Path] = (), lines: Iterable[str] | None = No
     if window is not None:
         window = window_on_clock(window, _latest_time(sink))
         events = {kind: [e for e in rows if _inside(e, window)] for kind, rows in events.items()}
-    records = LogRecords(sink.builder.build(window), events, sink.samples, sink.builder.ranks)
+    ranks = sink.builder.ranks
+    records = LogRecords(batches=sink.builder.build(window), events=events, ranks=ranks,
+                         batch_kinds=frozenset(kind for kind in BATCH_KINDS if kind in sink.samples),
+                         era=_era(sink.samples, events, ranks),
+                         vllm_generation=vllm_generation(sink.samples.get("stats")))
     if tap is not None:
         tap.read(records, stats)
     return records
+
+
+def _era(samples: Mapping[str, str], events: Mapping[str, list[Event]], ranks: list[Rank]) -> str | None:
+    """The SGLang era the forms of the log prove: its batch lines' first and last texts, its other messages' (their
+    first and last of each kind), a GPU's rank tag."""
+    texts = dict(samples)
+    if any(r.gpu is not None for r in [*ranks, *(e.rank for rows in events.values() for e in rows)]):
+        texts["rank tag"] = GPU_TAG
+    for kind, rows in events.items():
+        if rows and kind not in FACT_KINDS:
+            texts.setdefault(kind, rows[0].text)
+            texts.setdefault(f"{kind}#last", rows[-1].text)
+    return era_of(texts)
 
 
 def _latest_time(sink: _Sink) -> float | None:
@@ -126,7 +145,7 @@ def _read_lines(lines: Iterable[str], source: int, stats: ParseStats, sink: _Sin
             sink.flush()
             no, batch = no + len(batch), []
     sink.take(parser.feed(batch, no))
-    sink.take(parser.finish())
+    sink.take(parser.finish() + parser.facts)
     sink.flush()
 
 
@@ -165,7 +184,7 @@ def _read_path(path: str | Path, source: int, stats: ParseStats, sink: _Sink, fa
     tail = parser.finish()
     if tap is not None:
         tap.tail(source, tail)
-    sink.take(tail)
+    sink.take(tail + parser.facts)
     sink.flush()
 
 
@@ -279,8 +298,6 @@ def _hot_columns(chunk: ReadChunk, first: int, parser: LineParser, builder: Batc
             keep = np.flatnonzero(~mine)
             line = line[keep]
         stats.kinds[kind] += len(line)
-        if kind == "stats":
-            stats.vllm_events += len(line)  # NOTE: each behind vLLM's own prefix (`fastpath.stats`)
         if not len(line):
             continue
         columns = {"source": np.full(len(line), parser.source, np.int16), "line": line + first}

@@ -4,18 +4,18 @@ compiled from `STARTS`; the fast path reads the batch and access lines' starts b
 
 At a start `kind_of` tries only the kinds whose pattern can begin with its first character (read from each
 pattern once, by CPython's own regex parser; a pattern it cannot narrow is tried at every start): the same
-answer as the whole alternation, in about half the time. `error_kinds(text)` reads the kinds an exception's own
-error lines name (a hard OOM, a leak or a failed CUDA-graph capture raised as `RuntimeError: ...`), never a
-traceback's source lines.
+answer as the whole alternation, in about half the time. A line that opens no record may be an error line
+(`ValueError: No available memory ...`) that names an error kind of its own (`line_kind`); what a record's error
+lines name is `diagnose.read.errors`'.
 """
 from __future__ import annotations
 
 import functools
 import re
 from re import _constants, _parser  # type: ignore[attr-defined]
-from typing import Literal, NamedTuple
+from typing import Literal
 
-from toolkit.diagnose.read.batch import DECODE_LABEL, LABEL_ENDS, NEW_FILL_LABEL, PREFILL_LABEL, RUNNING
+from toolkit.diagnose.read.batch import DECODE_LABEL, ENGINE, LABEL_ENDS, NEW_FILL_LABEL, PREFILL_LABEL, RUNNING
 
 Kind = Literal[
     # SGLang (docs/log-formats.md §2-§6)
@@ -80,6 +80,11 @@ VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_
                         "gpu_blocks", "kv_memory", "memory_profile", "mm_profile", "weights_loaded", "graph_captured",
                         "engine_config", "engine_args", "scheduler_config"})
 
+# Facts a line's prefix tells, as events (one per source, at the first line that tells it; no message: counted in no
+# statistic, exported nowhere): vLLM's own logger wrote a line the parser read (`vllm_logger`: the log is vLLM's
+# where its messages could be either's), a colocated RL framework's Ray actor wrote a start-up line (`colocated`).
+FACT_KINDS = frozenset({"vllm_logger", "colocated"})
+
 # Multi-line records: their continuation lines (indented, an error line, vLLM's wrapped profile) join them.
 OPENERS = frozenset({"exception", "oom", "leak", "memory_profile", "launch_command", "not_enough_memory"})
 # vLLM's max seq len refusal wrapped by a paste (kaito#2132): a `not_enough_memory` record continues with these only
@@ -88,13 +93,6 @@ LINE_CONTINUES = "\\"  # a shell line that ends so continues on the next (a laun
 TRACEBACK_HEAD = "Traceback (most recent call last)"
 # a traceback's frame line, the first line of one whose head the excerpt cut (vllm#19186)
 TRACEBACK_FRAME = r'\s{1,8}File "[^"]{1,1000}", line \d{1,7}, in '
-# SGLang's mamba state pool out of slots, raised (an AssertionError, a RuntimeError) where a batch is admitted
-# (ormandj/sglang-glm53-flash-sm120#12): `Not enough space for mamba cache` / `mamba ping pong idx` / `decoupled
-# drafter mamba rollback checkpoints`
-MAMBA_POOL_FULL = r"Not enough space for (?:mamba|decoupled drafter mamba)\b"
-# vLLM's KV cache memory check, where a traceback cut before its error line ends (vllm#20726): it raises only
-# where the memory left for the KV cache holds nothing, or no request at the max model len
-KV_MEMORY_CHECK = r"\b_?check_enough_kv_cache_memory\b"
 # where a progress bar's line ends (tqdm's `[elapsed<left, rate]`, no newline): what is printed next runs on in it
 PROGRESS_END = r"(?:it/s|s/it)\]"
 CONTINUATION = (r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
@@ -110,8 +108,6 @@ ACCESS_PID = r"(?: \d{1,10})?"  # KServe's access format prints the server's pro
 ACCESS_FIELDS = (f"(?P<client>\\S{{1,{MAX_CLIENT_CHARS}}}){ACCESS_PID}{re.escape(ACCESS_DASH)}"
                  f"(?P<method>[A-Z]+) (?P<path>\\S+)"
                  f"{re.escape(ACCESS_HTTP)}(?P<http>[\\d.]+)\" (?P<status>\\d{{3}})")
-ENGINE = r"Engine (\d{1,4}): |(\d{1,4}) Engines Aggregated: "  # vLLM's stats line, data-parallel: its engine
-_ENGINE = re.compile(ENGINE)
 _ITER = r"(?: \[\d+\])?"  # 0.5.5's `Decode batch [51341],`
 
 # vLLM V1 (0.10+) refusing to start: `Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory
@@ -198,27 +194,11 @@ NOT_ENGINE_MESSAGES = frozenset({"launch_command"})
 assert set(STARTS) == set(KINDS) - NOT_ENGINE_MESSAGES, "every engine message kind has a start, every start a kind"
 
 
-class EngineTag(NamedTuple):
-    """vLLM's `Engine 001: ` (engine 1) or `4 Engines Aggregated: ` (engines 4) before a stats line."""
-
-    aggregated: bool
-    number: int
-    end: int
-
-
-def engine_tag(text: str) -> EngineTag | None:
-    m = _ENGINE.match(text)
-    if m is None:
-        return None
-    return EngineTag(m.group(1) is None, int(m.group(1) or m.group(2)), m.end())
-
-
 # -- reading ----------------------------------------------------------------------------------------------------
 
 _MESSAGE = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in STARTS.items()))
-_ERROR_LINE = re.compile(r"^\s*[\w.]{0,80}(?:Error|Exception|Warning): (.*)$", re.M)
 # what an error line can name: the cause of the exception it ends (each has a rule of its own)
-_ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory", "graph_failed"})
+ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory", "graph_failed"})
 # An error line on its own (no traceback open): `ValueError: ...`, in backticks, or a repr `Error('...`.
 ERROR_START = r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])"
 _ERROR_START = re.compile(ERROR_START)
@@ -312,57 +292,23 @@ def _first_of_item(op, arg) -> tuple[set[str] | None, bool]:
     return None, False
 
 
+@functools.lru_cache(maxsize=None)
+def _start_of(kind: str) -> re.Pattern[str]:
+    return re.compile(STARTS[kind])
+
+
+def start_in(kind: str, text: str) -> int | None:
+    """Where a `kind` message starts anywhere in `text` (glued on after another), None where none does."""
+    m = _start_of(kind).search(text)
+    return m.start() if m is not None else None
+
+
 def line_kind(line: str, start: int = 0) -> str | None:
-    """The kind of a line that opens no record: `kind_of`, else the error kind (`_ERROR_KINDS`) of an error line
+    """The kind of a line that opens no record: `kind_of`, else the error kind (`ERROR_KINDS`) of an error line
     (`ValueError: No available memory ...`) read on its own."""
     kind = kind_of(line, start)
     if kind is not None:
         return kind
     m = _ERROR_START.match(line, start)
     named = kind_of(line, m.end()) if m is not None else None
-    return named if named in _ERROR_KINDS else None
-
-
-def error_lines(text: str) -> list[str]:
-    """The messages of an exception's error lines (`RuntimeError: ...` -> `...`), in order: a chained exception
-    (`During handling of the above exception ...`) prints more than one."""
-    return _ERROR_LINE.findall(text)
-
-
-def error_line(text: str) -> str | None:
-    """The message of the last error line of an exception's text, None when the text holds none (a traceback cut
-    before it)."""
-    found = error_lines(text)
-    return found[-1] if found else None
-
-
-_MEMORY_WORDS = re.compile(r"memory|\bOOM\b", re.I)
-
-
-def cut_or_about_memory(text: str) -> bool:
-    """Whether an exception's error line is cut (a traceback's tail not pasted) or names memory: a start-up crash
-    a memory rule may explain."""
-    said = error_line(text)
-    return said is None or _MEMORY_WORDS.search(said) is not None
-
-
-def error_kinds(text: str) -> list[str]:
-    """The error kinds (`_ERROR_KINDS`) named by the error lines of an exception's text; a text cut before any
-    inside vLLM's KV cache memory check is `not_enough_memory` (`cut_in_kv_check`)."""
-    found: list[str] = []
-    for message in _ERROR_LINE.findall(text):
-        kind = kind_of(message)
-        if kind in _ERROR_KINDS and kind not in found:
-            found.append(kind)
-    if not found and cut_in_kv_check(text):
-        found.append("not_enough_memory")
-    return found
-
-
-_KV_MEMORY_CHECK = re.compile(KV_MEMORY_CHECK)
-
-
-def cut_in_kv_check(text: str) -> bool:
-    """Whether an exception's text holds no error line and ends in vLLM's KV cache memory check (its last frame,
-    or the call into it on its last line)."""
-    return error_line(text) is None and _KV_MEMORY_CHECK.search("\n".join(text.rsplit("\n", 2)[-2:])) is not None
+    return named if named in ERROR_KINDS else None

@@ -38,6 +38,7 @@ from functools import lru_cache
 from typing import Literal, NamedTuple, TypeVar
 
 from toolkit.diagnose.read.rank import NO_RANK, Rank, gpu_rank, process_rank, rank_name, tp_rank
+from toolkit.diagnose.read.values import Fields, Value
 
 DAY = 86400.0
 YEAR = 366 * DAY  # vLLM's `MM-DD` clock reads as the year 2000, a leap year
@@ -431,6 +432,21 @@ def read_prefix(line: str) -> Prefix:
     return form.prefix(line, m.groups()[group: group + form.groups], m.end())
 
 
+_COLOCATED = re.compile(COLOCATED_ACTOR)
+
+
+def colocated_actor(line: str, end: int) -> re.Match[str] | None:
+    """A colocated RL framework's Ray actor in the prefix of `line` (before `end`)."""
+    return _COLOCATED.search(line, 0, end)
+
+
+def _colocated(text: str) -> dict[str, Value]:
+    m = _COLOCATED.search(text)
+    return {"framework": COLOCATED_ACTORS[m.group(1)]} if m is not None else {}
+
+
+# the facts a prefix tells (`messages.FACT_KINDS`), each read from the prefix that tells it
+FACT_FIELDS = {"vllm_logger": Fields(lambda prefix: {}, {}), "colocated": Fields(_colocated, {"framework": str})}
 _SGLANG, _FIRST_SGLANG = _FORMS["sglang"].pattern, _FORMS["sglang"].first  # a stamp; the first, where it stands
 _closest_stamp = _FORMS["sglang"].found  # the SGLang stamp closest to the message
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 
-from toolkit.diagnose.read.messages import engine_tag
+from toolkit.diagnose.read.batch import engine_tag
 
 _PART = re.compile(r"(DP|TP|PP|EP|GPU)(\d+)")  # a part of a rank's name
 _PROCESS_PART = re.compile(r"(?<![A-Za-z])(DP|TP|PP|EP)(\d+)")  # a part of a vLLM process's name

@@ -269,13 +269,16 @@ def _number(value: object) -> float | None:
     return None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LogRecords:
-    """What reading the logs gives: the batch lines as one table per kind, every other event by kind, the
-    rank names, and the first and last message of each batch kind (`samples["decode"]`,
-    `samples["decode#last"]`: the era shows in them)."""
+    """What reading the logs gives: the batch lines as one table per kind, every other event by kind (the facts the
+    lines' prefixes told among them, `messages.FACT_KINDS`), the ranks of the batch lines, the batch kinds read
+    (before any window), and what the log's forms prove of the engine's release (`eras`): SGLang's era, vLLM's
+    generation."""
 
     batches: Mapping[str, BatchTable]
     events: Mapping[str, list[Event]] = field(default_factory=dict)
-    samples: Mapping[str, str] = field(default_factory=dict)
     ranks: list[Rank] = field(default_factory=list)
+    batch_kinds: frozenset[str] = frozenset()
+    era: str | None = None
+    vllm_generation: str | None = None

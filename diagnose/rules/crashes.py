@@ -16,7 +16,6 @@ from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.read.events import Event
-from toolkit.diagnose.read.messages import error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
 from toolkit.diagnose.rules.workarounds import workaround
 
@@ -79,8 +78,8 @@ def _explained(exception: Event, ctx: Context) -> bool:
     `torch.OutOfMemoryError: ...` opens a record of its own); or, for a traceback whose error line the log does
     not show (cut off), an OOM message printed just before it is what it raises (SGLang logs `Decode out of
     memory` and then the traceback that ends in it)."""
-    after = exception.line + exception.text.count("\n") + 1
-    cut = error_line(exception.text) is None
+    after = exception.last_line + 1
+    cut = exception.error.cut
     for kind in CAUSES:
         for cause in ctx.timeline.kind(kind):
             if cause.source != exception.source:

@@ -12,16 +12,12 @@ give it); nothing where that is not below the current.
 """
 from __future__ import annotations
 
-import re
-
 from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.read.events import Event
-from toolkit.diagnose.read.messages import cut_or_about_memory
 from toolkit.diagnose.rules.context import Context, pow2_at_most
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's, on GPUs
-_THROUGH_PROFILE = re.compile(r"\bdetermine_num_available_blocks\b|\bprofile_run\b")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -34,7 +30,7 @@ def check(ctx: Context) -> list[Finding]:
     current = seqs if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs > 0 else None
     blocks = [e for e in tl.kind("gpu_blocks") if e.source == at.source and e.line > at.line]
     failed = [e for e in tl.kind("exception") if e.source == at.source and e.line > at.line
-              and _THROUGH_PROFILE.search(e.text) and cut_or_about_memory(e.text)]
+              and "profile_run" in e.error.signs and e.error.about_memory]
     if failed and not blocks:
         asked = current or DEFAULT_MAX_NUM_SEQS
         if asked // 4 < 1:

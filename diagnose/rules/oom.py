@@ -32,7 +32,6 @@
 """
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import numpy as np
@@ -41,22 +40,14 @@ from toolkit.diagnose.findings import Finding, evidence_events
 from toolkit.diagnose.flags import flag, memory_fraction
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.read.events import Event
-from toolkit.diagnose.read.messages import cut_in_kv_check, cut_or_about_memory, error_line
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after
-from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, prints_sizes, refused_length, rounded_down
+from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024
 NEAR = 200  # lines: an error record this close before an OOM line is its traceback
-_CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size, Capturing CUDA graphs
-_SAMPLER = re.compile(r"sampler|lora", re.I)
-# the allocator with which an engine releases memory for a trainer and takes it back: vLLM's sleep mode (`wake_up`,
-# its cumem allocator), SGLang's torch_memory_saver (`resume_memory_occupation`); only that mode allocates with it
-_WAKE = re.compile(r"\bwake_up\b|cumem_allocator|\bcumem\.py|torch_memory_saver|resume_memory_occupation")
-_LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_loader")  # the model was loading
 BLOCK_SIZE = 16  # vLLM's KV block on GPUs (tokens), where the log does not print `block_size`
 FULL_PRECISION = ("float", "float32", "fp32")  # as `--dtype` and the logs (after `torch.`) spell float32
-_CACHE_CHECK = re.compile(r"\binitialize_cache\b|\braise_if_cache_size_invalid\b|\b_verify_cache_size\b")
 _MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization", "activation_peak_gb")
 _SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
          "kv_memory": "available KV cache memory <= 0", "memory_profile": "KV cache size <= 0 after profiling"}
@@ -72,14 +63,14 @@ def check(ctx: Context) -> list[Finding]:
     if "decode" in by_phase:
         out.append(_decode(ctx, by_phase.pop("decode")))
     other = [e for rows in by_phase.values() for e in rows]
-    capture = [e for e in other if _CAPTURE.search(_around(ctx, e)) or capturing_at(ctx, e)]
+    capture = [e for e in other if _shows("capture", _around(ctx, e)) or capturing_at(ctx, e)]
     if capture:
         out.append(_capture(ctx, capture))
     other = [e for e in other if e not in capture]
     if other and _float32(ctx.config.dtype):
         out.append(_full_precision(ctx, other))
         other = []
-    loading = [e for e in other if _LOADING.search(_around(ctx, e, after=True))]
+    loading = [e for e in other if _shows("loading", _around(ctx, e, after=True))]
     if loading:
         out.append(_loading(ctx, loading))
     other = [e for e in other if e not in loading]
@@ -113,7 +104,7 @@ def _weights_fill(ctx: Context) -> tuple[list[Event], float, float] | None:
         return None
     crash = [e for e in tl.kind("exception") if e.source == source and e.line > after][:1]
     left = min(float(e.fields["avail_mem"]) for e in loaded if e.source == source)  # type: ignore[arg-type]
-    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb or not cut_or_about_memory(crash[0].text):
+    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb or not crash[0].error.about_memory:
         return None
     fraction = memory_fraction(cfg)[0]
     if fraction is not None and fraction > 1 - left / cfg.gpu_mem_gb:
@@ -153,8 +144,8 @@ def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
     near = [e for kind in ("oom", "not_enough_memory") for e in tl.kind(kind)
             if e.source == blocks.source and 0 < e.line - blocks.line <= 2 * SAME_FAILURE_LINES]
     check = [e for e in tl.kind("exception") if e.source == blocks.source and not near
-             and 0 < e.line - blocks.line <= SAME_FAILURE_LINES and _CACHE_CHECK.search(e.text)
-             and error_line(e.text) is None]  # NOTE: an error line names its own cause (an OOM in capture_model)
+             and 0 < e.line - blocks.line <= SAME_FAILURE_LINES and "cache_check" in e.error.signs
+             and e.error.cut]  # NOTE: an error line names its own cause (an OOM in capture_model)
     asked = cfg.context_len or 0
     if not (asked > tokens or (check and not asked)):
         return None
@@ -163,8 +154,8 @@ def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
 
 
 def _other(ctx: Context, rows: list[Event]) -> Finding:
-    sampler = any(_SAMPLER.search(_around(ctx, e)) for e in rows)
-    if any(_WAKE.search(_around(ctx, e)) for e in rows):
+    sampler = any(_shows("sampler", _around(ctx, e)) for e in rows)
+    if any(_shows("wake", _around(ctx, e)) for e in rows):
         said = ("The engine ran out of memory in the allocator that lets it release memory for another process and "
                 "take it back (vLLM's sleep mode, SGLang's memory saver): the other process on the GPU, in a "
                 "colocated RL set-up the trainer, still held memory; a smaller static share needs less of it.")
@@ -193,13 +184,18 @@ def _capture(ctx: Context, rows: list[Event]) -> Finding:
         tuple(sorted({e.rank for e in rows})), (_kv_memory(ctx, -1), Change("graphs_off", True)))
 
 
-def _around(ctx: Context, e: Event, after: bool = False) -> str:
-    """The OOM's text and the error record right before it (the traceback an OOM line broke away from); `after`:
-    also the one right after it (another worker's traceback of the same failure, vllm#14095)."""
+def _around(ctx: Context, e: Event, after: bool = False) -> list[Event]:
+    """The OOM and the error record right before it (the traceback an OOM line broke away from); `after`: also the
+    one right after it (another worker's traceback of the same failure, vllm#14095)."""
     rows = [x for x in ctx.timeline.kind("exception") if x.source == e.source]
     before = [x for x in rows if 0 < e.line - x.line <= NEAR][-1:]
     later = [x for x in rows if 0 < x.line - e.line <= SAME_FAILURE_LINES][:1] if after else []
-    return "\n".join([x.text for x in before] + [e.text] + [x.text for x in later])
+    return [*before, e, *later]
+
+
+def _shows(sign: str, records: list[Event]) -> bool:
+    """Whether any of the records shows `sign` (`diagnose.read.errors.SIGNS`: where it ran, what it hit)."""
+    return any(sign in x.error.signs for x in records)
 
 
 def _float32(dtype: object) -> bool:
@@ -243,10 +239,10 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
     short = next((e for e in rows if all(_is_number(e.fields.get(k)) for k in _FREE_FACTS)), None)
     if short is not None:
         return _less_free_than_asked(ctx, rows, short.fields)
-    fit = next((f for e in rows if (f := kv_fit(e.text)) is not None), None)
+    fit = next((f for e in rows if (f := kv_fit(e.error.refusal)) is not None), None)
     if fit is not None:
         return _context_fit(ctx, rows, fit)
-    asked = next((n for e in rows if (n := refused_length(e.text)) is not None), None)
+    asked = next((e.error.refusal.asked for e in rows if e.error.refusal is not None), None)
     if asked is not None:
         return _context_refused(ctx, rows, asked)
     change, quoted = _kv_memory(ctx, 1), memory_fraction(ctx.config)[1]
@@ -254,7 +250,7 @@ def _startup(ctx: Context, rows: list[Event]) -> Finding:
         facts = {k: v for e in rows + ctx.timeline.kind("memory_profile") for k, v in e.fields.items()
                  if k in _MEMORY_FACTS}
         peak, shorter = _activation_peak(ctx, facts)
-        if not shorter and any(cut_in_kv_check(e.text) for e in rows):
+        if not shorter and any(e.error.in_kv_check for e in rows):
             peak += (" The traceback was cut inside vLLM's KV cache memory check, which also refuses a max model len "
                      "that the KV cache cannot hold one request of: a shorter one is the other way.")
             shorter = (Change("context", direction=-1),)
@@ -327,7 +323,7 @@ def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
 def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
     """vLLM's max seq len refusal without sizes read: the excerpt cut it before them, or they are not in a form
     `kv_fit` reads."""
-    sizes = ("its sizes are not in a form read here" if any(prints_sizes(e.text) for e in rows)
+    sizes = ("its sizes are not in a form read here" if any(e.error.sizes_printed for e in rows)
              else "the excerpt ends before the sizes that say how many tokens fit")
     return Finding(
         "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",

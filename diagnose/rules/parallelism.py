@@ -15,11 +15,11 @@ at TP 1, 144 GB): the power of two of GPUs whose `USABLE_GB` each hold the weigh
 from __future__ import annotations
 
 import math
-import re
 
 from toolkit.diagnose.findings import Evidence, Finding, evidence_events
 from toolkit.diagnose.flags import flag
 from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.read.arguments import model_name
 from toolkit.diagnose.rules.context import Context
 
 FITS_FRACTION = 0.5
@@ -29,11 +29,6 @@ USABLE_GB = 64.0  # of an 80 GB GPU, for weights beside the KV cache and activat
 # start-up lines printed once the weights are loaded (vLLM's, then SGLang's)
 _LOADED = ("weights_loaded", "memory_profile", "kv_memory", "kv_capacity", "gpu_blocks", "graph_captured",
            "load_end", "kv_alloc", "pool", "pool_end", "graph_begin", "graph_progress", "graph_end")
-# a quantized checkpoint's name, or a model published quantized (gpt-oss: MXFP4 weights)
-_QUANTIZED = re.compile(r"awq|gptq|int[48]|fp8|fp4|[48]bit|gguf|bnb|w[48]a\d+|nf4|mxfp|gpt-oss", re.I)
-# a parameter count in a model's name (`Qwen2.5-1.5B`, `Qwen3-30B-A3B`: the first, the whole model's), not an
-# expert's (`8x7B`) or a version's
-_PARAMS = re.compile(r"(?<![\w.])(\d{1,4}(?:\.\d{1,2})?)[Bb](?![a-zA-Z0-9])")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -59,18 +54,13 @@ def check(ctx: Context) -> list[Finding]:
         "Each replica has a smaller KV pool and a single request decodes slower than with TP.")]
 
 
-def _params_b(name: str) -> float | None:
-    """The billions of parameters a model's name says (its last path part), None where it says none."""
-    m = _PARAMS.search(name.rstrip("/").rsplit("/", 1)[-1])
-    return float(m.group(1)) if m is not None else None
-
-
 def _too_large_by_name(ctx: Context) -> list[Finding]:
     cfg, tl = ctx.config, ctx.timeline
     name = cfg.model or ""
-    params = _params_b(name)
+    said = model_name(name)
+    params = said.params_b
     gpu = cfg.gpu_mem_gb or LARGEST_GPU_GB
-    if params is None or 2 * params <= gpu or _QUANTIZED.search(name):
+    if params is None or 2 * params <= gpu or said.quantized:
         return []
     if any(tl.kind(kind) for kind in _LOADED) or len(tl.load()):
         return []  # NOTE: the weights loaded (a line printed after loading them): they fitted
@@ -94,7 +84,7 @@ def _too_large_by_name(ctx: Context) -> list[Finding]:
 def _small_by_name(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     name = (cfg.model or "").rstrip("/")
-    params_b = _params_b(name)
+    params_b = model_name(name).params_b
     if params_b is None or params_b > SMALL_PARAMS_B or not len(ctx.timeline.load()):
         return []
     params, tp = params_b, cfg.tp_size

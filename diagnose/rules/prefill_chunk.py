@@ -132,7 +132,7 @@ def _tiny(ctx: Context, chunk: int) -> Finding | None:
     prefill = ctx.timeline.series("prefill")
     cut = prefill.where(prefill["new_token"] >= chunk) if "new_token" in prefill else prefill.head(0)
     printed = next((e for kind in ("server_args", "pool") for e in ctx.timeline.kind(kind)
-                    if "chunked_prefill_size" in e.text), None)
+                    if "chunked_prefill_size" in e.fields), None)
     lines = {*cut.head(MAX_EVIDENCE_LINES)["line"].astype(int).tolist(), *([printed.line] if printed else [])}
     return Finding(
         "prefill_chunk.tiny", "info", f"A prefill chunk of {chunk} tokens",

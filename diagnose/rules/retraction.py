@@ -26,7 +26,7 @@ from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence
 from toolkit.diagnose.flags import flag, memory_fraction, more_kv_memory
 from toolkit.diagnose.ideas import Change
 from toolkit.diagnose.read.events import Event
-from toolkit.diagnose.read.fields import Value
+from toolkit.diagnose.read.values import Value
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 
 FREQUENT_PER_MIN = 1.0

@@ -19,7 +19,7 @@ import numpy as np
 from toolkit.diagnose.read.batch import BINDING_USAGE, KEYS, RUNNING, USAGES
 from toolkit.diagnose.read.fastpath.words import (Words, digit_run, digit_values, lowest_flag_bits, nondigit_flags,
                                              parse_digits, spell)
-from toolkit.diagnose.read.fields import canonical
+from toolkit.diagnose.read.values import canonical
 
 _LITERALS = [f"{key}: ".encode() for key in KEYS]
 NAMES = [canonical(key) for key in KEYS]

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolkit.diagnose.read.batch import ENGINE, EngineTag, engine_tag, pool_usage_field
 from toolkit.diagnose.read.fastpath.words import occurrences
-from toolkit.diagnose.read.fields import MAX_DIGITS as FIELD_DIGITS, canonical, pool_usage_field
-from toolkit.diagnose.read.messages import ENGINE, EngineTag, engine_tag
 from toolkit.diagnose.read.prefix import VLLM_CLOCK_GROUPS, VLLM_PREFIX, VLLM_PREFIX_FIRST_BYTES, vllm_clock
 from toolkit.diagnose.read.rank import process_rank, stats_rank
 from toolkit.diagnose.read.series import META  # a field so named is not kept: the prefix says those
+from toolkit.diagnose.read.values import MAX_DIGITS as FIELD_DIGITS, canonical
 
 LABEL = b"Avg prompt throughput: "  # every stats line holds it: the lines to try are found by it
 MAX_DIGITS = 15  # a count of at most 15 digits is a float exactly: `float` of the text is `float` of its int
