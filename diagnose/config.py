@@ -13,9 +13,9 @@ from toolkit.diagnose.read.messages import CAPTURE_BEGAN, SGLANG_KINDS, VLLM_KIN
 from toolkit.diagnose.read.rank import Rank
 from toolkit.diagnose.read.series import LogRecords
 from toolkit.diagnose.read.values import Value
+from toolkit.diagnose.vocabulary import FP8_KV, Engine, Knob, knob, named
 
 _ERROR_KINDS = ("not_enough_memory", "oom", "exception")  # error records: their words may name the engine
-VLLM_DEFAULT_CAPTURE_SIZE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,48 +63,68 @@ class ServerConfig:
         return self.engine == "vllm"
 
     @property
+    def advice_engine(self) -> Engine:
+        """The engine whose words the advice uses: vLLM's for a vLLM log, else SGLang's."""
+        return "vllm" if self.vllm else "sglang"
+
+    def knob(self, idea: str) -> Knob | None:
+        """The engine's knob for an idea (or a role: `model`), None where it has none."""
+        return knob(idea, self.advice_engine)
+
+    def value(self, idea: str) -> Value:
+        """The value the log gives the engine's knob for an idea (or a role), None where it gives none."""
+        found = self.knob(idea)
+        return self.args.get(found.arg) if found is not None else None
+
+    def flag(self, idea: str) -> str:
+        """The flag that names an idea in the log's engine's words (the other engine's where it has none)."""
+        return named(idea, self.advice_engine)
+
+    @property
     def tp_size(self) -> int:
-        return int(self.arg("tp_size") or self.arg("tensor_parallel_size") or self.rank_tp or 1)
+        return int(self.value("tp") or self.rank_tp or 1)
 
     @property
     def dp_size(self) -> int:
-        return int(self.arg("dp_size") or self.arg("data_parallel_size") or self.rank_dp or 1)
+        return int(self.value("dp") or self.rank_dp or 1)
 
     @property
     def parallelism_source(self) -> str:
         """Where tp/dp come from: the server's arguments, its log's rank tags, or neither (defaults)."""
-        if any(self.arg(k) is not None for k in ("tp_size", "dp_size", "tensor_parallel_size", "data_parallel_size")):
+        if self.value("tp") is not None or self.value("dp") is not None:
             return "arguments"
         return "rank tags" if (self.rank_tp or self.rank_dp) else "default"
 
     @property
     def max_queued_requests(self) -> int | None:
         """SGLang's waiting-queue cap (`--max-queued-requests`); None when unset or not in the log (0 is a cap)."""
-        v = self.arg("max_queued_requests")
+        v = self.value("max_queued")
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
     @property
     def mem_fraction_static(self) -> float | None:
-        v = self.arg("gpu_memory_utilization") if self.vllm else self.arg("mem_fraction_static")
+        v = self.value("kv_memory")
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     @property
     def schedule_policy(self) -> str | None:
-        return None if self.vllm else (self.arg("schedule_policy") or default_schedule_policy(self.era))
+        """SGLang's queue order (vLLM's is not judged): the log's, else the era's default."""
+        return None if self.vllm else (self.value("schedule_policy") or default_schedule_policy(self.era))
 
     @property
     def schedule_conservativeness(self) -> float:
-        v = self.arg("schedule_conservativeness", 1.0)
+        v = self.value("admission")
         return float(v) if isinstance(v, (int, float)) else 1.0
 
     @property
     def cuda_graph_max_bs(self) -> int | None:
-        if self.vllm:
-            v = self.arg("max_cudagraph_capture_size")
-            return int(v) if isinstance(v, int) else VLLM_DEFAULT_CAPTURE_SIZE
-        v = self.arg("cuda_graph_max_bs")
+        """The largest captured decode batch: the log's, the capture's list, else the engine's default (SGLang's by
+        era and GPU)."""
+        v = self.value("graph_max_bs")
         if isinstance(v, int):
             return v
+        if self.vllm:
+            return self.knob("graph_max_bs").default  # type: ignore[union-attr,return-value]
         if self.captured_max_bs is not None:
             return self.captured_max_bs
         return default_cuda_graph_max_bs(self.era, self.gpu_mem_gb, self.tp_size) if self.on_gpu else None
@@ -113,26 +133,30 @@ class ServerConfig:
     def cuda_graph_max_bs_known(self) -> bool:
         """Whether the captured maximum comes from the log (its arguments or its capture's list of batch sizes),
         not a default guessed from the era and GPU."""
-        if self.vllm:
-            return isinstance(self.arg("max_cudagraph_capture_size"), int)
-        return isinstance(self.arg("cuda_graph_max_bs"), int) or self.captured_max_bs is not None
+        return isinstance(self.value("graph_max_bs"), int) or (not self.vllm and self.captured_max_bs is not None)
 
     @property
     def cuda_graph_disabled(self) -> bool:
-        return graphs_off(self.args, self.vllm)
+        return bool(self.value("graphs_off") or False)
 
     @property
     def torch_compile(self) -> bool:
-        return True if self.vllm else bool(self.arg("enable_torch_compile", False))
+        """vLLM (V1) always compiles; SGLang where the log turns it on."""
+        return self.vllm or bool(self.value("torch_compile") or False)
 
     @property
     def kv_cache_dtype(self) -> str:
-        return str(self.arg("kv_cache_dtype", "auto"))
+        return str(self.value("kv_dtype") or "auto")
 
     @property
     def quantization(self) -> str | None:
-        v = self.arg("quantization")
+        v = self.value("quantization")
         return str(v) if v else None
+
+    @property
+    def fp8_kv(self) -> str:
+        """An fp8 KV cache's dtype, in the engine's words."""
+        return FP8_KV[self.advice_engine]
 
     @property
     def on_gpu(self) -> bool:
@@ -144,7 +168,7 @@ class ServerConfig:
 
     @property
     def model(self) -> str | None:
-        v = self.arg("model") if self.vllm else self.arg("model_path")
+        v = self.value("model")
         return str(v) if v else self.model_class
 
     def summary(self) -> dict[str, object]:
@@ -264,17 +288,12 @@ def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, V
     return found if found is not None else _num(pool_end.get("avail_mem"))
 
 
-def graphs_off(args: Mapping[str, Value], vllm: bool) -> bool:
-    """Whether the launch turned CUDA graphs off (vLLM `--enforce-eager`, SGLang `--disable-cuda-graph`)."""
-    return bool(args.get("enforce_eager" if vllm else "disable_cuda_graph") or False)
-
-
 def _past_capture(records: LogRecords, args: dict[str, Value]) -> bool:
     """Whether the memory pool's end is what start-up leaves, with no capture line in the log: graphs are off, or
     the log goes on past where a capture would be (the pool's summary line, batch lines). An excerpt that ends at
     the pool's end stops before the capture (sglang#3434): what it will leave is not in the log."""
     served = bool(records.batch_kinds & {"decode", "prefill"}) or bool(records.events.get("pool"))
-    return graphs_off(args, vllm=False) or served
+    return bool(args.get(knob("graphs_off", "sglang").arg) or False) or served  # type: ignore[union-attr]
 
 
 def _sglang_config(records: LogRecords, launch: dict[str, Value], extra: dict) -> ServerConfig:

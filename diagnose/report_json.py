@@ -7,9 +7,9 @@ from typing import Any
 
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
-from toolkit.diagnose.ideas import IDEAS, Change, Engine
 from toolkit.diagnose.read.messages import KINDS
 from toolkit.diagnose.timeline import distribution
+from toolkit.diagnose.vocabulary import IDEAS, Change, Engine, knob
 
 SCHEMA = "toolkit.diagnose/1"
 
@@ -24,7 +24,8 @@ def _clean(value: Any) -> Any:
 
 def change_dict(c: Change, engine: Engine) -> dict[str, Any]:
     """A typed change with its flag in `engine`'s words and how its idea moves."""
-    return {"idea": c.idea, "flag": IDEAS[c.idea].flag(engine), "move": IDEAS[c.idea].move, "value": c.value,
+    found = knob(c.idea, engine)
+    return {"idea": c.idea, "flag": found.flag if found else None, "move": IDEAS[c.idea].move, "value": c.value,
             "direction": c.direction, "companions": [change_dict(x, engine) for x in c.companions]}
 
 

@@ -58,8 +58,8 @@ def _lag_reason(run: BenchRun) -> str | None:
 def _finding(run: BenchRun, why: str) -> Finding:
     span = (run.started_at, run.ended_at) if run.started_at and run.ended_at else None
     return Finding(
-        "client.bottleneck", "warning", "The client, not the server, was the bottleneck",
-        f"{why} The server's numbers understate what it can do.",
-        Evidence(1, None, span, (), run.facts()),
+        id="client.bottleneck", severity="warning", title="The client, not the server, was the bottleneck",
+        message=f"{why} The server's numbers understate what it can do.",
+        evidence=Evidence(count=1, span=span, facts=run.facts()),
         tradeoff="None on the server; rerun the benchmark before tuning from it.",
         action="client: more concurrency / a faster client machine")

@@ -12,10 +12,10 @@ give it); nothing where that is not below the current.
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Finding, evidence_events
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, evidence_events
 from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.rules.context import Context, pow2_at_most
+from toolkit.diagnose.vocabulary import Change
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's, on GPUs
 
@@ -26,7 +26,7 @@ def check(ctx: Context) -> list[Finding]:
     if not cfg.vllm or not profiles:
         return []
     at = profiles[-1]
-    seqs = cfg.arg("max_num_seqs")
+    seqs = cfg.value("running_cap")
     current = seqs if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs > 0 else None
     blocks = [e for e in tl.kind("gpu_blocks") if e.source == at.source and e.line > at.line]
     failed = [e for e in tl.kind("exception") if e.source == at.source and e.line > at.line
@@ -50,10 +50,10 @@ def check(ctx: Context) -> list[Finding]:
 
 def _finding(ctx: Context, rows: list[Event], suggested: int, asked: int, current: int | None, what: str) -> Finding:
     return Finding(
-        "multimodal.profile", "warning", "The multimodal profile run took the KV cache's memory",
-        f"vLLM profiled the model with a dummy batch of {asked} multimodal requests (its max-num-seqs), each with "
-        f"the most images a prompt may hold, and {what}: the profile's activation peak grows with that batch, and "
+        id="multimodal.profile", severity="warning", title="The multimodal profile run took the KV cache's memory",
+        message=f"vLLM profiled the model with a dummy batch of {asked} multimodal requests (its max-num-seqs), each "
+        f"with the most images a prompt may hold, and {what}: the profile's activation peak grows with that batch, and "
         f"the KV cache gets what it leaves. A max-num-seqs of {suggested} profiles a smaller batch.",
-        evidence_events(rows, max_num_seqs=asked), Change("running_cap", str(suggested)),
-        str(current) if current is not None else None,
-        "Fewer requests run at once (less throughput under load); a larger KV cache holds longer contexts.")
+        evidence=evidence_events(rows, max_num_seqs=asked), change=Change("running_cap", str(suggested)),
+        current=Current.of(current) if current is not None else None,
+        tradeoff="Fewer requests run at once (less throughput under load); a larger KV cache holds longer contexts.")

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import math
 
-from toolkit.diagnose.findings import Evidence, Finding, evidence_events
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Evidence, Finding, evidence_events
 from toolkit.diagnose.read.arguments import model_name
 from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.vocabulary import Change
 
 FITS_FRACTION = 0.5
 SMALL_PARAMS_B = 4.0
@@ -43,15 +42,15 @@ def check(ctx: Context) -> list[Finding]:
     if not gpu or weights > FITS_FRACTION * gpu:
         return []
     rows = ctx.timeline.kind("weights_loaded" if cfg.vllm else "load_end")
-    dp, tp_flag = flag(cfg, "dp"), flag(cfg, "tp")
+    dp, tp_flag = cfg.flag("dp"), cfg.flag("tp")
     return [Finding(
-        "parallelism.dp_over_tp", "info", "Model fits on one GPU: prefer data parallelism",
-        f"The weights take {weights:.1f} GB in all ({weights / gpu:.0%} of one {gpu:.0f} GB GPU) but run with "
+        id="parallelism.dp_over_tp", severity="info", title="Model fits on one GPU: prefer data parallelism",
+        message=f"The weights take {weights:.1f} GB in all ({weights / gpu:.0%} of one {gpu:.0f} GB GPU) but run with "
         f"tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer all-reduce.",
-        Evidence(len(rows), None, None, tuple(e.line for e in rows[:5]),
-                 {"total_weight_gb": weights, "gpu_mem_gb": gpu, "tp_size": tp}),
-        Change("dp", str(tp), companions=(Change("tp", "1"),)), f"1 (tp_size={tp})",
-        "Each replica has a smaller KV pool and a single request decodes slower than with TP.")]
+        evidence=Evidence(count=len(rows), total=None, span=None, lines=tuple(e.line for e in rows[:5]),
+                 facts={"total_weight_gb": weights, "gpu_mem_gb": gpu, "tp_size": tp}),
+        change=Change("dp", str(tp), companions=(Change("tp", "1"),)), current=Current.of(1, f"tp_size={tp}"),
+        tradeoff="Each replica has a smaller KV pool and a single request decodes slower than with TP.")]
 
 
 def _too_large_by_name(ctx: Context) -> list[Finding]:
@@ -68,16 +67,17 @@ def _too_large_by_name(ctx: Context) -> list[Finding]:
     if not crash:
         return []
     gpus = 1 << max(1, math.ceil(math.log2(2 * params / USABLE_GB)))
-    tp_flag = flag(cfg, "tp")
+    tp_flag = cfg.flag("tp")
     return [Finding(
-        "parallelism.tp_too_small", "warning", "The model is larger than one GPU holds",
-        f"The model's name says {params:g}B parameters: {2 * params:g} GB in 16-bit weights, more than "
+        id="parallelism.tp_too_small", severity="warning", title="The model is larger than one GPU holds",
+        message=f"The model's name says {params:g}B parameters: {2 * params:g} GB in 16-bit weights, more than "
         + (f"one GPU holds ({cfg.gpu_mem_gb:g} GB here)" if cfg.gpu_mem_gb else
            f"any one GPU holds ({LARGEST_GPU_GB:g} GB at most)")
         + f"; it ran with tp_size=1 and start-up failed before the weights were loaded. {tp_flag} {gpus} spreads "
         f"them over {gpus} GPUs ({2 * params / gpus:.0f} GB each).",
-        evidence_events(crash, params_b=params, tp_size=1, model=name), Change("tp", str(gpus)), "1",
-        "More GPUs for one server; a quantized checkpoint (FP8, AWQ) instead halves or quarters the weights.",
+        evidence=evidence_events(crash, params_b=params, tp_size=1, model=name), change=Change("tp", str(gpus)),
+        current=Current.of(1),
+        tradeoff="More GPUs for one server; a quantized checkpoint (FP8, AWQ) instead halves or quarters the weights.",
         confidence="medium")]
 
 
@@ -90,13 +90,15 @@ def _small_by_name(ctx: Context) -> list[Finding]:
     params, tp = params_b, cfg.tp_size
     if cfg.gpu_mem_gb and 2 * params > FITS_FRACTION * cfg.gpu_mem_gb:
         return []
-    dp, tp_flag = flag(cfg, "dp"), flag(cfg, "tp")
+    dp, tp_flag = cfg.flag("dp"), cfg.flag("tp")
     load = ctx.timeline.load()
     return [Finding(
-        "parallelism.dp_over_tp", "info", "Model fits on one GPU: prefer data parallelism",
-        f"The model's name says {params:g}B parameters (at most {2 * params:g} GB in 16-bit weights: one GPU holds "
-        f"it) but it runs with tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer all-reduce.",
-        Evidence(len(load), None, None, tuple(int(x) for x in load.head(5)["line"].tolist()),
-                 {"params_b": params, "tp_size": tp, "model": name}),
-        Change("dp", str(tp), companions=(Change("tp", "1"),)), f"1 (tp_size={tp})",
-        "Each replica has a smaller KV pool and a single request decodes slower than with TP.", confidence="low")]
+        id="parallelism.dp_over_tp", severity="info", title="Model fits on one GPU: prefer data parallelism",
+        message=f"The model's name says {params:g}B parameters (at most {2 * params:g} GB in 16-bit weights: one GPU "
+        f"holds it) but it runs with tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer "
+        "all-reduce.",
+        evidence=Evidence(count=len(load), lines=tuple(int(x) for x in load.head(5)["line"].tolist()),
+                          facts={"params_b": params, "tp_size": tp, "model": name}),
+        change=Change("dp", str(tp), companions=(Change("tp", "1"),)), current=Current.of(1, f"tp_size={tp}"),
+        tradeoff="Each replica has a smaller KV pool and a single request decodes slower than with TP.",
+        confidence="low")]

@@ -31,17 +31,17 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current
 from toolkit.diagnose.read.errors import ErrorText
 from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.vocabulary import Change
 
 class Workaround(NamedTuple):
     """What to change (None: nothing on the server), its current value, trade-off, what to do off the server,
     why (a sentence for the message) and the facts behind it."""
 
     change: Change | None
-    current: str | None
+    current: Current | None
     tradeoff: str
     action: str | None
     why: str
@@ -77,7 +77,7 @@ def _pd_tp(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | No
            + (f" ({known})" if known else "") + ".")
     return Workaround(
         Change("tp", str(target)) if target is not None and target != mine else Change("tp"),
-        str(mine) if mine is not None else None,
+        Current.of(mine) if mine is not None else None,
         "The same TP size on both sides may need more GPUs on one of them, or fit less KV per server.",
         "run prefill and decode with the same --tp-size"
         + (f" (now {known})" if known else "")
@@ -88,11 +88,11 @@ def _pd_tp(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | No
 def _mamba_pool(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
     if not any(error.mamba_pool_full for error in errors) or config.vllm:
         return None
-    ratio, slots = config.arg("mamba_full_memory_ratio"), config.arg("max_mamba_cache_size")
+    ratio, slots = config.value("mamba_memory"), config.value("mamba_slots")
     return Workaround(
-        Change("mamba_memory", direction=1), str(ratio) if ratio is not None else None,
+        Change("mamba_memory", direction=1), Current(value=ratio, said=str(ratio)) if ratio is not None else None,
         "More memory for mamba states leaves less for the KV cache (fewer tokens cached); fewer running requests "
-        f"({flag(config, 'running_cap')}) need fewer state slots instead.",
+        f"({config.flag('running_cap')}) need fewer state slots instead.",
         None, "The mamba state pool had no slot left for a request the scheduler admitted.",
         {"max_mamba_cache_size": slots if isinstance(slots, int) else None},
         alternatives=(Change("mamba_slots", direction=1), Change("running_cap", direction=-1)))
@@ -101,9 +101,9 @@ def _mamba_pool(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround
 def _sampler_warmup(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
     if not config.vllm or not any("sampler_warmup" in error.signs and error.cut for error in errors):
         return None
-    seqs = config.arg("max_num_seqs")
+    seqs = config.value("running_cap")
     return Workaround(
-        Change("running_cap", direction=-1), str(seqs) if isinstance(seqs, int) else None,
+        Change("running_cap", direction=-1), Current.of(seqs) if isinstance(seqs, int) else None,
         "Fewer requests run at once; a lower memory share instead keeps them but caches fewer tokens.",
         None, "The traceback stops inside vLLM's sampler warm-up (_dummy_sampler_run), before its error line: the "
         "warm-up samples as many dummy requests as may run at once, and fails where the memory left outside the "
@@ -113,10 +113,10 @@ def _sampler_warmup(config: ServerConfig, errors: Sequence[ErrorText]) -> Workar
 
 def _overlap(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
     frames = _frames("overlap", errors)
-    if config.vllm or not frames or config.arg("disable_overlap_schedule") is True:
+    if config.vllm or not frames or config.value("overlap_off") is True:
         return None
     return Workaround(
-        Change("overlap_off", True), "overlap on",
+        Change("overlap_off", True), Current(value=False, said="overlap on"),
         "Decode runs a few % slower: the CPU schedules the next batch only after the GPU step ends.",
         None, f"The traceback runs through the overlap scheduler ({', '.join(frames)}).",
         {"frames": ", ".join(frames)})
@@ -124,10 +124,10 @@ def _overlap(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | 
 
 def _async_scheduling(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
     frames = _frames("async_scheduling", errors)
-    if not config.vllm or not frames or config.arg("async_scheduling") is not True:
+    if not config.vllm or not frames or config.value("async_scheduling") is not True:
         return None
     return Workaround(
-        Change("async_scheduling", False), "on",
+        Change("async_scheduling", False), Current(value=True, said="on"),
         "Decode runs a few % slower: the next step is scheduled only after the current one ends.",
         None, f"The traceback runs through the async scheduling path ({', '.join(frames)}).",
         {"frames": ", ".join(frames)})
@@ -135,10 +135,10 @@ def _async_scheduling(config: ServerConfig, errors: Sequence[ErrorText]) -> Work
 
 def _torch_compile(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
     frames = _frames("startup", errors)
-    if config.vllm or not frames or config.arg("enable_torch_compile") is not True:
+    if config.vllm or not frames or config.value("torch_compile") is not True:
         return None
     return Workaround(
-        Change("torch_compile", False), "on",
+        Change("torch_compile", False), Current(value=True, said="on"),
         "Small decode batches run a little slower without torch.compile; turn it back on once the model's kernels "
         "compile (quantized kernels often do not).",
         None, f"The server died starting up with torch.compile on ({', '.join(frames)}).",
@@ -154,7 +154,7 @@ def _huge_context(config: ServerConfig, errors: Sequence[ErrorText]) -> Workarou
     if config.vllm or not frames or not length or length <= HUGE_CONTEXT:
         return None
     return Workaround(
-        Change("context", str(HUGE_CONTEXT // 8)), str(length),
+        Change("context", str(HUGE_CONTEXT // 8)), Current.of(length),
         "Requests longer than the new context length are rejected; raise it in steps to the longest you serve.",
         None, f"The server died starting up ({', '.join(frames)}) with a context length of {length} tokens: SGLang "
         "sizes its per-request token table (the running cap x the context length) and buffers by it.",
@@ -163,10 +163,10 @@ def _huge_context(config: ServerConfig, errors: Sequence[ErrorText]) -> Workarou
 
 def _graph_capture(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
     frames = _frames("graph_capture", errors)
-    if not frames or config.arg("disable_cuda_graph") is True or config.arg("enforce_eager") is True:
+    if not frames or config.value("graphs_off") is True:
         return None
     return Workaround(
-        Change("graphs_off", True), "graphs on",
+        Change("graphs_off", True), Current(value=False, said="graphs on"),
         "Without CUDA graphs small decode batches run slower (every kernel launched from Python); turn them back "
-        "on once the capture works" + ("." if config.vllm else f" (a fix, a smaller {flag(config, 'graph_max_bs')})."),
+        "on once the capture works" + ("." if config.vllm else f" (a fix, a smaller {config.flag('graph_max_bs')})."),
         None, f"The traceback runs through CUDA graph capture ({', '.join(frames)}).", {"frames": ", ".join(frames)})

@@ -9,7 +9,7 @@ from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Startup, VllmLog
 from tests.diagnose.test_fastpath import _same
 from toolkit.diagnose import analyze
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.vocabulary import Change
 from toolkit.diagnose.read.lines import parse_lines
 from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.rules.shedding import longest_run, shed_of
