@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from toolkit.diagnose.analysis import Diagnosis
+from toolkit.diagnose.bench_input import run_facts
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.read.messages import KINDS
 from toolkit.diagnose.timeline import distribution
@@ -95,7 +96,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
         "notes": d.notes,
         "command": d.command,
         "metrics": d.metrics.quoted() if d.metrics else None,
-        "bench": [r.facts() for r in d.bench.runs] if d.bench else None,
+        "bench": [run_facts(r) for r in d.bench.runs] if d.bench else None,
     }
 
 

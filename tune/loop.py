@@ -75,7 +75,7 @@ class Settings:
     noise: NoiseRule = NoiseRule()
     max_steps: int = 8
     max_time: float | None = None
-    knobs: frozenset[str] | None = None  # the tuning ideas (diagnose/ideas.py) it may move; None: every one
+    knobs: frozenset[str] | None = None  # the tuning ideas (diagnose/vocabulary.py) it may move; None: every one
 
     def may_move(self, advice: Advice) -> bool:
         change = advice.change
