@@ -41,6 +41,7 @@ KEYS: dict[str, FieldType] = {
     "#bootstrap-req": "count", "#optimistic-req": "count", "#unbootstrapped-req": "count",
     "#transferring-req": "count", "#replay-token": "count", "cap len": "count", "block accept len": "rate",
     "#host-receive-req": "count", "waiting-image-req": "count",
+    "#grammar-queue-req": "count",  # requests waiting for their grammar to compile (structured output)
 }
 # Per-pool usages (hybrid SWA / mamba models), canonical names: `token_usage` is their maximum, the binding one.
 USAGES = ("token_usage", "swa_token_usage", "mamba_usage")

@@ -359,3 +359,19 @@ def test_a_chunk_tells_its_vllm_lines_plain_only_where_surely_plain_does(tmp_pat
     buf = bytearray(data + bytes(PAD))
     scanned = scan_chunk(buf, len(data))
     assert len(vllm) > 1_000 and vllm_plain(buf, scanned.starts, scanned.ends, np.flatnonzero(scanned.slow)).all()
+
+
+GRAMMAR_QUEUE = ("[2025-11-11 04:06:27 TP0] Decode batch, #running-req: 12, #token: 9000, token usage: 0.30, "
+                 "cuda graph: True, gen throughput (token/s): 812.55, #queue-req: 3, #grammar-queue-req: 2")
+
+
+def test_the_requests_waiting_for_their_grammar_are_a_declared_key_read_on_the_fast_path(tmp_path,
+                                                                                          monkeypatch) -> None:
+    """SGLang's batch lines print the requests waiting for their grammar to compile (structured output) as
+    `#grammar-queue-req`: a key of the batch lines' declaration, so the fast path reads those lines itself, and both
+    paths give its count."""
+    data = ((GRAMMAR_QUEUE + "\n") * 40).encode()
+    assert _hot_lines(data) == 40
+    _same(tmp_path, monkeypatch, data)
+    got, _ = _read(tmp_path, monkeypatch, data, 8 << 20, 1 << 20, fast=True, processes=False)
+    assert _table_rows(got)["decode"]["grammar_queue_req"] == [2.0] * 40
