@@ -490,20 +490,3 @@ def stamped_message_start(line: str) -> int | None:
     if mo is not None and _midnight(y, mo, d, None) is None:
         return None
     return start
-
-
-def stamped_message_start(line: str) -> int | None:
-    """Where the message starts when the line's prefix is an SGLang stamp with a valid time (after any unquoted
-    text) and nothing else: the commonest prefix, read without `read_prefix`'s time, rank and other prefixes; None
-    for every other line. Where it answers, it is `read_prefix(line).start` with a time
-    (tests/diagnose/test_log_format_differential.py checks it on every sample and real line)."""
-    m = _closest_stamp(line)
-    if m is None:
-        return None
-    start = m.end()
-    if line.startswith("[gpu", start) or _VLLM.match(line, start) or _SOURCE_LEVEL.match(line, start):
-        return None
-    y, mo, d = m.group(1, 2, 3)
-    if mo is not None and _midnight(y, mo, d, None) is None:
-        return None
-    return start
