@@ -189,7 +189,7 @@ STARTS: dict[str, str] = {
     "engine_args": r"non-default args: ",
     "scheduler_config": r"Chunked prefill is enabled with max_num_batched_tokens=",
 }
-# NOTE: the user's own lines pasted beside the log are read where they sit in a line (`diagnose.read.lines.message_kind`)
+# NOTE: the user's own lines pasted beside the log are read where they sit in a line (`lines.message_kind`)
 NOT_ENGINE_MESSAGES = frozenset({"launch_command"})
 assert set(STARTS) == set(KINDS) - NOT_ENGINE_MESSAGES, "every engine message kind has a start, every start a kind"
 
