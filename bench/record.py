@@ -141,6 +141,11 @@ class BenchRecord:
         extra = {k: v for k, v in obj.items() if k not in TYPED}
         return cls(**typed, extra=extra, key_order=tuple(obj))
 
+    @property
+    def request_rate_number(self) -> float | int | None:
+        """The asked rate as a number; None where none was asked or it was "inf" (no rate: all at once)."""
+        return None if isinstance(self.request_rate, str) else self.request_rate
+
     def to_json(self) -> dict[str, Any]:
         order = self.key_order or (*(k for k in TYPED if getattr(self, k) is not None), *self.extra)
         return {k: getattr(self, k) if k in TYPED else self.extra[k] for k in order}

@@ -260,8 +260,8 @@ def _children_cpu() -> float:
 
 
 def _scan(path: str) -> dict:
-    from toolkit.diagnose.fastpath.scan import scan_chunk
-    from toolkit.diagnose.source import LineReader, open_log
+    from toolkit.diagnose.read.fastpath.scan import scan_chunk
+    from toolkit.diagnose.read.source import LineReader, open_log
 
     start, cpu, events = time.perf_counter(), time.process_time(), 0
     with open_log(path) as stream:

@@ -14,9 +14,9 @@ from toolkit.diagnose.advice import launch_command
 from toolkit.diagnose.bench_input import BenchInput, read_bench
 from toolkit.diagnose.config import ServerConfig, read_config
 from toolkit.diagnose.findings import SEVERITIES, Finding, rank_of
-from toolkit.diagnose.lines import ParseStats
 from toolkit.diagnose.metrics_input import Metrics, read_metrics
-from toolkit.diagnose.reading import Tap, read_logs
+from toolkit.diagnose.read.lines import ParseStats
+from toolkit.diagnose.read.logs import Tap, read_logs
 from toolkit.diagnose.rules import Context, run_rules
 from toolkit.diagnose.rules.context import MIN_LINES
 from toolkit.diagnose.timeline import Timeline, build_timeline
@@ -125,7 +125,7 @@ def analyze(
     Raises `ValueError` for unreadable metrics/bench inputs and `OSError` for unreadable logs."""
     stats = ParseStats()
     records = read_logs(paths, lines, stats, window, tap=tap)
-    config = read_config(records.events, records.samples, records.ranks, stats.vllm_events > 0, stats.colocated_with)
+    config = read_config(records)
     timeline = build_timeline(records.batches, records.events, config)
     scrape = read_metrics(metrics) if isinstance(metrics, str) else metrics
     run = read_bench(bench) if isinstance(bench, str) else bench

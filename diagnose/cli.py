@@ -9,7 +9,6 @@ imports it: the CLI composition root hands it the page writer with `use_html_wri
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -19,7 +18,7 @@ import typer
 
 if TYPE_CHECKING:
     from toolkit.diagnose.analysis import Diagnosis
-    from toolkit.diagnose.export import EventStash
+    from toolkit.diagnose.read.export import EventStash
 
 FORMATS = ("text", "json")
 FAIL_ON = ("info", "warning", "critical")
@@ -40,7 +39,7 @@ def _fail(message: str) -> NoReturn:
 
 def _check_inputs(logs: list[str], fmt: str, fail_on: str | None, export: str | None, bench: str | None,
                   html: str | None) -> None:
-    from toolkit.diagnose.source import LogError, check_log
+    from toolkit.diagnose.read.source import LogError, check_log
 
     if not logs:
         _fail("no log given: pass one or more server log files, .gz files, or - for stdin")
@@ -125,7 +124,7 @@ def diagnose(
 
 def _run(logs: list[str], fmt: str, plots: str | None, export: str | None, fail_on: str | None,
          metrics: str | None, bench: str | None, html: str | None) -> None:
-    from toolkit.diagnose.fastpath.ahead import range_workers
+    from toolkit.diagnose.read.fastpath.ahead import range_workers
     from toolkit.runtime.host_memory import keep_freed_memory
 
     keep_freed_memory()  # this process is the command's own: a heap at its peak size is what it needs
@@ -142,7 +141,7 @@ def _stash(export: str | None) -> AbstractContextManager:
     """`--export`'s stash of the read (`export.EventStash`), or nothing; a place it cannot write fails now."""
     if export is None:
         return nullcontext()
-    from toolkit.diagnose.export import EventStash
+    from toolkit.diagnose.read.export import EventStash
 
     try:
         return EventStash(export)
@@ -167,7 +166,7 @@ def _report(logs: list[str], fmt: str, plots: str | None, stash: EventStash | No
         for path in write_plots(result.timeline, plots):
             err.print(f"plot: {path}", markup=False)
     if stash is not None:
-        from toolkit.diagnose.export import write_events
+        from toolkit.diagnose.read.export import write_events
 
         try:
             err.print(f"events: {write_events(stash, result)}", markup=False)
@@ -204,7 +203,7 @@ def _run_fleet(logs: list[str], fmt: str, plots: str | None, fail_on: str | None
 
         err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path is never broken over lines
         for worker in fleet.workers:
-            folder = os.path.join(plots, re.sub(r"[^\w.-]", "_", worker.name))
+            folder = os.path.join(plots, "".join(c if c.isalnum() or c in "_.-" else "_" for c in worker.name))
             for path in write_plots(worker.diagnosis.timeline, folder):
                 err.print(f"plot: {path}", markup=False)
     if fmt == "json":

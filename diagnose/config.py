@@ -3,23 +3,19 @@ engine config, non-default args and capacity lines (docs/log-formats.md §5, §9
 rank tags when the arguments are absent."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.diagnose.eras import default_cuda_graph_max_bs, default_schedule_policy
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.fields import Value, parse_fields
-from toolkit.diagnose.log_format.eras import era_of
-from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN, SGLANG_KINDS, STARTS, VLLM_FREE_MEMORY, VLLM_KINDS
+from toolkit.diagnose.era_defaults import default_cuda_graph_max_bs, default_schedule_policy
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.messages import CAPTURE_BEGAN, SGLANG_KINDS, VLLM_KINDS
+from toolkit.diagnose.read.rank import Rank
+from toolkit.diagnose.read.series import LogRecords
+from toolkit.diagnose.read.values import Value
+from toolkit.diagnose.vocabulary import FP8_KV, Engine, Knob, knob, named
 
-# Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths.
-_VLLM_TEXT = re.compile(r"cache blocks|max seq len|[/\\]vllm[/\\]|" + VLLM_FREE_MEMORY)
-_SGLANG_TEXT = re.compile(r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]")
-_TEXT_KINDS = ("not_enough_memory", "oom", "exception")
-VLLM_DEFAULT_CAPTURE_SIZE = 512
-_RANK_PART = re.compile(r"(DP|TP|GPU)(\d+)")
+_ERROR_KINDS = ("not_enough_memory", "oom", "exception")  # error records: their words may name the engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,48 +63,68 @@ class ServerConfig:
         return self.engine == "vllm"
 
     @property
+    def advice_engine(self) -> Engine:
+        """The engine whose words the advice uses: vLLM's for a vLLM log, else SGLang's."""
+        return "vllm" if self.vllm else "sglang"
+
+    def knob(self, idea: str) -> Knob | None:
+        """The engine's knob for an idea (or a role: `model`), None where it has none."""
+        return knob(idea, self.advice_engine)
+
+    def value(self, idea: str) -> Value:
+        """The value the log gives the engine's knob for an idea (or a role), None where it gives none."""
+        found = self.knob(idea)
+        return self.args.get(found.arg) if found is not None else None
+
+    def flag(self, idea: str) -> str:
+        """The flag that names an idea in the log's engine's words (the other engine's where it has none)."""
+        return named(idea, self.advice_engine)
+
+    @property
     def tp_size(self) -> int:
-        return int(self.arg("tp_size") or self.arg("tensor_parallel_size") or self.rank_tp or 1)
+        return int(self.value("tp") or self.rank_tp or 1)
 
     @property
     def dp_size(self) -> int:
-        return int(self.arg("dp_size") or self.arg("data_parallel_size") or self.rank_dp or 1)
+        return int(self.value("dp") or self.rank_dp or 1)
 
     @property
     def parallelism_source(self) -> str:
         """Where tp/dp come from: the server's arguments, its log's rank tags, or neither (defaults)."""
-        if any(self.arg(k) is not None for k in ("tp_size", "dp_size", "tensor_parallel_size", "data_parallel_size")):
+        if self.value("tp") is not None or self.value("dp") is not None:
             return "arguments"
         return "rank tags" if (self.rank_tp or self.rank_dp) else "default"
 
     @property
     def max_queued_requests(self) -> int | None:
         """SGLang's waiting-queue cap (`--max-queued-requests`); None when unset or not in the log (0 is a cap)."""
-        v = self.arg("max_queued_requests")
+        v = self.value("max_queued")
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
     @property
     def mem_fraction_static(self) -> float | None:
-        v = self.arg("gpu_memory_utilization") if self.vllm else self.arg("mem_fraction_static")
+        v = self.value("kv_memory")
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     @property
     def schedule_policy(self) -> str | None:
-        return None if self.vllm else (self.arg("schedule_policy") or default_schedule_policy(self.era))
+        """SGLang's queue order (vLLM's is not judged): the log's, else the era's default."""
+        return None if self.vllm else (self.value("schedule_policy") or default_schedule_policy(self.era))
 
     @property
     def schedule_conservativeness(self) -> float:
-        v = self.arg("schedule_conservativeness", 1.0)
+        v = self.value("admission")
         return float(v) if isinstance(v, (int, float)) else 1.0
 
     @property
     def cuda_graph_max_bs(self) -> int | None:
-        if self.vllm:
-            v = self.arg("max_cudagraph_capture_size")
-            return int(v) if isinstance(v, int) else VLLM_DEFAULT_CAPTURE_SIZE
-        v = self.arg("cuda_graph_max_bs")
+        """The largest captured decode batch: the log's, the capture's list, else the engine's default (SGLang's by
+        era and GPU)."""
+        v = self.value("graph_max_bs")
         if isinstance(v, int):
             return v
+        if self.vllm:
+            return self.knob("graph_max_bs").default  # type: ignore[union-attr,return-value]
         if self.captured_max_bs is not None:
             return self.captured_max_bs
         return default_cuda_graph_max_bs(self.era, self.gpu_mem_gb, self.tp_size) if self.on_gpu else None
@@ -117,26 +133,30 @@ class ServerConfig:
     def cuda_graph_max_bs_known(self) -> bool:
         """Whether the captured maximum comes from the log (its arguments or its capture's list of batch sizes),
         not a default guessed from the era and GPU."""
-        if self.vllm:
-            return isinstance(self.arg("max_cudagraph_capture_size"), int)
-        return isinstance(self.arg("cuda_graph_max_bs"), int) or self.captured_max_bs is not None
+        return isinstance(self.value("graph_max_bs"), int) or (not self.vllm and self.captured_max_bs is not None)
 
     @property
     def cuda_graph_disabled(self) -> bool:
-        return graphs_off(self.args, self.vllm)
+        return bool(self.value("graphs_off") or False)
 
     @property
     def torch_compile(self) -> bool:
-        return True if self.vllm else bool(self.arg("enable_torch_compile", False))
+        """vLLM (V1) always compiles; SGLang where the log turns it on."""
+        return self.vllm or bool(self.value("torch_compile") or False)
 
     @property
     def kv_cache_dtype(self) -> str:
-        return str(self.arg("kv_cache_dtype", "auto"))
+        return str(self.value("kv_dtype") or "auto")
 
     @property
     def quantization(self) -> str | None:
-        v = self.arg("quantization")
+        v = self.value("quantization")
         return str(v) if v else None
+
+    @property
+    def fp8_kv(self) -> str:
+        """An fp8 KV cache's dtype, in the engine's words."""
+        return FP8_KV[self.advice_engine]
 
     @property
     def on_gpu(self) -> bool:
@@ -148,7 +168,7 @@ class ServerConfig:
 
     @property
     def model(self) -> str | None:
-        v = self.arg("model") if self.vllm else self.arg("model_path")
+        v = self.value("model")
         return str(v) if v else self.model_class
 
     def summary(self) -> dict[str, object]:
@@ -171,26 +191,24 @@ class ServerConfig:
                 "weights per device (GB)": self.weight_mem_gb, "KV cache (GB)": self.kv_mem_gb}
 
 
-def read_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], ranks: Iterable[str],
-                vllm_prefixed: bool = False, colocated_with: Iterable[str] = ()) -> ServerConfig:
-    """Server configuration from the start-up events (first occurrence of each), the engine that wrote the
-    log, and the TP/DP sizes its rank tags imply. `samples` holds the first and last text of each kind
-    (`kind`, `kind#last`), batch kinds included, for the era. `vllm_prefixed`: some event's line has vLLM's
-    logger prefix (it names the engine where the messages could be either's). `colocated_with`: the RL
-    frameworks whose trainer actors printed start-up lines (`ParseStats.colocated_with`)."""
-    kinds = {k for k, rows in events.items() if rows} | {k.split("#")[0] for k in samples}
-    commands = [parse_fields("launch_command", e.text) for e in events.get("launch_command", [])]
-    engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS else "vllm" if vllm_prefixed
-              else next((str(c["launch_engine"]) for c in reversed(commands) if c), None) or _engine_by_text(events))
+def read_config(records: LogRecords) -> ServerConfig:
+    """Server configuration from the start-up events (first occurrence of each), the engine that wrote the log (the
+    messages only one engine prints, the facts its prefixes tell, a launch command, an error's words), the TP/DP
+    sizes its rank tags imply, the RL framework whose trainer's actors printed start-up lines, and the release its
+    forms prove."""
+    events = records.events
+    kinds = {k for k, rows in events.items() if rows} | records.batch_kinds
+    commands = [e.fields for e in events.get("launch_command", [])]
+    engine = ("vllm" if kinds & VLLM_KINDS else "sglang" if kinds & SGLANG_KINDS
+              else "vllm" if events.get("vllm_logger")
+              else next((str(c["launch_engine"]) for c in reversed(commands) if c), None) or _engine_by_words(events))
     launch = _launch_args(commands, engine)
-    all_ranks = set(ranks) | {e.rank for rows in events.values() for e in rows}
-    rank_tp, rank_dp = _rank_sizes(all_ranks)
-    common = {"rank_tp": rank_tp, "rank_dp": rank_dp, "colocated_with": min(colocated_with, default=None)}
+    rank_tp, rank_dp = _rank_sizes(set(records.ranks) | {e.rank for rows in events.values() for e in rows})
+    colocated = [str(e.fields.get("framework")) for e in events.get("colocated", []) if e.fields.get("framework")]
+    common = {"rank_tp": rank_tp, "rank_dp": rank_dp, "colocated_with": min(colocated, default=None)}
     if engine == "vllm":
-        return _vllm_config(events, samples, launch, common)
-    if any(rank.startswith("GPU") for rank in all_ranks):
-        samples = {**samples, "rank tag": "[gpu_id="}  # SGLang 0.2.5's `[gpu_id=N]` tag is part of the prefix
-    return _sglang_config(events, samples, launch, {**common, "engine": engine})
+        return _vllm_config(events, records.vllm_generation, launch, common)
+    return _sglang_config(records, launch, {**common, "engine": engine, "era": records.era})
 
 
 def _launch_args(commands: list[dict[str, Value]], engine: str | None) -> dict[str, Value]:
@@ -200,23 +218,20 @@ def _launch_args(commands: list[dict[str, Value]], engine: str | None) -> dict[s
     return {k: v for k, v in last.items() if k != "launch_engine"}
 
 
-def _engine_by_text(events: Mapping[str, list[Event]]) -> str | None:
+def _engine_by_words(events: Mapping[str, list[Event]]) -> str | None:
     """The engine an error record's words or source paths name, when no line of either engine's own says
     (SGLang first: its older tracebacks pass through vLLM's layers)."""
-    texts = [e.text for kind in _TEXT_KINDS for e in events.get(kind, [])]
-    for engine, words in (("sglang", _SGLANG_TEXT), ("vllm", _VLLM_TEXT)):
-        if any(words.search(text) for text in texts):
-            return engine
-    return None
+    named = {e.error.engine for kind in _ERROR_KINDS for e in events.get(kind, [])}
+    return next((engine for engine in ("sglang", "vllm") if engine in named), None)
 
 
 def _first(events: Mapping[str, list[Event]], kind: str) -> dict[str, Value]:
     rows = events.get(kind, [])
-    return parse_fields(kind, rows[0].text) if rows else {}
+    return rows[0].fields if rows else {}
 
 
 def _all(events: Mapping[str, list[Event]], kind: str) -> list[dict[str, Value]]:
-    return [parse_fields(kind, e.text) for e in events.get(kind, [])]
+    return [e.fields for e in events.get(kind, [])]
 
 
 def _dtype_arg(args: Mapping[str, Value]) -> str | None:
@@ -236,19 +251,12 @@ def _int(*values: object) -> int | None:
     return None
 
 
-def _rank_sizes(ranks: Iterable[str]) -> tuple[int | None, int | None]:
-    """(TP size, DP size) the rank tags imply: one more than the largest index seen, None without tags."""
-    tp = dp = None
-    for rank in ranks:
-        for kind, n in _RANK_PART.findall(rank):
-            if kind == "DP":
-                dp = max(dp or 0, int(n) + 1)
-            else:
-                tp = max(tp or 0, int(n) + 1)
-    return tp, dp
-
-
-_POOL_START = re.compile(STARTS["pool"])
+def _rank_sizes(ranks: Iterable[Rank]) -> tuple[int | None, int | None]:
+    """(TP size, DP size) the rank tags imply: one more than the largest index seen (a GPU tag's counts as TP),
+    None without tags."""
+    tps = [n for r in ranks for n in (r.tp, r.gpu) if n is not None]
+    dps = [r.dp for r in ranks if r.dp is not None]
+    return (max(tps) + 1 if tps else None), (max(dps) + 1 if dps else None)
 
 
 def _pool(events: Mapping[str, list[Event]]) -> dict[str, Value]:
@@ -258,9 +266,7 @@ def _pool(events: Mapping[str, list[Event]]) -> dict[str, Value]:
     pool = _first(events, "pool")
     if pool:
         return pool
-    glued = (m for e in events.get("graph_end", []) if (m := _POOL_START.search(e.text)) is not None)
-    found = next(glued, None)
-    return parse_fields("pool", found.string[found.start():]) if found is not None else {}
+    return next((glued for e in events.get("graph_end", []) if (glued := e.glued("pool")) is not None), {})
 
 
 def _captured_max_bs(events: Mapping[str, list[Event]]) -> int | None:
@@ -282,21 +288,16 @@ def _capture_began_with(events: Mapping[str, list[Event]], pool_end: dict[str, V
     return found if found is not None else _num(pool_end.get("avail_mem"))
 
 
-def graphs_off(args: Mapping[str, Value], vllm: bool) -> bool:
-    """Whether the launch turned CUDA graphs off (vLLM `--enforce-eager`, SGLang `--disable-cuda-graph`)."""
-    return bool(args.get("enforce_eager" if vllm else "disable_cuda_graph") or False)
-
-
-def _past_capture(events: Mapping[str, list[Event]], samples: Mapping[str, str], args: dict[str, Value]) -> bool:
+def _past_capture(records: LogRecords, args: dict[str, Value]) -> bool:
     """Whether the memory pool's end is what start-up leaves, with no capture line in the log: graphs are off, or
     the log goes on past where a capture would be (the pool's summary line, batch lines). An excerpt that ends at
     the pool's end stops before the capture (sglang#3434): what it will leave is not in the log."""
-    served = any(kind in samples for kind in ("decode", "prefill")) or bool(events.get("pool"))
-    return graphs_off(args, vllm=False) or served
+    served = bool(records.batch_kinds & {"decode", "prefill"}) or bool(records.events.get("pool"))
+    return bool(args.get(knob("graphs_off", "sglang").arg) or False) or served  # type: ignore[union-attr]
 
 
-def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],
-                   extra: dict) -> ServerConfig:
+def _sglang_config(records: LogRecords, launch: dict[str, Value], extra: dict) -> ServerConfig:
+    events = records.events
     args = {**launch, **_first(events, "server_args")}  # NOTE: the pool line's numbers come first below
     pool = _pool(events)
     load_begin = _all(events, "load_begin")
@@ -316,7 +317,7 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         elif any(events.get(kind) for kind in CAPTURE_BEGAN):
             # NOTE: a capture begun without its end in the log (cut, or failed): what it leaves is unknown
             before_graphs = _capture_began_with(events, pool_end)
-        elif _past_capture(events, samples, args):
+        elif _past_capture(records, args):
             avail = _num(pool_end.get("avail_mem"))
     begins = [v for v in (_num(b.get("avail_mem")) for b in load_begin) if v is not None]
     if not begins:  # NOTE: 0.1 printed the free memory at `Init torch begin.` instead (sglang#485)
@@ -327,11 +328,6 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         weights = round(begins[0] - float(load_end["avail_mem"]), 2)  # type: ignore[arg-type]
     kv_gb = sum(v for v in (_num(kv.get(k)) for k in ("k_size", "v_size", "kv_size")) if v is not None) or None
     graph_mem = sum(v for v in (_num(g.get("mem_usage")) for g in graph_end) if v is not None) or None
-    texts = dict(samples)
-    for kind, rows in events.items():
-        if rows:
-            texts.setdefault(kind, rows[0].text)
-            texts.setdefault(f"{kind}#last", rows[-1].text)
     return ServerConfig(
         args=args,
         max_total_num_tokens=_int(pool.get("max_total_num_tokens"), kv.get("tokens")),
@@ -348,23 +344,17 @@ def _sglang_config(events: Mapping[str, list[Event]], samples: Mapping[str, str]
         graph_mem_gb=graph_mem,
         dtype=str(load_end["dtype"]) if "dtype" in load_end else _dtype_arg(args),
         model_class=str(load_end["type"]) if "type" in load_end else None,
-        era=era_of(texts),
         captured_max_bs=_captured_max_bs(events),
         **extra,
     )
 
 
-def _vllm_version(config: Mapping[str, Value], samples: Mapping[str, str]) -> str | None:
+def _vllm_version(config: Mapping[str, Value], generation: str | None) -> str | None:
     """The version the engine config names, else the generation the stats line's form shows."""
-    if config.get("version"):
-        return str(config["version"])
-    stats = samples.get("stats", "")
-    if "Swapped:" in stats or "Pending:" in stats:
-        return "V0"
-    return "V1" if stats else None
+    return str(config["version"]) if config.get("version") else generation
 
 
-def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], launch: dict[str, Value],
+def _vllm_config(events: Mapping[str, list[Event]], generation: str | None, launch: dict[str, Value],
                  extra: dict) -> ServerConfig:
     config = _first(events, "engine_config")
     own: dict[str, Value] = {**config, **_first(events, "engine_args")}
@@ -396,7 +386,7 @@ def _vllm_config(events: Mapping[str, list[Event]], samples: Mapping[str, str], 
         graph_mem_gb=graph_gb,
         dtype=str(config["dtype"]) if config.get("dtype") else _dtype_arg(args),
         engine="vllm",
-        engine_version=_vllm_version(config, samples),
+        engine_version=_vllm_version(config, generation),
         max_concurrency=_num(capacity.get("max_concurrency")),
         **extra,
     )

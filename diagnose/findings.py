@@ -1,5 +1,5 @@
-"""Findings: what a rule concluded, with the evidence behind it and the typed change that would help; the advice
-text (`flag`, `suggested`) is rendered from the change, never parsed back."""
+"""Findings: what a rule concluded, with the evidence behind it, the typed change that would help and the knob's value
+now; the advice text (`flag`, `suggested`, the current value's words) is rendered from them, never parsed back."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -8,9 +8,9 @@ from typing import Literal
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.ideas import Change, Engine, flag_of
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.series import Rows
+from toolkit.diagnose.vocabulary import Change, Engine, knob
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
@@ -44,7 +44,26 @@ class Evidence:
         return self.span[1] - self.span[0] if self.span else None
 
 
-@dataclass(frozen=True, slots=True)
+class Current(str):
+    """A knob's value now: the words a finding says it in (the string itself: `0.9 (default)`, `1 (tp_size=2)`,
+    `overlap on`) and the value they stand for (`value`: a number, a word, a switch's state; None where the log names
+    none), which is what `toolkit tune` reads: the words are never parsed back."""
+
+    value: int | float | str | bool | None
+
+    def __new__(cls, said: str, value: int | float | str | bool | None) -> Current:
+        current = super().__new__(cls, said)
+        current.value = value
+        return current
+
+    @classmethod
+    def of(cls, value: int | float | str | bool, note: str | None = None) -> Current:
+        """The value said as the logs print it (a fraction by `:g`), with a note in parentheses."""
+        said = f"{value:g}" if isinstance(value, float) else str(value)
+        return cls(f"{said} ({note})" if note else said, value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     """One conclusion. `change` is what to change on the server (None when nothing there would help), offered
     with `alternatives` (never applied) and `action` (what to do off the server, or the condition the
@@ -59,7 +78,7 @@ class Finding:
     message: str
     evidence: Evidence
     change: Change | None = None
-    current: str | None = None
+    current: Current | None = None
     tradeoff: str | None = None
     ranks: tuple[str, ...] = ()
     alternatives: tuple[Change, ...] = ()
@@ -74,18 +93,19 @@ class Finding:
     @property
     def flag(self) -> str | None:
         """The flag of the change, in the engine's words."""
-        return flag_of(self.change.idea, self.engine) if self.change else None
+        found = knob(self.change.idea, self.engine) if self.change else None
+        return found.flag if found is not None else None
 
     @property
     def suggested(self) -> str | None:
         """The advice as text: the value with its companions and alternatives, or the action."""
         change, engine = self.change, self.engine
         if change is None:
-            options = ", or ".join(a.text(engine) for a in self.alternatives)
+            options = ", or ".join(a.as_flag(engine) for a in self.alternatives)
             return f"{self.action}: {options}" if self.action and options else self.action or options or None
         words = change.value_text()
-        extras = [f"with {', '.join(c.text(engine) for c in change.companions)}"] if change.companions else []
-        extras += [f"or {a.text(engine)}" for a in self.alternatives]
+        extras = [f"with {', '.join(c.as_flag(engine) for c in change.companions)}"] if change.companions else []
+        extras += [f"or {a.as_flag(engine)}" for a in self.alternatives]
         if words is None:
             return None
         return f"{words} ({'; '.join(extras)})" if extras else words
@@ -108,11 +128,11 @@ def evidence(rows: Rows, total: int | None = None, **facts: float | int | str | 
     first, last = (float(np.fmin.reduce(times)), float(np.fmax.reduce(times))) if len(times) else (np.nan, np.nan)
     span = (first, last) if first == first else None  # fmin and fmax skip NaN: NaN only when all are
     lines = tuple(int(x) for x in rows.head(MAX_LINES)["line"].tolist())
-    return Evidence(len(rows), total, span, lines, dict(facts))
+    return Evidence(count=len(rows), total=total, span=span, lines=lines, facts=dict(facts))
 
 
 def evidence_events(events: Sequence[Event], **facts: float | int | str | None) -> Evidence:
     """Evidence from events."""
     times = [e.time for e in events if e.time is not None]
     span = (min(times), max(times)) if times else None
-    return Evidence(len(events), None, span, tuple(e.line for e in events[:MAX_LINES]), dict(facts))
+    return Evidence(count=len(events), span=span, lines=tuple(e.line for e in events[:MAX_LINES]), facts=dict(facts))

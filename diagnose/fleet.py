@@ -14,7 +14,6 @@ A worker's load counts each DP group once (its TP ranks print the same batch) an
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,10 +22,9 @@ import numpy as np
 
 from toolkit.diagnose.analysis import Diagnosis, analyze
 from toolkit.diagnose.findings import Evidence, Finding, rank_of
-from toolkit.diagnose.flags import engine_of
-from toolkit.diagnose.ideas import Engine
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import Context
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.vocabulary import Engine
 
 IMBALANCE = 2.0
 BUSY_RUNNING = 2.0         # the busier worker's mean batch must be at least this for an imbalance
@@ -37,7 +35,6 @@ FREE_USAGE = 0.5
 MISSING_GAP_S = 60.0
 MISSING_SHARE = 0.1
 LOG_SUFFIXES = (".log", ".log.gz", ".txt", ".gz")
-_DP = re.compile(r"DP\d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +125,7 @@ def compare(workers: list[Worker]) -> FleetDiagnosis:
     window = _common_window([spans[w.name] for w in workers if w.name not in gone and _loaded(w)])
     loads = [_load(w, window, spans[w.name]) for w in workers]
     running = [load for load in loads if load.name not in gone and load.load_lines]
-    engine = engine_of(workers[0].diagnosis.config) if workers else "sglang"
+    engine = workers[0].diagnosis.config.advice_engine if workers else "sglang"
     found = [f for f in (_imbalance(running, window),) if f is not None] + _retracting(running, engine) + missing
     found = sorted((replace(f, engine=engine) for f in found), key=lambda f: -rank_of(f.severity))
     notes = [] if window or len(running) < 2 else ["the running workers' logs share no time window (or have no "
@@ -167,7 +164,7 @@ def _summed_over_groups(rows: Rows, name: str) -> float | None:
     values = rows[name]
     if not np.isfinite(values).any():
         return None
-    groups = np.array([m.group() if (m := _DP.search(r)) else "" for r in rows["rank"]], dtype=object)
+    groups = np.array([r.dp_group for r in rows["rank"]], dtype=object)
     return float(sum(np.nanmean(values[groups == g]) for g in set(groups.tolist())
                      if np.isfinite(values[groups == g]).any()))
 
@@ -213,12 +210,13 @@ def _imbalance(loads: list[WorkerLoad], window: tuple[float, float] | None) -> F
     per_worker = ", ".join(f"{load.name} {getattr(load, name):.1f}" for load in loads
                            if getattr(load, name) is not None)
     return Finding(
-        "fleet.imbalance", "warning", "Load is unbalanced across the workers",
-        f"Over the same window, {top.name} ran {getattr(top, name):.1f} {words[name]} and {low.name} "
+        id="fleet.imbalance", severity="warning", title="Load is unbalanced across the workers",
+        message=f"Over the same window, {top.name} ran {getattr(top, name):.1f} {words[name]} and {low.name} "
         f"{getattr(low, name):.1f}{times} ({words[name]} per worker: {per_worker}). Whatever sends the requests "
         "(a router, a load balancer, the clients) does not spread them evenly. The balance is the router's policy, "
         "not a server flag: no server change fixes it.",
-        Evidence(len(loads), None, window, (), {**_per_worker(loads, "running"), **_per_worker(loads, "throughput")}),
+        evidence=Evidence(count=len(loads), span=window,
+                          facts={**_per_worker(loads, "running"), **_per_worker(loads, "throughput")}),
         action="router: balance by load (sglang-router --policy power_of_two or cache_aware with its balance "
                "thresholds), and check that every worker is registered and healthy",
         tradeoff="Load-based routing can cost prefix-cache hits that cache-aware routing kept.")
@@ -245,14 +243,14 @@ def _retracting_finding(hot: WorkerLoad, calm: list[WorkerLoad], loads: list[Wor
     names = ", ".join(c.name for c in calm)
     verb, did = ("preempts", "preempted") if engine == "vllm" else ("retracts", "retracted")
     return Finding(
-        "fleet.retracting_while_others_idle", "warning", f"One worker {verb} while others have room",
-        f"{hot.name} {did} {hot.retractions} times ({hot.retraction_rate:.1f} per busy minute) while {names} "
+        id="fleet.retracting_while_others_idle", severity="warning", title=f"One worker {verb} while others have room",
+        message=f"{hot.name} {did} {hot.retractions} times ({hot.retraction_rate:.1f} per busy minute) while {names} "
         f"had none and sat idle or with free KV (running: "
         + ", ".join(f"{w.name} {w.running:.1f}" for w in loads if w.running is not None) + "; median KV usage: "
         + ", ".join(f"{w.name} {w.usage:.2f}" for w in loads if w.usage is not None)
         + f"). The requests sent to {hot.name} did not fit it while the others could have run them: the routing, "
         "not the worker's memory, is what to change.",
-        Evidence(hot.retractions, None, None, (), {"worker": hot.name, **_per_worker(loads, "retractions"),
+        evidence=Evidence(count=hot.retractions, facts={"worker": hot.name, **_per_worker(loads, "retractions"),
                                                    **_per_worker(loads, "running"), **_per_worker(loads, "usage")}),
         action="router: route by load (sglang-router --policy power_of_two), or cap each worker's batch "
                "(--max-running-requests) so a full worker is skipped",
@@ -277,9 +275,9 @@ def _missing(workers: list[Worker], spans: dict[str, tuple[float, float] | None]
 
 def _missing_finding(name: str, why: str, span: tuple[float, float] | None, last: float | None) -> Finding:
     return Finding(
-        "fleet.missing_worker", "warning", f"Worker {name} is missing from the fleet",
-        f"Worker {name} served no load for part of the run: {why}. It may have crashed, hung, been restarted or "
-        "been taken out of the router; its own findings say whether its log shows why.",
-        Evidence(1, None, span, (), {"worker": name, "ended_s_before_last": round(last - span[1], 1)
+        id="fleet.missing_worker", severity="warning", title=f"Worker {name} is missing from the fleet",
+        message=f"Worker {name} served no load for part of the run: {why}. It may have crashed, hung, been restarted "
+        "or been taken out of the router; its own findings say whether its log shows why.",
+        evidence=Evidence(count=1, span=span, facts={"worker": name, "ended_s_before_last": round(last - span[1], 1)
                                      if span and last is not None else None}),
         action=f"check worker {name}: its process, its health endpoint and the router's worker list")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import io
-import re
+import string
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +10,12 @@ import numpy as np
 from toolkit.diagnose.timeline import Timeline
 
 
+_NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits)
+
+
 def _safe_name(rank: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", rank).strip("-") or "server"
+    """The rank as a file name: its runs of other characters than letters and digits one `-` (none at the ends)."""
+    return "-".join("".join(c if c in _NAME_CHARACTERS else " " for c in rank).split()) or "server"
 
 
 def _pyplot():

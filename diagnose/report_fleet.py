@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolkit.diagnose.fleet import FleetDiagnosis, WorkerLoad
-from toolkit.diagnose.prefix import clock_text
+from toolkit.diagnose.read.prefix import clock_text
 from toolkit.diagnose.report_json import finding_dict, to_dict
 from toolkit.diagnose.report_terminal import STYLE, finding_panel, safe
 

@@ -6,10 +6,11 @@ import math
 from typing import Any
 
 from toolkit.diagnose.analysis import Diagnosis
+from toolkit.diagnose.bench_input import run_facts
 from toolkit.diagnose.findings import Finding
-from toolkit.diagnose.ideas import IDEAS, Change, Engine
-from toolkit.diagnose.log_format.messages import KINDS
+from toolkit.diagnose.read.messages import KINDS
 from toolkit.diagnose.timeline import distribution
+from toolkit.diagnose.vocabulary import IDEAS, Change, Engine, knob
 
 SCHEMA = "toolkit.diagnose/1"
 
@@ -24,7 +25,8 @@ def _clean(value: Any) -> Any:
 
 def change_dict(c: Change, engine: Engine) -> dict[str, Any]:
     """A typed change with its flag in `engine`'s words and how its idea moves."""
-    return {"idea": c.idea, "flag": IDEAS[c.idea].flag(engine), "move": IDEAS[c.idea].move, "value": c.value,
+    found = knob(c.idea, engine)
+    return {"idea": c.idea, "flag": found.flag if found else None, "move": IDEAS[c.idea].move, "value": c.value,
             "direction": c.direction, "companions": [change_dict(x, engine) for x in c.companions]}
 
 
@@ -94,7 +96,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
         "notes": d.notes,
         "command": d.command,
         "metrics": d.metrics.quoted() if d.metrics else None,
-        "bench": [r.facts() for r in d.bench.runs] if d.bench else None,
+        "bench": [run_facts(r) for r in d.bench.runs] if d.bench else None,
     }
 
 

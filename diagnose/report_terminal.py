@@ -1,7 +1,6 @@
 """The terminal report: verdict first, findings by severity with their advice, then the evidence."""
 from __future__ import annotations
 
-import re
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -10,15 +9,16 @@ from rich.text import Text
 
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
-from toolkit.diagnose.prefix import clock_text
+from toolkit.diagnose.read.prefix import clock_text
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "ok": "green", "insufficient": "magenta"}
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# control characters (all but tab and newline) as `\\xNN`
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0))}
 
 
 def safe(text: object) -> str:
     """Log-derived text for a terminal: control characters shown as `\\xNN`, never interpreted."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return str(text).translate(_CONTROL)
 
 
 def _evidence(f: Finding) -> Text:

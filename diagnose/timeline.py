@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import numpy as np
 
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.series import BatchTable, Rows
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.series import BatchTable, Rows
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolkit.diagnose.analysis import Diagnosis, analyze
-from toolkit.diagnose.bench_input import BenchInput, BenchRun
+from toolkit.bench.record import BenchRecord
+from toolkit.diagnose.bench_input import BenchInput
 from toolkit.reports.inputs import ReportError, bench_window, check_log
 from toolkit.reports.page import context
 from toolkit.reports.render import render_html
@@ -14,7 +15,7 @@ from toolkit.reports.render import render_html
 
 def diagnose_log(records: Sequence[dict], server_log: str | Path) -> Diagnosis:
     """The log's diagnosis over the runs' time window, with the runs as client-side evidence."""
-    bench = BenchInput("bench records", tuple(BenchRun.from_record(r) for r in records)) if records else None
+    bench = BenchInput("bench records", tuple(BenchRecord.from_json(r) for r in records)) if records else None
     try:
         return analyze([check_log(server_log)], bench=bench, window=bench_window(records))
     except (OSError, EOFError) as exc:

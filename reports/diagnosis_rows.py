@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.analysis import Diagnosis
 from toolkit.diagnose.findings import Finding
-from toolkit.diagnose.prefix import clock_text
+from toolkit.diagnose.read.prefix import clock_text
 
 MAX_LINES_SHOWN = 12
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolkit.diagnose import analyze
-from toolkit.diagnose.bench_input import BenchInput, BenchRun
+from toolkit.bench.record import BenchRecord
+from toolkit.diagnose.bench_input import BenchInput
 from toolkit.reports.inputs import bench_window
 from toolkit.tune.flags import Advice
 
@@ -15,7 +16,7 @@ class LogDoctor:
     def diagnose(self, log: Path, records: Sequence[dict]) -> tuple[tuple[Advice, ...], str | None]:
         if not log.is_file():
             return (), f"no server log at {log}"
-        bench = BenchInput("tune step", tuple(BenchRun.from_record(r) for r in records)) if records else None
+        bench = BenchInput("tune step", tuple(BenchRecord.from_json(r) for r in records)) if records else None
         try:
             diagnosis = analyze([log], bench=bench, window=bench_window(records))
         except (OSError, EOFError, ValueError) as exc:

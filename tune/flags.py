@@ -2,7 +2,7 @@
 diagnose finding's typed change into a change the launched engine understands (SGLang's names, or vLLM's).
 
 A finding's change names an idea; its flag for the launched engine comes from diagnose's one table
-(`diagnose/ideas.py`). Its companions come along, its alternatives do not. An idea the engine has no flag for,
+(`diagnose/vocabulary.py`). Its companions come along, its alternatives do not. An idea the engine has no flag for,
 or a value the engine's flag does not take, is not actionable, so no flag is ever passed that the server would
 reject or ignore.
 """
@@ -11,14 +11,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Literal, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
-from toolkit.diagnose.ideas import IDEAS, Change
-
-Value = str | bool  # True: a switch that is on
-Engine = Literal["sglang", "vllm"]
-ENGINES: tuple[str, ...] = ("sglang", "vllm")
+from toolkit.diagnose.findings import Current
+from toolkit.diagnose.vocabulary import Change, Engine, Knob, knob
+from toolkit.diagnose.vocabulary import ChangeValue as Value  # a flag's value; True: a switch that is on
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +89,7 @@ class Advice(Protocol):
     severity: str
     title: str
     change: Change | None
-    current: str | None
+    current: Current | None
 
 
 class FlagChange(NamedTuple):
@@ -123,55 +120,20 @@ class Proposal(NamedTuple):
     companions: tuple[tuple[str, Value], ...] = ()
 
 
-class Spec(NamedTuple):
-    """A flag's kind ("switch", "int", "float", "str") and, when it has them, its choices."""
-
-    kind: str
-    choices: frozenset[str] | None = None
-
-
-VLLM_SPECS = {
-    "--gpu-memory-utilization": Spec("float"), "--max-num-seqs": Spec("int"), "--max-num-batched-tokens": Spec("int"),
-    "--max-cudagraph-capture-size": Spec("int"), "--enforce-eager": Spec("switch"),
-    "--kv-cache-dtype": Spec("str", frozenset({"auto", "fp8", "fp8_e5m2", "fp8_e4m3"})), "--quantization": Spec("str"),
-    "--tensor-parallel-size": Spec("int"), "--data-parallel-size": Spec("int"), "--max-model-len": Spec("int"),
-    "--scheduling-policy": Spec("str", frozenset({"fcfs", "priority"})),
-}
-
-
-def _spec(action) -> Spec:
-    if action.nargs == 0:
-        return Spec("switch")
-    kind = {int: "int", float: "float"}.get(action.type, "str")
-    return Spec(kind, frozenset(map(str, action.choices)) if action.choices else None)
-
-
-@lru_cache(maxsize=1)
-def sglang_specs() -> dict[str, Spec]:
-    """Every flag of `toolkit serve`, whose flags mirror SGLang's `launch_server`, with its kind."""
-    from toolkit.runtime.server_args import build_parser
-
-    return {o: _spec(a) for a in build_parser()._actions for o in a.option_strings
-            if o.startswith("--") and o != "--help"}
-
-
-def spec_of(flag: str, engine: Engine) -> Spec | None:
-    return (VLLM_SPECS if engine == "vllm" else sglang_specs()).get(flag)
-
-
 def engine_flag(idea: str, engine: Engine) -> str | None:
-    """The engine's flag for a tuning idea, or None when the engine has no such knob (or does not take it)."""
-    name = IDEAS[idea].flag(engine)
-    return name if name is not None and spec_of(name, engine) is not None else None
+    """The engine's flag for a tuning idea, or None when the engine has no such knob (or `toolkit tune` does not pass
+    it: `diagnose.vocabulary` gives it no kind)."""
+    found = knob(idea, engine)
+    return found.flag if found is not None and found.kind is not None else None
 
 
-def accepts(spec: Spec, value: str) -> bool:
-    """Whether `value` is a value of the flag's kind (and among its choices)."""
-    if spec.choices is not None:
-        return value in spec.choices
-    caster = {"int": int, "float": float}.get(spec.kind)
+def accepts(found: Knob, value: str) -> bool:
+    """Whether `value` is a value of the knob's kind (and among its choices)."""
+    if found.choices is not None:
+        return value in found.choices
+    caster = {"int": int, "float": float}.get(found.kind)  # type: ignore[arg-type]
     if caster is None:
-        return spec.kind == "str"
+        return found.kind == "str"
     try:
         caster(value)
     except ValueError:
@@ -179,26 +141,26 @@ def accepts(spec: Spec, value: str) -> bool:
     return True
 
 
-def _value(value: Value, spec: Spec) -> Value | None:
-    """The change's value for the flag (None: remove it); `ValueError` when the flag cannot take it.
+def _value(value: Value, found: Knob) -> Value | None:
+    """The change's value for the knob (None: remove it); `ValueError` when the knob cannot take it.
 
     NOTE: switching a valued flag off would hand back the server's default, not a tested value, so it is not taken."""
-    if spec.kind == "switch":
+    if found.kind == "switch":
         if isinstance(value, bool):
             return True if value else None
         raise ValueError(value)
-    if isinstance(value, bool) or not accepts(spec, value):
+    if isinstance(value, bool) or not accepts(found, value):
         raise ValueError(value)
     return value
 
 
 def _setting(change: Change, engine: Engine) -> tuple[str, Value | None] | None:
     """(flag, value) of a change that carries a value, or None when the engine cannot take it."""
-    flag = engine_flag(change.idea, engine)
-    if flag is None or change.value is None:
+    found = knob(change.idea, engine)
+    if found is None or found.kind is None or change.value is None:
         return None
     try:
-        return flag, _value(change.value, spec_of(flag, engine))
+        return found.flag, _value(change.value, found)
     except ValueError:
         return None
 
@@ -212,19 +174,22 @@ def propose(advice: Advice, engine: Engine) -> Proposal | None:
     if any(c is None or c[1] is None for c in companions):
         return None  # NOTE: half of a joint change is not the change the advice asked for
     if change.direction:
-        flag = engine_flag(change.idea, engine)
-        numeric_knob = flag is not None and spec_of(flag, engine).kind in ("int", "float")
-        return Proposal(flag, None, change.direction, companions) if numeric_knob else None
+        found = knob(change.idea, engine)
+        if found is None or found.kind not in ("int", "float"):
+            return None
+        return Proposal(found.flag, None, change.direction, companions)
     setting = _setting(change, engine)
     return Proposal(*setting, 0, companions) if setting is not None else None
 
 
-def numeric(value: Value | None) -> float | None:
-    """The number a value starts with (`"0.9 (default)"` -> 0.9), or None."""
-    if value is None or isinstance(value, bool) or not str(value).split():
+def numeric(value: object) -> float | None:
+    """A flag's value (or a finding's current value) as a number, None where it is none."""
+    if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, (int, float)):
+        return float(value)
     try:
-        return float(str(value).split()[0])
+        return float(str(value))
     except ValueError:
         return None
 

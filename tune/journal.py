@@ -14,8 +14,11 @@ start). The summary adds `runs` (bench runs over all steps).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolkit.bench.output import clean
 from toolkit.diagnose.report_json import change_dict
@@ -36,36 +39,91 @@ def finding_entry(f: Advice, full: bool = False) -> dict:
     return entry
 
 
-def _flags(items: tuple[tuple[str, Value], ...]) -> dict:
-    return {flag: value for flag, value in items}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepChange:
+    """The flag a step changed: from what, to what, said in words."""
+
+    flag: str
+    before: str
+    after: str
+    text: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"flag": self.flag, "from": self.before, "to": self.after, "text": self.text}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, str]) -> StepChange:
+        return cls(flag=obj["flag"], before=obj["from"], after=obj["to"], text=obj["text"])
 
 
-def step_entry(step: Step, objective: str, command: str) -> dict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalStep:
+    """One line of `tune.jsonl` (the module docstring says what each key holds): written by `step_entry`, read back
+    by `read_steps` for the page."""
+
+    step: int
+    status: str
+    flags: dict[str, Value]
+    command: str
+    change: StepChange | None
+    finding: dict[str, Any] | None
+    objective: str
+    unit: str
+    values: list[float]
+    mean: float | None
+    spread: float | None
+    interval: dict[str, Any] | None = None
+    delta: float | None = None
+    relative: float | None = None
+    threshold: float | None = None
+    against: int | None = None
+    error: str | None = None
+    verdict: str | None = None
+    findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    cache_reset: list[str] | None = None
+    folder: str | None = None
+    seconds: float = 0.0
+    started: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        entry = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        entry["change"] = self.change.to_json() if self.change is not None else None
+        return clean(entry)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> JournalStep:
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in obj.items() if k in names}
+        change = known.pop("change", None)
+        return cls(**known, change=StepChange.from_json(change) if change is not None else None)
+
+
+def step_entry(step: Step, objective: str, command: str) -> JournalStep:
     change = None
     if step.change is not None and step.base is not None:
-        change = {"flag": step.change.flag, "from": show(step.base.get(step.change.flag)),
-                  "to": show(step.change.value), "text": step.change.describe(step.base)}
+        change = StepChange(flag=step.change.flag, before=show(step.base.get(step.change.flag)),
+                            after=show(step.change.value), text=step.change.describe(step.base))
     sample, comparison = step.sample, step.comparison
     trial = step.trial
-    return clean({
-        "step": step.index, "status": step.status, "flags": _flags(step.flags.items), "command": command,
-        "change": change, "finding": finding_entry(step.finding) if step.finding is not None else None,
-        "objective": objective, "unit": UNITS[objective], "values": list(trial.values),
-        "mean": sample.mean if sample.n else None, "spread": sample.spread if sample.n else None,
-        "interval": sample.interval.as_record() if sample.n else None,
-        "delta": comparison.delta if comparison else None, "relative": comparison.relative if comparison else None,
-        "threshold": comparison.threshold if comparison else None, "against": step.against,
-        "error": trial.error, "verdict": trial.verdict,
-        "findings": [finding_entry(f, full=True) for f in trial.findings], "records": list(trial.records),
-        "cache_reset": sorted({r["cache_reset"] for r in trial.records if r.get("cache_reset")}) or None,
-        "folder": trial.folder, "seconds": trial.seconds, "started": step.started,
-    })
+    return JournalStep(
+        step=step.index, status=step.status, flags=dict(step.flags.items), command=command, change=change,
+        finding=finding_entry(step.finding) if step.finding is not None else None,
+        objective=objective, unit=UNITS[objective], values=list(trial.values),
+        mean=sample.mean if sample.n else None, spread=sample.spread if sample.n else None,
+        interval=sample.interval.as_record() if sample.n else None,
+        delta=comparison.delta if comparison else None, relative=comparison.relative if comparison else None,
+        threshold=comparison.threshold if comparison else None, against=step.against,
+        error=trial.error, verdict=trial.verdict,
+        findings=[finding_entry(f, full=True) for f in trial.findings], records=list(trial.records),
+        cache_reset=sorted({r["cache_reset"] for r in trial.records if r.get("cache_reset")}) or None,
+        folder=trial.folder, seconds=trial.seconds, started=step.started)
 
 
-def append_step(path: Path, entry: dict) -> None:
+def append_step(path: Path, entry: JournalStep) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(entry) + "\n")
+        out.write(json.dumps(entry.to_json()) + "\n")
 
 
 def summary(result: Result, objective: str, best_command: str | None, start_command: str) -> dict:
@@ -86,5 +144,6 @@ def summary(result: Result, objective: str, best_command: str | None, start_comm
     })
 
 
-def read_steps(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def read_steps(path: Path) -> list[JournalStep]:
+    return [JournalStep.from_json(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from toolkit.diagnose.findings import rank_of
-from toolkit.diagnose.ideas import IDEAS
-from toolkit.tune.flags import Advice, Engine, FlagChange, Flags, Proposal, numeric, propose
+from toolkit.diagnose.findings import Current
+from toolkit.diagnose.vocabulary import ENGINES, IDEAS, Engine, knob
+from toolkit.tune.flags import Advice, FlagChange, Flags, Proposal, Value, numeric, propose
 from toolkit.tune.objective import Comparison, NoiseRule, Sample, compare, sample_of
 
 Status = Literal["baseline", "kept", "reverted", "failed", "interrupted"]
@@ -36,8 +37,8 @@ class PushRule(NamedTuple):
 
 
 MEMORY_FRACTION_PUSH = PushRule(0.01, 0.05, 0.99)
-PUSH_KNOBS = {flag: MEMORY_FRACTION_PUSH for idea in IDEAS.values() if idea.move == "push"
-              for flag in (idea.sglang, idea.vllm) if flag is not None}
+PUSH_KNOBS = {found.flag: MEMORY_FRACTION_PUSH for idea in IDEAS.values() if idea.move == "push"
+              for engine in ENGINES if (found := knob(idea.name, engine)) is not None}
 PUSH_TRIES = 4
 
 
@@ -74,7 +75,7 @@ class Settings:
     noise: NoiseRule = NoiseRule()
     max_steps: int = 8
     max_time: float | None = None
-    knobs: frozenset[str] | None = None  # the tuning ideas (diagnose/ideas.py) it may move; None: every one
+    knobs: frozenset[str] | None = None  # the tuning ideas (diagnose/vocabulary.py) it may move; None: every one
 
     def may_move(self, advice: Advice) -> bool:
         change = advice.change
@@ -153,7 +154,7 @@ def ranked(findings: Sequence[Advice]) -> list[Advice]:
 def _push(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memory) -> Push | None:
     rule = PUSH_KNOBS[proposal.flag]
     current = numeric(flags.get(proposal.flag))
-    current = numeric(advice.current) if current is None else current
+    current = numeric(advice.current.value if advice.current else None) if current is None else current
     target = numeric(proposal.value)
     if current is None:
         return Push(proposal.flag, 0, target) if target is not None else None
@@ -185,10 +186,18 @@ def plan_for(advice: Advice, flags: Flags, engine: Engine, memory: _Memory) -> P
     if proposal.direction:
         return None  # NOTE: "higher"/"lower" without a value is only actionable for a push knob
     change = FlagChange(proposal.flag, proposal.value, proposal.companions)
-    if change.apply(flags).key == flags.key or (advice.current is not None and proposal.value == advice.current
+    if change.apply(flags).key == flags.key or (_runs_with(proposal.value, advice.current)
                                                 and flags.get(proposal.flag) is None):
         return None
     return Plan(change, (advice.id, proposal.flag, proposal.value))
+
+
+def _runs_with(value: Value | None, now: Current | None) -> bool:
+    """Whether the server runs with `value` already (the finding's current value; a number as a number)."""
+    if now is None or now.value is None or value is None or isinstance(value, bool) or isinstance(now.value, bool):
+        return False
+    number, current = numeric(value), numeric(now.value)
+    return number == current if number is not None and current is not None else value == now.value
 
 
 class Tuner:

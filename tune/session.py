@@ -13,9 +13,9 @@ from rich.markup import escape
 
 from toolkit.bench.command import BenchOptions, check_options
 from toolkit.bench.options import UsageError, parse_extra_body, parse_rates, parse_slo
-from toolkit.diagnose.ideas import IDEAS
+from toolkit.diagnose.vocabulary import ENGINES, IDEAS, Engine, knob
 from toolkit.tune.experiment import Doctor, Experiment, Launcher, Workload
-from toolkit.tune.flags import ENGINES, Engine, Flags
+from toolkit.tune.flags import Flags
 from toolkit.tune.journal import append_step, step_entry, summary
 from toolkit.tune.launch import CommandLauncher
 from toolkit.tune.live import LiveView
@@ -82,12 +82,12 @@ def knob_ideas(knobs: tuple[str, ...], engine: Engine) -> frozenset[str] | None:
     (`--max-running-requests`); None when no knob is named (every knob may move)."""
     if not knobs:
         return None
-    by_flag = {idea.flag(engine): name for name, idea in IDEAS.items() if idea.flag(engine) is not None}
+    by_flag = {found.flag: name for name in IDEAS if (found := knob(name, engine)) is not None}
     ideas = set()
-    for knob in knobs:
-        idea = knob if knob in IDEAS else by_flag.get(knob)
+    for named in knobs:
+        idea = named if named in IDEAS else by_flag.get(named)
         if idea is None:
-            raise UsageError(f"--knobs {knob!r} is no tuning idea or {engine} flag; ideas: {', '.join(IDEAS)}")
+            raise UsageError(f"--knobs {named!r} is no tuning idea or {engine} flag; ideas: {', '.join(IDEAS)}")
         ideas.add(idea)
     return frozenset(ideas)
 

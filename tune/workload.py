@@ -25,8 +25,8 @@ from toolkit.bench.command import BenchOptions, Prepared, measure_step, prepare,
 from toolkit.bench.options import parse_rates
 from toolkit.bench.sweep import Step
 from toolkit.bench.target import TargetError
+from toolkit.diagnose.vocabulary import Engine
 from toolkit.tune.experiment import RunError, Server
-from toolkit.tune.flags import Engine
 from toolkit.tune.objective import value_of
 
 DROPPED_KEYS = ("requests", "scraped_metrics")

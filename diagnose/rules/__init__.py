@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from toolkit.diagnose.findings import Evidence, Finding
-from toolkit.diagnose.flags import engine_of
 from toolkit.diagnose.rules import (
     capacity,
     client,
@@ -77,7 +76,7 @@ def run_rules(ctx: Context) -> list[Finding]:
     for own in contexts:
         ctx.notes += own.notes
         ctx.unjudged += own.unjudged
-    engine = engine_of(ctx.config)
+    engine = ctx.config.advice_engine
     return [replace(finding, engine=engine) for findings in found for finding in findings]
 
 
@@ -85,8 +84,8 @@ def _run(rule: Rule, ctx: Context) -> list[Finding]:
     try:
         return rule(ctx)
     except Exception as exc:  # noqa: BLE001 - a broken rule is reported, the others still run
-        return [Finding(f"rule-error.{ctx.rule}", "info", f"rule {ctx.rule} could not run",
-                        f"{type(exc).__name__}: {exc}", Evidence())]
+        return [Finding(id=f"rule-error.{ctx.rule}", severity="info", title=f"rule {ctx.rule} could not run",
+                        message=f"{type(exc).__name__}: {exc}", evidence=Evidence())]
 
 
 __all__ = ["RULES", "Context", "run_rules"]

@@ -32,11 +32,10 @@ from collections import Counter
 
 import numpy as np
 
-from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.flags import flag, fp8_kv, memory_fraction, more_kv_memory
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import MIN_LINES, Context
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of, evidence, evidence_events
+from toolkit.diagnose.read.series import Rows
+from toolkit.diagnose.rules.context import MIN_LINES, Context, memory_fraction, more_kv_memory
+from toolkit.diagnose.vocabulary import Change
 
 FULL_USAGE = 0.9
 BOUND_FRACTION = 0.5
@@ -74,13 +73,13 @@ def _small_pool(ctx: Context) -> Finding | None:
     confidence = confidence_of(len(rows), MIN_LINES)
     tokens, rise = int(rows["new_token"][:-1].sum()), float(rows["usage"][-1] - rows["usage"][0])
     return Finding(
-        "capacity.small_pool", "info" if confidence == "low" else "warning", "A very small KV pool",
-        f"{tokens:,} prefilled tokens raised the KV usage by {rise:.2f}: a pool of about {pool:,.0f} tokens, while "
-        f"up to {int(np.nanmax(rows['queue_req']))} requests wait. Each admitted request reserves room for its "
+        id="capacity.small_pool", severity="info" if confidence == "low" else "warning", title="A very small KV pool",
+        message=f"{tokens:,} prefilled tokens raised the KV usage by {rise:.2f}: a pool of about {pool:,.0f} tokens, "
+        f"while up to {int(np.nanmax(rows['queue_req']))} requests wait. Each admitted request reserves room for its "
         "output, so a pool this small admits few at a time.",
-        evidence(rows, len(rows), implied_pool_tokens=round(pool), prefilled_tokens=tokens),
-        more_kv_memory(ctx.config) or Change("kv_memory", direction=1), memory_fraction(ctx.config)[1],
-        "More KV memory leaves less for activations and graphs.", rows.ranks, confidence=confidence)
+        evidence=evidence(rows, len(rows), implied_pool_tokens=round(pool), prefilled_tokens=tokens),
+        change=more_kv_memory(ctx.config) or Change("kv_memory", direction=1), current=memory_fraction(ctx.config),
+        tradeoff="More KV memory leaves less for activations and graphs.", ranks=rows.ranks, confidence=confidence)
 
 
 def _implied_pool(rows: Rows) -> tuple[float, Rows] | None:
@@ -120,8 +119,9 @@ def _input_too_long(ctx: Context) -> Finding | None:
     rejected = f"{said} {'were' if requests != 1 else 'was'} rejected: the server allows {allowed:,} input tokens"
     if context is not None and (context <= pool if pool else limit >= context):
         return Finding(
-            "capacity.input_too_long", "warning", "Inputs longer than the context length were rejected",
-            f"{rejected}, as its context length ({context:,}) does.", evidence_events(known, **facts),
+            id="capacity.input_too_long", severity="warning",
+            title="Inputs longer than the context length were rejected",
+            message=f"{rejected}, as its context length ({context:,}) does.", evidence=evidence_events(known, **facts),
             ranks=_ranks(known),
             action="client: shorter inputs (or --allow-auto-truncate); a longer --context-length only if the model "
                    "supports it")
@@ -129,16 +129,16 @@ def _input_too_long(ctx: Context) -> Finding | None:
              if context is not None else "the smaller of its context length and its KV pool")
     alternatives = (Change("kv_memory", direction=1),)
     if "fp8" not in cfg.kv_cache_dtype:
-        alternatives += (Change("kv_dtype", fp8_kv(cfg)),)
+        alternatives += (Change("kv_dtype", cfg.fp8_kv),)
     return Finding(
-        "capacity.input_too_long", "warning", "Inputs longer than the KV pool holds were rejected",
-        f"{rejected}, {where}. A context length of {limit:,} says so to clients up front; longer inputs need more "
-        "KV memory (a larger memory fraction, an fp8 KV cache, more GPUs).",
-        evidence_events(known, **facts), Change("context", str(limit)),
-        str(context) if context is not None else None,
-        "Clients get the limit as an error before they send; a larger memory fraction leaves less headroom for "
-        "activations, an fp8 KV cache costs slight accuracy.",
-        _ranks(known), alternatives, confidence="high" if context is not None else "medium")
+        id="capacity.input_too_long", severity="warning", title="Inputs longer than the KV pool holds were rejected",
+        message=f"{rejected}, {where}. A context length of {limit:,} says so to clients up front; longer inputs need "
+        "more KV memory (a larger memory fraction, an fp8 KV cache, more GPUs).",
+        evidence=evidence_events(known, **facts), change=Change("context", str(limit)),
+        current=Current.of(context) if context is not None else None,
+        tradeoff="Clients get the limit as an error before they send; a larger memory fraction leaves less headroom "
+        "for activations, an fp8 KV cache costs slight accuracy.", ranks=_ranks(known), alternatives=alternatives,
+        confidence="high" if context is not None else "medium")
 
 
 def _ranks(events) -> tuple[str, ...]:
@@ -159,10 +159,11 @@ def _pool_bound(ctx: Context) -> Finding | None:
            f"{FULL_USAGE:.0%} used while requests waited (median usage {full.median('usage'):.2f}, queue "
            f"{full.median('queue_req'):.0f}): memory, not the scheduler, limits the batch.")
     return Finding(
-        "capacity.pool_bound", "warning", "KV pool full with requests waiting",
-        f"{why} More KV memory, an fp8 KV cache ({flag(cfg, 'kv_dtype')} {fp8_kv(cfg)}), or shorter outputs "
+        id="capacity.pool_bound", severity="warning", title="KV pool full with requests waiting",
+        message=f"{why} More KV memory, an fp8 KV cache ({cfg.flag('kv_dtype')} {cfg.fp8_kv}), or shorter outputs "
         "(the client's max_tokens) let more requests run.",
-        evidence(full, len(steady), full_fraction=round(fraction, 3)), change, current, tradeoff, full.ranks,
+        evidence=evidence(full, len(steady), full_fraction=round(fraction, 3)), change=change, current=current,
+        tradeoff=tradeoff, ranks=full.ranks,
         action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)")
 
 
@@ -184,30 +185,31 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
     pool = f"; a pool of about {tokens / full.median('usage'):.0f} tokens" if tokens == tokens else ""
     lines = f"{len(load)} line{'s' if len(load) != 1 else ''}"
     return Finding(
-        "capacity.pool_bound", "info" if confidence == "low" else "warning", "KV pool full with requests waiting",
-        f"In {len(full)} of {len(load)} {ctx.load_word} lines the KV pool was at least {FULL_USAGE:.0%} used "
+        id="capacity.pool_bound", severity="info" if confidence == "low" else "warning",
+        title="KV pool full with requests waiting",
+        message=f"In {len(full)} of {len(load)} {ctx.load_word} lines the KV pool was at least {FULL_USAGE:.0%} used "
         f"(median {full.median('usage'):.2f}{pool}) while {full.median('queue_req'):.0f} requests waited "
         f"(median): memory limits the batch. A short excerpt ({lines}): confirm on a longer log.",
-        evidence(full, len(load), lines_read=len(load)), change, current, tradeoff, full.ranks, alternatives,
-        action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)",
-        confidence=confidence)
+        evidence=evidence(full, len(load), lines_read=len(load)), change=change, current=current, tradeoff=tradeoff,
+        ranks=full.ranks, alternatives=alternatives,
+        action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)", confidence=confidence)
 
 
-def _more_memory(ctx: Context) -> tuple[Change | None, str | None, str]:
+def _more_memory(ctx: Context) -> tuple[Change | None, Current | None, str]:
     """(change, current, trade-off): more KV memory where there is some, else fp8 KV, else none (outputs)."""
     cfg = ctx.config
     mfs = cfg.mem_fraction_static
     if cfg.vllm:
         more = more_kv_memory(cfg)
         if more is not None:
-            return (more, memory_fraction(cfg)[1],
+            return (more, memory_fraction(cfg),
                     "Less memory left for activations and graphs: too high a value risks CUDA OOM.")
     avail, total = cfg.available_mem_gb, cfg.gpu_mem_gb
     if not cfg.vllm and mfs is not None and avail is not None and avail > SPARE_GB and total:
-        return (Change("kv_memory", f"{min(0.95, mfs + (avail - TARGET_GB) / total):.3f}"), f"{mfs:g}",
+        return (Change("kv_memory", f"{min(0.95, mfs + (avail - TARGET_GB) / total):.3f}"), Current.of(mfs),
                 "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")
     if "fp8" not in cfg.kv_cache_dtype:
-        return Change("kv_dtype", fp8_kv(cfg)), cfg.kv_cache_dtype, "Slight accuracy loss; check your evals."
+        return Change("kv_dtype", cfg.fp8_kv), Current.of(cfg.kv_cache_dtype), "Slight accuracy loss; check your evals."
     return None, None, "Shorter outputs change what users get; more GPUs cost money."
 
 
@@ -227,19 +229,23 @@ def _pool_vs_context(ctx: Context) -> Finding | None:
     if fit < 1:
         suggested = max(1024, holds // 1024 * 1024) if holds >= 1024 else holds
         return Finding(
-            "capacity.context_exceeds_pool", "warning", "One request at full context does not fit the KV pool",
-            f"The KV pool holds {holds} tokens of a request but the context length is {context}: a request that "
-            "long can never run (SGLang retracts or aborts it; vLLM refuses to start).",
-            Evidence(len(rows), None, None, lines, facts), Change("context", str(suggested)), str(context),
-            "Longer prompts are rejected; more KV memory instead keeps them.")
-    wanted = cfg.arg("max_num_seqs") if cfg.vllm else cfg.arg("max_running_requests")
+            id="capacity.context_exceeds_pool", severity="warning",
+            title="One request at full context does not fit the KV pool",
+            message=f"The KV pool holds {holds} tokens of a request but the context length is {context}: a request "
+            "that long can never run (SGLang retracts or aborts it; vLLM refuses to start).",
+            evidence=Evidence(count=len(rows), total=None, span=None, lines=lines, facts=facts),
+            change=Change("context", str(suggested)), current=Current.of(context),
+            tradeoff="Longer prompts are rejected; more KV memory instead keeps them.")
+    wanted = cfg.value("running_cap")
     if not isinstance(wanted, int) or wanted <= fit:
         return None
     return Finding(
-        "capacity.pool_vs_concurrency", "info", "The pool holds fewer full-context requests than asked for",
-        f"The running cap is set to {wanted} requests of up to {context} tokens each, but the KV pool holds "
+        id="capacity.pool_vs_concurrency", severity="info",
+        title="The pool holds fewer full-context requests than asked for",
+        message=f"The running cap is set to {wanted} requests of up to {context} tokens each, but the KV pool holds "
         f"{fit:.1f} requests at full context ({holds} tokens). Long requests will be retracted or wait.",
-        Evidence(len(rows), None, None, lines, {**facts, "asked": wanted}), None, str(wanted),
-        "A lower cap runs fewer short requests at once too; a shorter context length rejects longer prompts.",
+        evidence=Evidence(count=len(rows), total=None, span=None, lines=lines, facts={**facts, "asked": wanted}),
+        change=None, current=Current.of(wanted),
+        tradeoff="A lower cap runs fewer short requests at once too; a shorter context length rejects longer prompts.",
         alternatives=(Change("running_cap", str(max(1, int(fit)))), Change("context", str(holds // wanted))),
         action="if requests run long")

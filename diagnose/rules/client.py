@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from toolkit.diagnose.bench_input import BenchRun
+from toolkit.bench.record import BenchRecord
+from toolkit.diagnose.bench_input import run_facts
 from toolkit.diagnose.findings import Evidence, Finding
 from toolkit.diagnose.rules.context import Context
 
@@ -26,9 +27,9 @@ def check(ctx: Context) -> list[Finding]:
     return [_finding(run, why) for run in runs if (why := _why(run)) is not None]
 
 
-def _why(run: BenchRun) -> str | None:
+def _why(run: BenchRecord) -> str | None:
     """The sentence blaming the client, or None when the client kept up."""
-    if run.has_verdict:
+    if run.client_bottleneck is not None:  # NOTE: `toolkit bench`'s own verdict
         if not run.client_bottleneck:
             return None
         return run.client_verdict or "The bench run flagged the client as the bottleneck."
@@ -36,8 +37,8 @@ def _why(run: BenchRun) -> str | None:
     return f"In the bench run {'; '.join(found)}." if found else None
 
 
-def _rate_reason(run: BenchRun) -> str | None:
-    target = run.scheduled_rate or run.request_rate
+def _rate_reason(run: BenchRecord) -> str | None:
+    target = run.scheduled_rate or run.request_rate_number
     if run.achieved_rate is None or not target:
         return None
     n = run.num_requests or run.completed
@@ -49,17 +50,17 @@ def _rate_reason(run: BenchRun) -> str | None:
     return f"it achieved {run.achieved_rate:.2f} of {target:.2f} req/s"
 
 
-def _lag_reason(run: BenchRun) -> str | None:
+def _lag_reason(run: BenchRecord) -> str | None:
     if run.send_lag_p99_ms is None or run.send_lag_p99_ms <= SEND_LAG_MS:
         return None
     return f"send lag p99 was {run.send_lag_p99_ms:.0f} ms"
 
 
-def _finding(run: BenchRun, why: str) -> Finding:
-    span = (run.started_at, run.ended_at) if run.started_at and run.ended_at else None
+def _finding(run: BenchRecord, why: str) -> Finding:
+    span = (float(run.started_at), float(run.ended_at)) if run.started_at and run.ended_at else None
     return Finding(
-        "client.bottleneck", "warning", "The client, not the server, was the bottleneck",
-        f"{why} The server's numbers understate what it can do.",
-        Evidence(1, None, span, (), run.facts()),
+        id="client.bottleneck", severity="warning", title="The client, not the server, was the bottleneck",
+        message=f"{why} The server's numbers understate what it can do.",
+        evidence=Evidence(count=1, span=span, facts=run_facts(run)),
         tradeoff="None on the server; rerun the benchmark before tuning from it.",
         action="client: more concurrency / a faster client machine")

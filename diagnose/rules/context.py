@@ -9,11 +9,13 @@ import numpy as np
 
 from toolkit.diagnose.bench_input import BenchInput
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.log_format.messages import BATCH_KINDS, CAPTURE_BEGAN
+from toolkit.diagnose.findings import Current
 from toolkit.diagnose.metrics_input import Metrics
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.messages import BATCH_KINDS, CAPTURE_BEGAN
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.timeline import Timeline
+from toolkit.diagnose.vocabulary import Change
 
 MIN_LINES = 10  # fewer steady load lines than this and load-shape rules cannot judge
 # NOTE: an OOM line and a traceback this few lines apart are one failure (one raised the other, or another worker
@@ -115,3 +117,28 @@ def capturing_at(ctx: Context, e: Event) -> bool:
         return False
     ran = first_load_after(ctx, last.line, e.source)
     return ran is None or ran > e.line
+
+
+MAX_FRACTION = 0.95  # the highest static memory fraction the rules advise (activations and graphs need the rest)
+STEP = 0.05
+
+
+def memory_fraction(config: ServerConfig) -> Current | None:
+    """The static memory fraction (SGLang's `--mem-fraction-static`, vLLM's `--gpu-memory-utilization`): the log's,
+    else the engine's default (said so); None where neither is known."""
+    value = config.mem_fraction_static
+    if value is not None:
+        return Current.of(value)
+    default = config.knob("kv_memory").default  # type: ignore[union-attr]
+    return Current.of(float(default), "default") if isinstance(default, (int, float)) else None
+
+
+def more_kv_memory(config: ServerConfig) -> Change | None:
+    """The static memory fraction STEP higher, at most MAX_FRACTION; None where the log's is there already (more KV
+    memory is not on offer: ask for fewer requests at once instead)."""
+    now = memory_fraction(config)
+    if now is None:
+        return Change("kv_memory", direction=1)
+    if now.value >= MAX_FRACTION:  # type: ignore[operator]
+        return None
+    return Change("kv_memory", f"{min(MAX_FRACTION, now.value + STEP):.2f}")  # type: ignore[operator]

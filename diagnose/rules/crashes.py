@@ -12,13 +12,11 @@
 """
 from __future__ import annotations
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.findings import Finding, evidence_events
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import error_line
+from toolkit.diagnose.findings import Current, Finding, evidence_events
+from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
 from toolkit.diagnose.rules.workarounds import workaround
+from toolkit.diagnose.vocabulary import Change
 
 
 CAUSES = ("oom", "not_enough_memory", "leak", "graph_failed")  # errors whose own rules explain the crash
@@ -34,41 +32,43 @@ def check(ctx: Context) -> list[Finding]:
         advice = "Read the traceback at the quoted line; the scheduler does not recover from it."
         if fix is None:
             out.append(Finding(
-                "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
-                f"Last error: {last}", evidence_events(exceptions, error=last), None, None, advice))
+                id="crash.exception", severity="critical", title=f"Server crashed ({len(exceptions)} error records)",
+                message=f"Last error: {last}", evidence=evidence_events(exceptions, error=last), change=None,
+                current=None, tradeoff=advice))
         else:
             out.append(Finding(
-                "crash.exception", "critical", f"Server crashed ({len(exceptions)} error records)",
-                f"Last error: {last.rstrip('.')}. {fix.why}", evidence_events(exceptions, error=last, **fix.facts),
-                fix.change, fix.current, f"{fix.tradeoff} {advice}", action=fix.action,
-                alternatives=fix.alternatives))
+                id="crash.exception", severity="critical", title=f"Server crashed ({len(exceptions)} error records)",
+                message=f"Last error: {last.rstrip('.')}. {fix.why}",
+                evidence=evidence_events(exceptions, error=last, **fix.facts), change=fix.change, current=fix.current,
+                tradeoff=f"{fix.tradeoff} {advice}", action=fix.action, alternatives=fix.alternatives))
     watchdog = tl.kind("watchdog")
     if watchdog:
         timeout = watchdog[0].fields.get("watchdog_timeout")
         out.append(Finding(
-            "crash.watchdog", "critical", f"Watchdog timeout ({len(watchdog)}x)",
-            f"A forward pass ran longer than the watchdog allows ({timeout} s): the scheduler was stuck "
+            id="crash.watchdog", severity="critical", title=f"Watchdog timeout ({len(watchdog)}x)",
+            message=f"A forward pass ran longer than the watchdog allows ({timeout} s): the scheduler was stuck "
             "(a hang in NCCL, a kernel, or a huge batch).",
-            evidence_events(watchdog, watchdog_timeout=timeout if isinstance(timeout, (int, float)) else None),
-            Change("watchdog"), str(timeout) if timeout is not None else None,
-            "Raise it only if one forward pass legitimately takes that long; otherwise it hides a hang."))
+            evidence=evidence_events(watchdog, watchdog_timeout=timeout if isinstance(timeout, (int, float)) else None),
+            change=Change("watchdog"),
+            current=Current(value=timeout, said=str(timeout)) if timeout is not None else None,
+            tradeoff="Raise it only if one forward pass legitimately takes that long; otherwise it hides a hang."))
     leaks = tl.kind("leak")
     if leaks:
         out.append(Finding(
-            "crash.leak", "critical", f"KV cache leak detected ({len(leaks)}x)",
-            "The idle check found KV slots that are neither free, cached nor owned by a request: a scheduler "
-            "bug; memory drains until restart.", evidence_events(leaks), None, None,
-            "Restart to recover; --disable-radix-cache narrows down whether the cache is involved."))
+            id="crash.leak", severity="critical", title=f"KV cache leak detected ({len(leaks)}x)",
+            message="The idle check found KV slots that are neither free, cached nor owned by a request: a scheduler "
+            "bug; memory drains until restart.", evidence=evidence_events(leaks), change=None, current=None,
+            tradeoff="Restart to recover; --disable-radix-cache narrows down whether the cache is involved."))
     graph = tl.kind("graph_failed")
     if graph:
         cgmb = ctx.config.cuda_graph_max_bs
         out.append(Finding(
-            "crash.graph_capture", "critical", "CUDA graph capture failed",
-            "Capturing decode graphs ran out of memory or hit an unsupported op: capture fewer batch sizes, or "
-            f"leave more memory outside the KV pool (a lower {flag(ctx.config, 'kv_memory')}).",
-            evidence_events(graph), Change("graph_max_bs", str(max(1, (cgmb or 16) // 2))),
-            str(cgmb) if cgmb else None,
-            "Fewer captured sizes: larger batches run without graphs; a smaller KV pool holds fewer tokens.",
+            id="crash.graph_capture", severity="critical", title="CUDA graph capture failed",
+            message="Capturing decode graphs ran out of memory or hit an unsupported op: capture fewer batch sizes, or "
+            f"leave more memory outside the KV pool (a lower {ctx.config.flag('kv_memory')}).",
+            evidence=evidence_events(graph), change=Change("graph_max_bs", str(max(1, (cgmb or 16) // 2))),
+            current=Current.of(cgmb) if cgmb else None,
+            tradeoff="Fewer captured sizes: larger batches run without graphs; a smaller KV pool holds fewer tokens.",
             alternatives=(Change("kv_memory", direction=-1), Change("graphs_off", True))))
     return out
 
@@ -79,8 +79,8 @@ def _explained(exception: Event, ctx: Context) -> bool:
     `torch.OutOfMemoryError: ...` opens a record of its own); or, for a traceback whose error line the log does
     not show (cut off), an OOM message printed just before it is what it raises (SGLang logs `Decode out of
     memory` and then the traceback that ends in it)."""
-    after = exception.line + exception.text.count("\n") + 1
-    cut = error_line(exception.text) is None
+    after = exception.last_line + 1
+    cut = exception.error.cut
     for kind in CAUSES:
         for cause in ctx.timeline.kind(kind):
             if cause.source != exception.source:

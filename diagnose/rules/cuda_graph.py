@@ -28,10 +28,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from toolkit.diagnose.findings import Evidence, Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
+from toolkit.diagnose.vocabulary import Change
 
 OFF_FRACTION = 0.2
 CEILING_FRACTION = 0.5
@@ -73,19 +72,19 @@ def _not_used(ctx: Context, steady) -> list[Finding]:
         mfs = ctx.config.mem_fraction_static
         pay = (Change("kv_memory", f"{mfs - 0.02 * doublings:.2f}"),) if mfs else ()
         return [Finding(
-            "cuda_graph.not_used", "warning", "Decode ran without CUDA graphs",
-            f"{frac:.0%} of {len(printed)} steady decode lines ran without a graph; their batches "
+            id="cuda_graph.not_used", severity="warning", title="Decode ran without CUDA graphs",
+            message=f"{frac:.0%} of {len(printed)} steady decode lines ran without a graph; their batches "
             f"(p90 {p90:.0f} requests) exceed cuda_graph_max_bs={cgmb}. Graphs remove launch overhead.",
-            evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
-            Change("graph_max_bs", str(target), companions=pay), str(cgmb),
-            "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks)]
+            evidence=evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
+            change=Change("graph_max_bs", str(target), companions=pay), current=Current.of(cgmb),
+            tradeoff="Graphs for larger batches take GPU memory (less KV pool) and start-up time.", ranks=off.ranks)]
     return [Finding(
-        "cuda_graph.not_used", "warning", "Decode ran without CUDA graphs within the capture range",
-        f"{frac:.0%} of {len(printed)} steady decode lines ran without a graph although their batches "
+        id="cuda_graph.not_used", severity="warning", title="Decode ran without CUDA graphs within the capture range",
+        message=f"{frac:.0%} of {len(printed)} steady decode lines ran without a graph although their batches "
         f"(p90 {p90:.0f}) are within cuda_graph_max_bs={cgmb}: another feature (speculative decoding, "
         "mixed chunks, a backend) disabled them for these steps.",
-        evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
-        None, str(cgmb) if cgmb else None, None, off.ranks)]
+        evidence=evidence(off, len(printed), p90_running=p90, cuda_graph_max_bs=cgmb),
+        change=None, current=Current.of(cgmb) if cgmb else None, tradeoff=None, ranks=off.ranks)]
 
 
 ALL_OFF_LINES = 1  # one decode line that says False is a step that ran eagerly (sglang#29853: at 128 running)
@@ -143,11 +142,12 @@ def _short_not_used(ctx: Context, off, printed: int, what: str, facts: dict[str,
     target = pow2_at_least(float(np.max(off["running_req"])), MAX_SUGGESTED_BS)
     confidence = confidence_of(printed, MIN_LINES)
     return Finding(
-        "cuda_graph.not_used", "info" if confidence == "low" else "warning", "Decode ran without CUDA graphs",
-        f"{what} Graphs remove launch overhead.", evidence(off, printed, **facts), Change("graph_max_bs", str(target)),
-        str(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
-        "Graphs for larger batches take GPU memory (less KV pool) and start-up time.", off.ranks, alternatives,
-        confidence=confidence)
+        id="cuda_graph.not_used", severity="info" if confidence == "low" else "warning",
+        title="Decode ran without CUDA graphs", message=f"{what} Graphs remove launch overhead.",
+        evidence=evidence(off, printed, **facts), change=Change("graph_max_bs", str(target)),
+        current=Current.of(cfg.cuda_graph_max_bs) if cfg.cuda_graph_max_bs_known else None,
+        tradeoff="Graphs for larger batches take GPU memory (less KV pool) and start-up time.", ranks=off.ranks,
+        alternatives=alternatives, confidence=confidence)
 
 
 def _below_cap(ctx: Context) -> list[Finding]:
@@ -162,14 +162,14 @@ def _below_cap(ctx: Context) -> list[Finding]:
     begins = [e for e in ctx.timeline.kind("graph_begin") if e.fields.get("captured_bs") == captured]
     target = pow2_at_least(min(cap, 2 * captured), MAX_SUGGESTED_BS)
     return [Finding(
-        "cuda_graph.below_cap", "info", "CUDA graphs stop far below the running cap",
-        f"Graphs were captured for batches up to {captured} requests while up to {cap} may run: every decode step "
-        f"above {captured} runs without a graph and pays the launch overhead. No load line shows how large the "
+        id="cuda_graph.below_cap", severity="info", title="CUDA graphs stop far below the running cap",
+        message=f"Graphs were captured for batches up to {captured} requests while up to {cap} may run: every decode "
+        f"step above {captured} runs without a graph and pays the launch overhead. No load line shows how large the "
         "batch grows; check `#running-req` under load.",
-        evidence_events(begins, captured_max=captured, max_running_requests=cap),
-        Change("graph_max_bs", str(target)), str(captured),
-        "Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.",
-        tuple(sorted({e.rank for e in begins if e.rank})), confidence="low")]
+        evidence=evidence_events(begins, captured_max=captured, max_running_requests=cap),
+        change=Change("graph_max_bs", str(target)), current=Current.of(captured),
+        tradeoff="Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.",
+        ranks=tuple(sorted({e.rank for e in begins if e.rank})), confidence="low")]
 
 
 def _ceiling(ctx: Context, steady) -> list[Finding]:
@@ -187,25 +187,27 @@ def _ceiling(ctx: Context, steady) -> list[Finding]:
         return []
     known = "" if ctx.config.cuda_graph_max_bs_known else " (the default)"
     return [Finding(
-        "cuda_graph.ceiling", "warning", "Running batch above the CUDA-graph ceiling",
-        f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines the batch ran more than {cgmb} requests, "
-        f"the largest captured graph{known}: those steps run without graphs and pay the launch overhead.",
-        evidence(above, len(steady), p90_running=p90, captured_max=cgmb),
-        Change("graph_max_bs", str(target)), str(cgmb),
-        "Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.", above.ranks)]
+        id="cuda_graph.ceiling", severity="warning", title="Running batch above the CUDA-graph ceiling",
+        message=f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines the batch ran more than {cgmb} "
+        f"requests, the largest captured graph{known}: those steps run without graphs and pay the launch overhead.",
+        evidence=evidence(above, len(steady), p90_running=p90, captured_max=cgmb),
+        change=Change("graph_max_bs", str(target)), current=Current.of(cgmb),
+        tradeoff="Graphs for larger batches take GPU memory (a smaller KV cache) and start-up time.",
+        ranks=above.ranks)]
 
 
 def _disabled(ctx: Context, steady, which: str = "steady batch") -> list[Finding]:
     median = steady.median("running_req")
     if median > DISABLED_MEDIAN_BS:
         return []
-    name = flag(ctx.config, "graphs_off")
+    name = ctx.config.flag("graphs_off")
     return [Finding(
-        "cuda_graph.disabled", "warning", "CUDA graphs are disabled",
-        f"{name} is set while the median {which} is {median:g} request{'' if median == 1 else 's'}; small decode "
-        "batches are launch-bound and graphs speed them up.",
-        evidence(steady, len(steady), median_running=median), Change("graphs_off", False),
-        "set", "Graph capture takes start-up time and some GPU memory.", steady.ranks)]
+        id="cuda_graph.disabled", severity="warning", title="CUDA graphs are disabled",
+        message=f"{name} is set while the median {which} is {median:g} request{'' if median == 1 else 's'}; small "
+        "decode batches are launch-bound and graphs speed them up.",
+        evidence=evidence(steady, len(steady), median_running=median), change=Change("graphs_off", False),
+        current=Current(value=True, said="set"), tradeoff="Graph capture takes start-up time and some GPU memory.",
+        ranks=steady.ranks)]
 
 
 def _disabled_short(ctx: Context) -> list[Finding]:
@@ -232,10 +234,11 @@ def _capture_memory(ctx: Context) -> list[Finding]:
     against = (f"{VLLM_GRAPH_SHARE:.0%} of the {cfg.kv_mem_gb:.2f} GB KV cache" if cfg.vllm
                else f"the {left:.2f} GB left after them")
     return [Finding(
-        "cuda_graph.capture_memory", "warning", f"CUDA graphs took {graphs:.2f} GB",
-        f"Capturing the decode graphs took {graphs:.2f} GB, more than {against}: memory the KV cache or "
+        id="cuda_graph.capture_memory", severity="warning", title=f"CUDA graphs took {graphs:.2f} GB",
+        message=f"Capturing the decode graphs took {graphs:.2f} GB, more than {against}: memory the KV cache or "
         "activations could use. Fewer captured batch sizes take less.",
-        Evidence(len(rows), None, None, tuple(e.line for e in rows[:5]),
-                 {"graph_gb": graphs, "left_gb": cfg.available_mem_gb, "kv_cache_gb": cfg.kv_mem_gb}),
-        Change("graph_max_bs", str(max(1, cgmb // 2)) if cgmb else None), str(cgmb) if cgmb else None,
-        "Batches above the smaller maximum run without graphs (slower decode steps for them).")]
+        evidence=Evidence(count=len(rows), total=None, span=None, lines=tuple(e.line for e in rows[:5]),
+                 facts={"graph_gb": graphs, "left_gb": cfg.available_mem_gb, "kv_cache_gb": cfg.kv_mem_gb}),
+        change=Change("graph_max_bs", str(max(1, cgmb // 2)) if cgmb else None),
+        current=Current.of(cgmb) if cgmb else None,
+        tradeoff="Batches above the smaller maximum run without graphs (slower decode steps for them).")]

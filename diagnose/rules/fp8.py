@@ -6,11 +6,10 @@ cache is not fp8 yet, and `--quantization fp8` when 16-bit weights take >= 40% o
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.flags import fp8_kv
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, evidence
 from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
+from toolkit.diagnose.vocabulary import Change
 
 FULL_USAGE = 0.9
 BOUND_FRACTION = 0.5
@@ -37,17 +36,18 @@ def check(ctx: Context) -> list[Finding]:
         why = f"decode retracted requests {rate:.1f} times per busy minute"
     if "fp8" not in cfg.kv_cache_dtype:
         out.append(Finding(
-            "fp8.kv_cache", "info", "Memory-bound: store the KV cache in fp8",
-            f"The server is memory-bound: {why}. An fp8 KV cache holds twice the tokens in the same memory.",
-            evidence(full, len(steady), full_fraction=round(frac, 3)), Change("kv_dtype", fp8_kv(cfg)),
-            cfg.kv_cache_dtype, "Slight accuracy loss; check your evals.", full.ranks))
+            id="fp8.kv_cache", severity="info", title="Memory-bound: store the KV cache in fp8",
+            message=f"The server is memory-bound: {why}. An fp8 KV cache holds twice the tokens in the same memory.",
+            evidence=evidence(full, len(steady), full_fraction=round(frac, 3)), change=Change("kv_dtype", cfg.fp8_kv),
+            current=Current.of(cfg.kv_cache_dtype), tradeoff="Slight accuracy loss; check your evals.",
+            ranks=full.ranks))
     weights, gpu = cfg.weight_mem_gb, cfg.gpu_mem_gb
     sixteen_bit = cfg.dtype is None or "16" in cfg.dtype or cfg.dtype == "auto"
     if weights and gpu and weights / gpu >= HEAVY_WEIGHTS and not cfg.quantization and sixteen_bit:
         out.append(Finding(
-            "fp8.weights", "info", "Memory-bound with heavy weights: fp8 weights",
-            f"{why}; the weights take {weights:.1f} of {gpu:.0f} GB per GPU. fp8 weights free about half of "
-            "that for KV cache.", evidence(full, len(steady), weight_gb=weights, gpu_mem_gb=gpu),
-            Change("quantization", "fp8"), "none", "Slight accuracy loss; needs a GPU with fp8 support (Hopper+).",
-            full.ranks))
+            id="fp8.weights", severity="info", title="Memory-bound with heavy weights: fp8 weights",
+            message=f"{why}; the weights take {weights:.1f} of {gpu:.0f} GB per GPU. fp8 weights free about half of "
+            "that for KV cache.", evidence=evidence(full, len(steady), weight_gb=weights, gpu_mem_gb=gpu),
+            change=Change("quantization", "fp8"), current=Current(value=None, said="none"),
+            tradeoff="Slight accuracy loss; needs a GPU with fp8 support (Hopper+).", ranks=full.ranks))
     return out

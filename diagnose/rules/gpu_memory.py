@@ -23,10 +23,10 @@ capture may run out of memory; a utilization that leaves `GRAPH_TARGET_GB` (or `
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Evidence, Finding, evidence_events
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.log_format.messages import CAPTURE_BEGAN
+from toolkit.diagnose.findings import Current, Evidence, Finding, evidence_events
+from toolkit.diagnose.read.messages import CAPTURE_BEGAN
 from toolkit.diagnose.rules.context import Context, capturing_at
+from toolkit.diagnose.vocabulary import Change
 
 LOW_GB = 5.0
 GOOD_GB = 8.0
@@ -63,18 +63,18 @@ def check(ctx: Context) -> list[Finding]:
     bound = "" if cfg.available_mem_gb is not None else (
         f" (capture began with {cfg.before_graphs_gb:.2f} GB and its end is not in the log: "
         f"{'at most' if avail < LOW_GB else 'at least'} this much is left)")
-    ev = Evidence(1, None, None, _startup_lines(ctx), facts)
-    current = f"{mfs:g}" if mfs is not None else None
+    ev = Evidence(count=1, lines=_startup_lines(ctx), facts=facts)
+    current = Current.of(mfs) if mfs is not None else None
     if avail < LOW_GB:
         piecewise = _piecewise_tokens(ctx) if bound else None  # NOTE: judged where the capture began
         return [Finding(
-            "gpu_memory.too_little", "warning", f"Only {avail:.2f} GB GPU memory left after start-up",
-            f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs{bound} "
+            id="gpu_memory.too_little", severity="warning", title=f"Only {avail:.2f} GB GPU memory left after start-up",
+            message=f"{avail:.2f} GB remain for activations, sampling and NCCL after the KV pool and graphs{bound} "
             f"(good: {LOW_GB:g}-{GOOD_GB:g} GB). Large prefills or batches can hit CUDA OOM."
             + (f" The capture was of piecewise CUDA graphs, from {piecewise} tokens down: fewer tokens take less "
                "memory." if piecewise else ""),
-            ev, change, current,
-            "A smaller KV pool holds fewer tokens: fewer concurrent requests"
+            evidence=ev, change=change, current=current,
+            tradeoff="A smaller KV pool holds fewer tokens: fewer concurrent requests"
             + ("; smaller piecewise graphs run larger prefills without them." if piecewise else "."),
             alternatives=(Change("piecewise_max_tokens", str(piecewise // 2)),) if piecewise else ())]
     if cfg.colocated_with:
@@ -83,11 +83,11 @@ def check(ctx: Context) -> list[Finding]:
         return []
     severity = "warning" if avail >= HIGH_GB else "info"
     return [Finding(
-        "gpu_memory.too_much", severity, f"{'' if not bound else 'At least '}{avail:.2f} GB GPU memory left unused",
-        f"{avail:.2f} GB stay free after the KV pool and graphs{bound} (good: {LOW_GB:g}-{GOOD_GB:g} GB); the KV "
-        "pool could be larger and hold more concurrent requests.",
-        ev, change, current,
-        "Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")]
+        id="gpu_memory.too_much", severity=severity,
+        title=f"{'' if not bound else 'At least '}{avail:.2f} GB GPU memory left unused",
+        message=f"{avail:.2f} GB stay free after the KV pool and graphs{bound} (good: {LOW_GB:g}-{GOOD_GB:g} GB); the "
+        "KV pool could be larger and hold more concurrent requests.", evidence=ev, change=change, current=current,
+        tradeoff="Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")]
 
 
 def _vllm_graph_room(ctx: Context) -> list[Finding]:
@@ -99,7 +99,7 @@ def _vllm_graph_room(ctx: Context) -> list[Finding]:
         ctx.cannot_judge("the memory left after start-up is not in the log (vLLM does not print it; see its KV "
                          "cache size)")
         return []
-    if cfg.device == "cpu" or cfg.arg("enforce_eager") is True:
+    if cfg.device == "cpu" or cfg.value("graphs_off") is True:
         return []
     e = profiles[-1]
     if any(g.source == e.source and g.line > e.line for g in ctx.timeline.kind("graph_captured")):
@@ -113,14 +113,17 @@ def _vllm_graph_room(ctx: Context) -> list[Finding]:
     if suggested <= 0 or suggested >= util:
         return []
     return [Finding(
-        "gpu_memory.no_room_for_graphs", "info", f"{outside:.2f} GiB left outside vLLM's memory budget",
-        f"gpu_memory_utilization {util:g} of {total:.2f} GiB leaves {outside:.2f} GiB outside what vLLM profiles; "
-        "the CUDA graphs it captures after allocating the KV cache need room there (a GiB or more for large "
+        id="gpu_memory.no_room_for_graphs", severity="info",
+        title=f"{outside:.2f} GiB left outside vLLM's memory budget",
+        message=f"gpu_memory_utilization {util:g} of {total:.2f} GiB leaves {outside:.2f} GiB outside what vLLM "
+        "profiles; the CUDA graphs it captures after allocating the KV cache need room there (a GiB or more for large "
         "models and many batch sizes), so capture may run out of memory.",
-        evidence_events([e], total_gpu_memory_gb=total, gpu_memory_utilization=util, outside_gb=round(outside, 2)),
-        Change("kv_memory", f"{suggested:.2f}"), f"{util:g}",
-        "A smaller KV cache holds fewer tokens; eager mode instead keeps the cache but decodes slower.",
-        tuple(sorted({e.rank for e in profiles if e.rank})), (Change("graphs_off", True),), confidence="low")]
+        evidence=evidence_events([e], total_gpu_memory_gb=total, gpu_memory_utilization=util,
+                                 outside_gb=round(outside, 2)),
+        change=Change("kv_memory", f"{suggested:.2f}"), current=Current.of(util),
+        tradeoff="A smaller KV cache holds fewer tokens; eager mode instead keeps the cache but decodes slower.",
+        ranks=tuple(sorted({e.rank for e in profiles if e.rank})), alternatives=(Change("graphs_off", True),),
+        confidence="low")]
 
 
 def _left(after_graphs: float | None, before_graphs: float | None, failed: bool) -> float | None:

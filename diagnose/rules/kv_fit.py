@@ -1,4 +1,5 @@
-"""How many tokens of context vLLM's KV cache holds, from its start-up error (docs/log-formats.md §9.5):
+"""How many tokens of context vLLM's KV cache holds, from its start-up refusal (docs/log-formats.md §9.5; its sizes
+read by `diagnose.read.errors`):
 
 - `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`
   (V0): M, rounded down to `STEP` tokens;
@@ -8,15 +9,11 @@
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
+from toolkit.diagnose.read.errors import Refusal
+
 STEP = 256
-_ASKED = re.compile(r"max seq len \((\d{1,12})\)")
-_STORED = re.compile(r"stored in KV cache \((\d{1,12})\)")
-_NEEDED = re.compile(r"\(([\d.]{1,20}) GiB KV cache is needed, which is larger than the available KV cache memory "
-                     r"\(([\d.]{1,20}) GiB\)")
-_ESTIMATE = re.compile(r"estimated maximum model length is (\d{1,12})")
 
 
 class KvFit(NamedTuple):
@@ -29,31 +26,16 @@ def rounded_down(tokens: int) -> int:
     return tokens // STEP * STEP if tokens >= STEP else tokens
 
 
-def prints_sizes(text: str) -> bool:
-    """Whether such an error's text holds the sizes that say what fits (read or not)."""
-    return any(p.search(text) for p in (_ESTIMATE, _STORED, _NEEDED_START))
-
-
-_NEEDED_START = re.compile(r"GiB KV cache is needed")
-
-
-def refused_length(text: str) -> int | None:
-    """The max seq len such an error names, also where the excerpt cut it before its sizes."""
-    asked = _ASKED.search(text)
-    return int(asked.group(1)) if asked is not None else None
-
-
-def kv_fit(text: str) -> KvFit | None:
-    """The max seq len asked for and the context that fits, None when the text is not such an error."""
-    n = refused_length(text)
-    if n is None:
+def kv_fit(refusal: Refusal | None) -> KvFit | None:
+    """The max seq len asked for and the context that fits, None where no refusal says it."""
+    if refusal is None:
         return None
-    if (m := _ESTIMATE.search(text)) is not None:
-        return KvFit(n, int(m.group(1)), "estimates")
-    if (m := _STORED.search(text)) is not None:
-        return KvFit(n, rounded_down(int(m.group(1))), f"the KV cache stores {m.group(1)} tokens")
-    m = _NEEDED.search(text)
-    if m is None or float(m.group(1)) <= 0:
+    n = refusal.asked
+    if refusal.estimated is not None:
+        return KvFit(n, refusal.estimated, "estimates")
+    if refusal.stored is not None:
+        return KvFit(n, rounded_down(refusal.stored), f"the KV cache stores {refusal.stored} tokens")
+    needed, available = refusal.needed_gib, refusal.available_gib
+    if needed is None or available is None or needed <= 0:
         return None
-    needed, available = float(m.group(1)), float(m.group(2))
     return KvFit(n, rounded_down(int(n * available / needed)), f"{available:g} of the {needed:g} GiB it needs are free")

@@ -12,16 +12,12 @@ give it); nothing where that is not below the current.
 """
 from __future__ import annotations
 
-import re
-
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.findings import Finding, evidence_events
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import cut_or_about_memory
+from toolkit.diagnose.findings import Current, Finding, evidence_events
+from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.rules.context import Context, pow2_at_most
+from toolkit.diagnose.vocabulary import Change
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's, on GPUs
-_THROUGH_PROFILE = re.compile(r"\bdetermine_num_available_blocks\b|\bprofile_run\b")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -30,11 +26,11 @@ def check(ctx: Context) -> list[Finding]:
     if not cfg.vllm or not profiles:
         return []
     at = profiles[-1]
-    seqs = cfg.arg("max_num_seqs")
+    seqs = cfg.value("running_cap")
     current = seqs if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs > 0 else None
     blocks = [e for e in tl.kind("gpu_blocks") if e.source == at.source and e.line > at.line]
     failed = [e for e in tl.kind("exception") if e.source == at.source and e.line > at.line
-              and _THROUGH_PROFILE.search(e.text) and cut_or_about_memory(e.text)]
+              and "profile_run" in e.error.signs and e.error.about_memory]
     if failed and not blocks:
         asked = current or DEFAULT_MAX_NUM_SEQS
         if asked // 4 < 1:
@@ -54,10 +50,10 @@ def check(ctx: Context) -> list[Finding]:
 
 def _finding(ctx: Context, rows: list[Event], suggested: int, asked: int, current: int | None, what: str) -> Finding:
     return Finding(
-        "multimodal.profile", "warning", "The multimodal profile run took the KV cache's memory",
-        f"vLLM profiled the model with a dummy batch of {asked} multimodal requests (its max-num-seqs), each with "
-        f"the most images a prompt may hold, and {what}: the profile's activation peak grows with that batch, and "
+        id="multimodal.profile", severity="warning", title="The multimodal profile run took the KV cache's memory",
+        message=f"vLLM profiled the model with a dummy batch of {asked} multimodal requests (its max-num-seqs), each "
+        f"with the most images a prompt may hold, and {what}: the profile's activation peak grows with that batch, and "
         f"the KV cache gets what it leaves. A max-num-seqs of {suggested} profiles a smaller batch.",
-        evidence_events(rows, max_num_seqs=asked), Change("running_cap", str(suggested)),
-        str(current) if current is not None else None,
-        "Fewer requests run at once (less throughput under load); a larger KV cache holds longer contexts.")
+        evidence=evidence_events(rows, max_num_seqs=asked), change=Change("running_cap", str(suggested)),
+        current=Current.of(current) if current is not None else None,
+        tradeoff="Fewer requests run at once (less throughput under load); a larger KV cache holds longer contexts.")

@@ -32,31 +32,21 @@
 """
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.findings import Finding, evidence_events
-from toolkit.diagnose.flags import flag, memory_fraction
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.messages import cut_in_kv_check, cut_or_about_memory, error_line
-from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after
-from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, prints_sizes, refused_length, rounded_down
+from toolkit.diagnose.findings import Current, Finding, evidence_events
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after, memory_fraction
+from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
+from toolkit.diagnose.vocabulary import Change
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024
 NEAR = 200  # lines: an error record this close before an OOM line is its traceback
-_CAPTURE = re.compile(r"captur", re.I)  # capture_model, capture_one_batch_size, Capturing CUDA graphs
-_SAMPLER = re.compile(r"sampler|lora", re.I)
-# the allocator with which an engine releases memory for a trainer and takes it back: vLLM's sleep mode (`wake_up`,
-# its cumem allocator), SGLang's torch_memory_saver (`resume_memory_occupation`); only that mode allocates with it
-_WAKE = re.compile(r"\bwake_up\b|cumem_allocator|\bcumem\.py|torch_memory_saver|resume_memory_occupation")
-_LOADING = re.compile(r"\bload_model\b|\bload_weights\b|model_loader|weight_loader")  # the model was loading
 BLOCK_SIZE = 16  # vLLM's KV block on GPUs (tokens), where the log does not print `block_size`
 FULL_PRECISION = ("float", "float32", "fp32")  # as `--dtype` and the logs (after `torch.`) spell float32
-_CACHE_CHECK = re.compile(r"\binitialize_cache\b|\braise_if_cache_size_invalid\b|\b_verify_cache_size\b")
 _MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization", "activation_peak_gb")
 _SAID = {"not_enough_memory": "no available memory for the cache blocks", "gpu_blocks": "0 GPU blocks",
          "kv_memory": "available KV cache memory <= 0", "memory_profile": "KV cache size <= 0 after profiling"}
@@ -72,14 +62,14 @@ def check(ctx: Context) -> list[Finding]:
     if "decode" in by_phase:
         out.append(_decode(ctx, by_phase.pop("decode")))
     other = [e for rows in by_phase.values() for e in rows]
-    capture = [e for e in other if _CAPTURE.search(_around(ctx, e)) or capturing_at(ctx, e)]
+    capture = [e for e in other if _shows("capture", _around(ctx, e)) or capturing_at(ctx, e)]
     if capture:
         out.append(_capture(ctx, capture))
     other = [e for e in other if e not in capture]
     if other and _float32(ctx.config.dtype):
         out.append(_full_precision(ctx, other))
         other = []
-    loading = [e for e in other if _LOADING.search(_around(ctx, e, after=True))]
+    loading = [e for e in other if _shows("loading", _around(ctx, e, after=True))]
     if loading:
         out.append(_loading(ctx, loading))
     other = [e for e in other if e not in loading]
@@ -113,9 +103,9 @@ def _weights_fill(ctx: Context) -> tuple[list[Event], float, float] | None:
         return None
     crash = [e for e in tl.kind("exception") if e.source == source and e.line > after][:1]
     left = min(float(e.fields["avail_mem"]) for e in loaded if e.source == source)  # type: ignore[arg-type]
-    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb or not cut_or_about_memory(crash[0].text):
+    if not crash or left > (1 - WEIGHTS_FILL) * cfg.gpu_mem_gb or not crash[0].error.about_memory:
         return None
-    fraction = memory_fraction(cfg)[0]
+    fraction = now.value if (now := memory_fraction(cfg)) is not None else None
     if fraction is not None and fraction > 1 - left / cfg.gpu_mem_gb:
         return None  # NOTE: its reserve fitted what the weights left: something else failed
     return [e for e in loaded if e.source == source] + crash, left, cfg.gpu_mem_gb
@@ -123,16 +113,18 @@ def _weights_fill(ctx: Context) -> tuple[list[Event], float, float] | None:
 
 
 def _no_pool_left(ctx: Context, rows: list[Event], left: float, before: float) -> Finding:
-    fraction, quoted = memory_fraction(ctx.config)
+    quoted = memory_fraction(ctx.config)
+    fraction = quoted.value if quoted is not None else None
     needed = 1 - left / before  # NOTE: the static fraction above which anything is left for the pool
     change = Change("kv_memory", f"{min(0.98, max(needed + 0.02, (fraction or 0) + 0.05)):.2f}")
     return Finding(
-        "oom.startup", "critical", "The weights left no room for a KV cache at start-up",
-        f"After the weights only {left:.2f} of {before:.2f} GB were free ({left / before:.0%}), and start-up failed "
-        f"before a KV pool was made: the memory SGLang keeps back ({flag(ctx.config, 'kv_memory')} leaves "
+        id="oom.startup", severity="critical", title="The weights left no room for a KV cache at start-up",
+        message=f"After the weights only {left:.2f} of {before:.2f} GB were free ({left / before:.0%}), and start-up "
+        f"failed before a KV pool was made: the memory SGLang keeps back ({ctx.config.flag('kv_memory')} leaves "
         f"1 - fraction of the GPU to activations) was more than what was left, unless the fraction is above "
-        f"{needed:.2f}.", evidence_events(rows, left_gb=left, before_weights_gb=before), change, quoted,
-        "A fraction this high leaves little for activations (large prefills may run out of memory); more GPUs "
+        f"{needed:.2f}.", evidence=evidence_events(rows, left_gb=left, before_weights_gb=before), change=change,
+        current=quoted,
+        tradeoff="A fraction this high leaves little for activations (large prefills may run out of memory); more GPUs "
         "(tensor parallelism) or a quantized model leave room for both.", alternatives=(Change("tp", direction=1),))
 
 
@@ -153,8 +145,8 @@ def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
     near = [e for kind in ("oom", "not_enough_memory") for e in tl.kind(kind)
             if e.source == blocks.source and 0 < e.line - blocks.line <= 2 * SAME_FAILURE_LINES]
     check = [e for e in tl.kind("exception") if e.source == blocks.source and not near
-             and 0 < e.line - blocks.line <= SAME_FAILURE_LINES and _CACHE_CHECK.search(e.text)
-             and error_line(e.text) is None]  # NOTE: an error line names its own cause (an OOM in capture_model)
+             and 0 < e.line - blocks.line <= SAME_FAILURE_LINES and "cache_check" in e.error.signs
+             and e.error.cut]  # NOTE: an error line names its own cause (an OOM in capture_model)
     asked = cfg.context_len or 0
     if not (asked > tokens or (check and not asked)):
         return None
@@ -163,8 +155,8 @@ def _blocks_fit(ctx: Context) -> tuple[list[Event], KvFit] | None:
 
 
 def _other(ctx: Context, rows: list[Event]) -> Finding:
-    sampler = any(_SAMPLER.search(_around(ctx, e)) for e in rows)
-    if any(_WAKE.search(_around(ctx, e)) for e in rows):
+    sampler = any(_shows("sampler", _around(ctx, e)) for e in rows)
+    if any(_shows("wake", _around(ctx, e)) for e in rows):
         said = ("The engine ran out of memory in the allocator that lets it release memory for another process and "
                 "take it back (vLLM's sleep mode, SGLang's memory saver): the other process on the GPU, in a "
                 "colocated RL set-up the trainer, still held memory; a smaller static share needs less of it.")
@@ -173,33 +165,38 @@ def _other(ctx: Context, rows: list[Event]) -> Finding:
                 "little for activations" + (" (the sampler's or LoRA's buffers grow with the running batch)."
                                             if sampler else "."))
     return Finding(
-        "oom.other", "critical", f"Out of memory ({len(rows)}x)", said, evidence_events(rows),
-        _kv_memory(ctx, -1), memory_fraction(ctx.config)[1],
-        "A smaller KV cache holds fewer tokens: fewer concurrent requests.",
+        id="oom.other", severity="critical", title=f"Out of memory ({len(rows)}x)", message=said,
+        evidence=evidence_events(rows), change=_kv_memory(ctx, -1), current=memory_fraction(ctx.config),
+        tradeoff="A smaller KV cache holds fewer tokens: fewer concurrent requests.",
         alternatives=(Change("running_cap", direction=-1),) if sampler else ())
 
 
 def _capture(ctx: Context, rows: list[Event]) -> Finding:
     cap = ctx.config.cuda_graph_max_bs
     return Finding(
-        "oom.graph_capture", "critical", f"Out of memory while capturing CUDA graphs ({len(rows)}x)",
-        f"Capturing CUDA graphs for batches up to {cap or '?'} ran out of memory: every captured size keeps "
+        id="oom.graph_capture", severity="critical", title=f"Out of memory while capturing CUDA graphs ({len(rows)}x)",
+        message=f"Capturing CUDA graphs for batches up to {cap or '?'} ran out of memory: every captured size keeps "
         "its own buffers, on top of the KV cache already allocated.",
-        evidence_events(rows, cuda_graph_max_bs=cap),
-        Change("graph_max_bs", str(max(1, cap // 2))) if cap else Change("graph_max_bs", direction=-1),
-        str(cap) if cap else None,
-        "Batches above the new maximum decode without graphs (slower); a smaller KV cache instead holds fewer "
+        evidence=evidence_events(rows, cuda_graph_max_bs=cap),
+        change=Change("graph_max_bs", str(max(1, cap // 2))) if cap else Change("graph_max_bs", direction=-1),
+        current=Current.of(cap) if cap else None,
+        tradeoff="Batches above the new maximum decode without graphs (slower); a smaller KV cache instead holds fewer "
         "tokens; no graphs at all slows every decode step.",
-        tuple(sorted({e.rank for e in rows})), (_kv_memory(ctx, -1), Change("graphs_off", True)))
+        ranks=tuple(sorted({e.rank for e in rows})), alternatives=(_kv_memory(ctx, -1), Change("graphs_off", True)))
 
 
-def _around(ctx: Context, e: Event, after: bool = False) -> str:
-    """The OOM's text and the error record right before it (the traceback an OOM line broke away from); `after`:
-    also the one right after it (another worker's traceback of the same failure, vllm#14095)."""
+def _around(ctx: Context, e: Event, after: bool = False) -> list[Event]:
+    """The OOM and the error record right before it (the traceback an OOM line broke away from); `after`: also the
+    one right after it (another worker's traceback of the same failure, vllm#14095)."""
     rows = [x for x in ctx.timeline.kind("exception") if x.source == e.source]
     before = [x for x in rows if 0 < e.line - x.line <= NEAR][-1:]
     later = [x for x in rows if 0 < x.line - e.line <= SAME_FAILURE_LINES][:1] if after else []
-    return "\n".join([x.text for x in before] + [e.text] + [x.text for x in later])
+    return [*before, e, *later]
+
+
+def _shows(sign: str, records: list[Event]) -> bool:
+    """Whether any of the records shows `sign` (`diagnose.read.errors.SIGNS`: where it ran, what it hit)."""
+    return any(sign in x.error.signs for x in records)
 
 
 def _float32(dtype: object) -> bool:
@@ -210,66 +207,67 @@ def _full_precision(ctx: Context, rows: list[Event]) -> Finding:
     """The model runs in float32 (`--dtype float`, vllm#2140): its weights take twice the checkpoint's half
     precision, before any KV cache or activation."""
     cfg = ctx.config
-    dtype, asked = cfg.dtype, cfg.arg("dtype")
+    dtype, asked = cfg.dtype, cfg.value("dtype")
     # NOTE: asked for (`--dtype float`): `auto` is the checkpoint's half precision (both engines load a float32
     # checkpoint in float16 under it); float32 under `auto` (a float32 checkpoint on an engine that keeps it,
     # as ours does): half precision explicitly
     explicit = _float32(asked)
     return Finding(
-        "oom.full_precision", "critical", f"Out of memory with the model in float32 ({len(rows)}x)",
-        f"The device ran out of memory while the model runs in float32 (dtype {dtype}): its weights take twice the "
-        "memory of half precision (bfloat16 or float16), and no memory fraction makes room for that.",
-        evidence_events(rows, dtype=dtype), Change("dtype", "auto" if explicit else "bfloat16"),
-        str(asked) if asked else dtype,
-        ("auto loads the checkpoint's own half precision (float16 on GPUs without bfloat16)" if explicit else
+        id="oom.full_precision", severity="critical", title=f"Out of memory with the model in float32 ({len(rows)}x)",
+        message=f"The device ran out of memory while the model runs in float32 (dtype {dtype}): its weights take twice "
+        "the memory of half precision (bfloat16 or float16), and no memory fraction makes room for that.",
+        evidence=evidence_events(rows, dtype=dtype), change=Change("dtype", "auto" if explicit else "bfloat16"),
+        current=Current.of(asked) if asked else Current.of(dtype) if dtype else None,
+        tradeoff=("auto loads the checkpoint's own half precision (float16 on GPUs without bfloat16)" if explicit else
          "bfloat16 needs a GPU that has it (float16 otherwise)") + "; float32 rarely changes the output of a model "
-        "trained in half precision.", tuple(sorted({e.rank for e in rows if e.rank})))
+        "trained in half precision.", ranks=tuple(sorted({e.rank for e in rows if e.rank})))
 
 
 def _loading(ctx: Context, rows: list[Event]) -> Finding:
     """The weights did not fit while the model loaded: no memory fraction helps (the weights come first)."""
     cfg = ctx.config
     return Finding(
-        "oom.weights", "critical", f"Out of memory while loading the weights ({len(rows)}x)",
-        "A device ran out of memory while the model loaded: its share of the weights does not fit. A lower "
+        id="oom.weights", severity="critical", title=f"Out of memory while loading the weights ({len(rows)}x)",
+        message="A device ran out of memory while the model loaded: its share of the weights does not fit. A lower "
         "memory fraction does not help (the weights come before the KV cache); split them over more GPUs, or "
-        "load a quantized (or smaller) model.", evidence_events(rows),
-        Change("tp", direction=1), str(cfg.tp_size) if cfg.parallelism_source != "default" else None,
-        "More GPUs per replica: fewer replicas on the same machines; a quantized model can cost accuracy.",
-        tuple(sorted({e.rank for e in rows if e.rank})), (Change("quantization"),))
+        "load a quantized (or smaller) model.", evidence=evidence_events(rows), change=Change("tp", direction=1),
+        current=Current.of(cfg.tp_size) if cfg.parallelism_source != "default" else None,
+        tradeoff="More GPUs per replica: fewer replicas on the same machines; a quantized model can cost accuracy.",
+        ranks=tuple(sorted({e.rank for e in rows if e.rank})), alternatives=(Change("quantization"),))
 
 
 def _startup(ctx: Context, rows: list[Event]) -> Finding:
     short = next((e for e in rows if all(_is_number(e.fields.get(k)) for k in _FREE_FACTS)), None)
     if short is not None:
         return _less_free_than_asked(ctx, rows, short.fields)
-    fit = next((f for e in rows if (f := kv_fit(e.text)) is not None), None)
+    fit = next((f for e in rows if (f := kv_fit(e.error.refusal)) is not None), None)
     if fit is not None:
         return _context_fit(ctx, rows, fit)
-    asked = next((n for e in rows if (n := refused_length(e.text)) is not None), None)
+    asked = next((e.error.refusal.asked for e in rows if e.error.refusal is not None), None)
     if asked is not None:
         return _context_refused(ctx, rows, asked)
-    change, quoted = _kv_memory(ctx, 1), memory_fraction(ctx.config)[1]
+    change, quoted = _kv_memory(ctx, 1), memory_fraction(ctx.config)
     if ctx.config.vllm:
         facts = {k: v for e in rows + ctx.timeline.kind("memory_profile") for k, v in e.fields.items()
                  if k in _MEMORY_FACTS}
         peak, shorter = _activation_peak(ctx, facts)
-        if not shorter and any(cut_in_kv_check(e.text) for e in rows):
+        if not shorter and any(e.error.in_kv_check for e in rows):
             peak += (" The traceback was cut inside vLLM's KV cache memory check, which also refuses a max model len "
                      "that the KV cache cannot hold one request of: a shorter one is the other way.")
             shorter = (Change("context", direction=-1),)
         return Finding(
-            "oom.startup", "critical", "No memory left for the KV cache at start-up",
-            "vLLM found no room for KV cache blocks after the weights and the profiled activation peak "
-            f"({_said(rows)}): {flag(ctx.config, 'kv_memory')} is the share of the GPU it may use, and it was used "
-            f"up before the cache.{peak}", evidence_events(rows, **facts), change, quoted,
-            "Less memory left for other processes on the GPU; if the weights alone do not fit, use more GPUs "
+            id="oom.startup", severity="critical", title="No memory left for the KV cache at start-up",
+            message="vLLM found no room for KV cache blocks after the weights and the profiled activation peak "
+            f"({_said(rows)}): {ctx.config.flag('kv_memory')} is the share of the GPU it may use, and it was used "
+            f"up before the cache.{peak}", evidence=evidence_events(rows, **facts), change=change, current=quoted,
+            tradeoff="Less memory left for other processes on the GPU; if the weights alone do not fit, use more GPUs "
             "(tensor parallelism) or a quantized model.", alternatives=shorter)
     return Finding(
-        "oom.startup", "critical", "Not enough memory for the KV cache at start-up",
-        "The weights left no room for a KV cache at the given memory fraction.", evidence_events(rows),
-        change, quoted,
-        "Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller dtype.")
+        id="oom.startup", severity="critical", title="Not enough memory for the KV cache at start-up",
+        message="The weights left no room for a KV cache at the given memory fraction.", evidence=evidence_events(rows),
+        change=change, current=quoted,
+        tradeoff="Less headroom for activations; if it still fails, use more GPUs (tensor parallelism) or a smaller "
+        "dtype.")
 
 
 _FREE_FACTS = ("free_gb", "total_gpu_memory_gb", "gpu_memory_utilization")  # vLLM's `Free memory on device`
@@ -286,7 +284,7 @@ def _activation_peak(ctx: Context, facts: dict) -> tuple[str, tuple[Change, ...]
     length = ctx.config.context_len
     shorter = Change("context", str(length // 2)) if length and length >= 2048 else Change("context", direction=-1)
     return (f" The profile run's activation peak took {peak:g} of the {total * util:.2f} GiB it may use: a shorter "
-            f"{flag(ctx.config, 'context')} makes the profiled batch, and that peak, smaller."), (shorter,)
+            f"{ctx.config.flag('context')} makes the profiled batch, and that peak, smaller."), (shorter,)
 
 
 def _is_number(v: object) -> bool:
@@ -300,50 +298,52 @@ def _less_free_than_asked(ctx: Context, rows: list[Event], said: dict) -> Findin
     util = float(said["gpu_memory_utilization"])
     fits = int(free / total * 100) / 100 if total > 0 else 0.0
     change = Change("kv_memory", f"{fits:.2f}") if 0 < fits < util else Change("kv_memory", direction=-1)
-    name = flag(ctx.config, "kv_memory")
+    name = ctx.config.flag("kv_memory")
     return Finding(
-        "oom.startup", "critical", "Less GPU memory free than the engine asks for at start-up",
-        f"{free:g} of {total:g} GiB were free when the engine started, and {name} {util:g} asks for "
+        id="oom.startup", severity="critical", title="Less GPU memory free than the engine asks for at start-up",
+        message=f"{free:g} of {total:g} GiB were free when the engine started, and {name} {util:g} asks for "
         f"{said['asked_gb']} GiB: another process holds GPU memory (or the device is shared), so the engine refused "
-        "to start.", evidence_events(rows, free_gb=free, total_gpu_memory_gb=total, gpu_memory_utilization=util),
-        change, f"{util:g}",
-        "A smaller share leaves a smaller KV cache (fewer concurrent requests); freeing what the other process holds "
-        "keeps the share.")
+        "to start.",
+        evidence=evidence_events(rows, free_gb=free, total_gpu_memory_gb=total, gpu_memory_utilization=util),
+        change=change, current=Current.of(util),
+        tradeoff="A smaller share leaves a smaller KV cache (fewer concurrent requests); freeing what the other "
+        "process holds keeps the share.")
 
 
 def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
     context = ctx.config.context_len or fit.asked or None
     full = f"the full context ({context} tokens)" if context else "the full context (its length not in the log)"
     return Finding(
-        "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",
-        f"vLLM needs room for one request at {full} and {fit.how}: {fit.fits} tokens fit in the memory left for "
-        "the KV cache.",
-        evidence_events(rows, max_model_len=context, fits=fit.fits), Change("context", str(fit.fits)),
-        str(context) if context else None,
-        f"Requests longer than {fit.fits} tokens are rejected; more KV memory ({flag(ctx.config, 'kv_memory')}, "
-        "or an fp8 KV cache) keeps more of the context instead.", alternatives=(_kv_memory(ctx, 1),))
+        id="oom.startup", severity="critical", title="The KV cache cannot hold one request at max_model_len",
+        message=f"vLLM needs room for one request at {full} and {fit.how}: {fit.fits} tokens fit in the memory left "
+        "for the KV cache.", evidence=evidence_events(rows, max_model_len=context, fits=fit.fits),
+        change=Change("context", str(fit.fits)), current=Current.of(context) if context else None,
+        tradeoff=f"Requests longer than {fit.fits} tokens are rejected; more KV memory "
+        f"({ctx.config.flag('kv_memory')}, or an fp8 KV cache) keeps more of the context instead.",
+        alternatives=(_kv_memory(ctx, 1),))
 
 
 def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
     """vLLM's max seq len refusal without sizes read: the excerpt cut it before them, or they are not in a form
     `kv_fit` reads."""
-    sizes = ("its sizes are not in a form read here" if any(prints_sizes(e.text) for e in rows)
+    sizes = ("its sizes are not in a form read here" if any(e.error.sizes_printed for e in rows)
              else "the excerpt ends before the sizes that say how many tokens fit")
     return Finding(
-        "oom.startup", "critical", "The KV cache cannot hold one request at max_model_len",
-        f"vLLM needs room for one request at the full context ({asked} tokens) and refused to start; {sizes}.",
-        evidence_events(rows, max_model_len=asked), Change("context", direction=-1), str(asked),
-        f"Requests longer than the shorter max model len are rejected; more KV memory "
-        f"({flag(ctx.config, 'kv_memory')}, or an fp8 KV cache) keeps the context instead.",
+        id="oom.startup", severity="critical", title="The KV cache cannot hold one request at max_model_len",
+        message=f"vLLM needs room for one request at the full context ({asked} tokens) and refused to start; {sizes}.",
+        evidence=evidence_events(rows, max_model_len=asked), change=Change("context", direction=-1),
+        current=Current.of(asked),
+        tradeoff=f"Requests longer than the shorter max model len are rejected; more KV memory "
+        f"({ctx.config.flag('kv_memory')}, or an fp8 KV cache) keeps the context instead.",
         alternatives=(_kv_memory(ctx, 1),))
 
 
 def _kv_memory(ctx: Context, direction: Literal[-1, 1]) -> Change:
     """The static memory fraction 0.05 lower or higher (at most 0.98), or only the direction when it is unknown."""
-    current, _ = memory_fraction(ctx.config)
-    if not current:
+    now = memory_fraction(ctx.config)
+    if now is None or not now.value:
         return Change("kv_memory", direction=direction)
-    return Change("kv_memory", f"{min(0.98, current + 0.05 * direction):.2f}")
+    return Change("kv_memory", f"{min(0.98, now.value + 0.05 * direction):.2f}")  # type: ignore[operator]
 
 
 def _no_cache(ctx: Context) -> list[Event]:
@@ -367,13 +367,13 @@ def _prefill(ctx: Context, rows: list[Event]) -> Finding:
     suggested = PREFILL_TARGET if not current or current > PREFILL_TARGET else max(MIN_CHUNK, current // 2)
     fields = rows[0].fields
     return Finding(
-        "oom.prefill", "critical", f"Out of memory in prefill ({len(rows)}x)",
-        f"A prefill batch asked for {fields.get('requested', '?')} KV slots with "
+        id="oom.prefill", severity="critical", title=f"Out of memory in prefill ({len(rows)}x)",
+        message=f"A prefill batch asked for {fields.get('requested', '?')} KV slots with "
         f"{fields.get('available_tokens', '?')} available. Smaller chunks bound the tokens one prefill needs.",
-        evidence_events(rows, requested=fields.get("requested"), available=fields.get("available_tokens")),
-        Change("prefill_budget", str(suggested)), str(current) if current else None,
-        "Long prompts take more, smaller prefill steps: slightly lower input throughput.",
-        tuple(sorted({e.rank for e in rows})))
+        evidence=evidence_events(rows, requested=fields.get("requested"), available=fields.get("available_tokens")),
+        change=Change("prefill_budget", str(suggested)), current=Current.of(current) if current else None,
+        tradeoff="Long prompts take more, smaller prefill steps: slightly lower input throughput.",
+        ranks=tuple(sorted({e.rank for e in rows})))
 
 
 def _decode(ctx: Context, rows: list[Event]) -> Finding:
@@ -385,10 +385,11 @@ def _decode(ctx: Context, rows: list[Event]) -> Finding:
     p90 = float(np.quantile(before, 0.9)) if len(before) else None
     suggested = int(0.75 * p90) if p90 else (cap // 2 if cap else None)
     return Finding(
-        "oom.decode", "critical", f"Out of memory in decode ({len(rows)}x)",
-        "A decode step could not get KV slots even after retracting. Fewer concurrent requests leave room "
+        id="oom.decode", severity="critical", title=f"Out of memory in decode ({len(rows)}x)",
+        message="A decode step could not get KV slots even after retracting. Fewer concurrent requests leave room "
         "for every running request to finish.",
-        evidence_events(rows, p90_running_before=p90, max_running_requests=cap),
-        Change("running_cap", str(max(1, suggested))) if suggested else Change("running_cap", direction=-1),
-        str(cap) if cap else None,
-        "Fewer concurrent requests: lower throughput under heavy load.", tuple(sorted({e.rank for e in rows})))
+        evidence=evidence_events(rows, p90_running_before=p90, max_running_requests=cap),
+        change=Change("running_cap", str(max(1, suggested))) if suggested else Change("running_cap", direction=-1),
+        current=Current.of(cap) if cap else None,
+        tradeoff="Fewer concurrent requests: lower throughput under heavy load.",
+        ranks=tuple(sorted({e.rank for e in rows})))

@@ -15,12 +15,11 @@ at TP 1, 144 GB): the power of two of GPUs whose `USABLE_GB` each hold the weigh
 from __future__ import annotations
 
 import math
-import re
 
-from toolkit.diagnose.findings import Evidence, Finding, evidence_events
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Evidence, Finding, evidence_events
+from toolkit.diagnose.read.arguments import model_name
 from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.vocabulary import Change
 
 FITS_FRACTION = 0.5
 SMALL_PARAMS_B = 4.0
@@ -29,11 +28,6 @@ USABLE_GB = 64.0  # of an 80 GB GPU, for weights beside the KV cache and activat
 # start-up lines printed once the weights are loaded (vLLM's, then SGLang's)
 _LOADED = ("weights_loaded", "memory_profile", "kv_memory", "kv_capacity", "gpu_blocks", "graph_captured",
            "load_end", "kv_alloc", "pool", "pool_end", "graph_begin", "graph_progress", "graph_end")
-# a quantized checkpoint's name, or a model published quantized (gpt-oss: MXFP4 weights)
-_QUANTIZED = re.compile(r"awq|gptq|int[48]|fp8|fp4|[48]bit|gguf|bnb|w[48]a\d+|nf4|mxfp|gpt-oss", re.I)
-# a parameter count in a model's name (`Qwen2.5-1.5B`, `Qwen3-30B-A3B`: the first, the whole model's), not an
-# expert's (`8x7B`) or a version's
-_PARAMS = re.compile(r"(?<![\w.])(\d{1,4}(?:\.\d{1,2})?)[Bb](?![a-zA-Z0-9])")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -48,29 +42,24 @@ def check(ctx: Context) -> list[Finding]:
     if not gpu or weights > FITS_FRACTION * gpu:
         return []
     rows = ctx.timeline.kind("weights_loaded" if cfg.vllm else "load_end")
-    dp, tp_flag = flag(cfg, "dp"), flag(cfg, "tp")
+    dp, tp_flag = cfg.flag("dp"), cfg.flag("tp")
     return [Finding(
-        "parallelism.dp_over_tp", "info", "Model fits on one GPU: prefer data parallelism",
-        f"The weights take {weights:.1f} GB in all ({weights / gpu:.0%} of one {gpu:.0f} GB GPU) but run with "
+        id="parallelism.dp_over_tp", severity="info", title="Model fits on one GPU: prefer data parallelism",
+        message=f"The weights take {weights:.1f} GB in all ({weights / gpu:.0%} of one {gpu:.0f} GB GPU) but run with "
         f"tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer all-reduce.",
-        Evidence(len(rows), None, None, tuple(e.line for e in rows[:5]),
-                 {"total_weight_gb": weights, "gpu_mem_gb": gpu, "tp_size": tp}),
-        Change("dp", str(tp), companions=(Change("tp", "1"),)), f"1 (tp_size={tp})",
-        "Each replica has a smaller KV pool and a single request decodes slower than with TP.")]
-
-
-def _params_b(name: str) -> float | None:
-    """The billions of parameters a model's name says (its last path part), None where it says none."""
-    m = _PARAMS.search(name.rstrip("/").rsplit("/", 1)[-1])
-    return float(m.group(1)) if m is not None else None
+        evidence=Evidence(count=len(rows), total=None, span=None, lines=tuple(e.line for e in rows[:5]),
+                 facts={"total_weight_gb": weights, "gpu_mem_gb": gpu, "tp_size": tp}),
+        change=Change("dp", str(tp), companions=(Change("tp", "1"),)), current=Current.of(1, f"tp_size={tp}"),
+        tradeoff="Each replica has a smaller KV pool and a single request decodes slower than with TP.")]
 
 
 def _too_large_by_name(ctx: Context) -> list[Finding]:
     cfg, tl = ctx.config, ctx.timeline
     name = cfg.model or ""
-    params = _params_b(name)
+    said = model_name(name)
+    params = said.params_b
     gpu = cfg.gpu_mem_gb or LARGEST_GPU_GB
-    if params is None or 2 * params <= gpu or _QUANTIZED.search(name):
+    if params is None or 2 * params <= gpu or said.quantized:
         return []
     if any(tl.kind(kind) for kind in _LOADED) or len(tl.load()):
         return []  # NOTE: the weights loaded (a line printed after loading them): they fitted
@@ -78,35 +67,38 @@ def _too_large_by_name(ctx: Context) -> list[Finding]:
     if not crash:
         return []
     gpus = 1 << max(1, math.ceil(math.log2(2 * params / USABLE_GB)))
-    tp_flag = flag(cfg, "tp")
+    tp_flag = cfg.flag("tp")
     return [Finding(
-        "parallelism.tp_too_small", "warning", "The model is larger than one GPU holds",
-        f"The model's name says {params:g}B parameters: {2 * params:g} GB in 16-bit weights, more than "
+        id="parallelism.tp_too_small", severity="warning", title="The model is larger than one GPU holds",
+        message=f"The model's name says {params:g}B parameters: {2 * params:g} GB in 16-bit weights, more than "
         + (f"one GPU holds ({cfg.gpu_mem_gb:g} GB here)" if cfg.gpu_mem_gb else
            f"any one GPU holds ({LARGEST_GPU_GB:g} GB at most)")
         + f"; it ran with tp_size=1 and start-up failed before the weights were loaded. {tp_flag} {gpus} spreads "
         f"them over {gpus} GPUs ({2 * params / gpus:.0f} GB each).",
-        evidence_events(crash, params_b=params, tp_size=1, model=name), Change("tp", str(gpus)), "1",
-        "More GPUs for one server; a quantized checkpoint (FP8, AWQ) instead halves or quarters the weights.",
+        evidence=evidence_events(crash, params_b=params, tp_size=1, model=name), change=Change("tp", str(gpus)),
+        current=Current.of(1),
+        tradeoff="More GPUs for one server; a quantized checkpoint (FP8, AWQ) instead halves or quarters the weights.",
         confidence="medium")]
 
 
 def _small_by_name(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     name = (cfg.model or "").rstrip("/")
-    params_b = _params_b(name)
+    params_b = model_name(name).params_b
     if params_b is None or params_b > SMALL_PARAMS_B or not len(ctx.timeline.load()):
         return []
     params, tp = params_b, cfg.tp_size
     if cfg.gpu_mem_gb and 2 * params > FITS_FRACTION * cfg.gpu_mem_gb:
         return []
-    dp, tp_flag = flag(cfg, "dp"), flag(cfg, "tp")
+    dp, tp_flag = cfg.flag("dp"), cfg.flag("tp")
     load = ctx.timeline.load()
     return [Finding(
-        "parallelism.dp_over_tp", "info", "Model fits on one GPU: prefer data parallelism",
-        f"The model's name says {params:g}B parameters (at most {2 * params:g} GB in 16-bit weights: one GPU holds "
-        f"it) but it runs with tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer all-reduce.",
-        Evidence(len(load), None, None, tuple(int(x) for x in load.head(5)["line"].tolist()),
-                 {"params_b": params, "tp_size": tp, "model": name}),
-        Change("dp", str(tp), companions=(Change("tp", "1"),)), f"1 (tp_size={tp})",
-        "Each replica has a smaller KV pool and a single request decodes slower than with TP.", confidence="low")]
+        id="parallelism.dp_over_tp", severity="info", title="Model fits on one GPU: prefer data parallelism",
+        message=f"The model's name says {params:g}B parameters (at most {2 * params:g} GB in 16-bit weights: one GPU "
+        f"holds it) but it runs with tp_size={tp}. {tp} replicas ({dp} {tp} {tp_flag} 1) skip the per-layer "
+        "all-reduce.",
+        evidence=Evidence(count=len(load), lines=tuple(int(x) for x in load.head(5)["line"].tolist()),
+                          facts={"params_b": params, "tp_size": tp, "model": name}),
+        change=Change("dp", str(tp), companions=(Change("tp", "1"),)), current=Current.of(1, f"tp_size={tp}"),
+        tradeoff="Each replica has a smaller KV pool and a single request decodes slower than with TP.",
+        confidence="low")]

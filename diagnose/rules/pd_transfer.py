@@ -54,13 +54,13 @@ def _backlog(ctx: Context) -> list[Finding]:
     confidence = confidence_of(len(prefill), MIN_LINES)
     waiting, queued = held.median("transferring_req"), held.median("queue_req")
     return [Finding(
-        "pd_transfer.backlog", "info" if confidence == "low" else "warning",
-        "Prefilled requests wait for the decode side",
-        f"In {len(held)} of {len(prefill)} prefill lines the KV pool was at least {FULL_USAGE:.0%} used (median "
-        f"{held.median('usage'):.2f}) while {waiting:.0f} prefilled requests (median) waited to transfer their KV "
-        f"and {queued:.0f} queued: each holds its KV here until the decode server takes it, so the decode side paces "
-        "this server's admission.",
-        evidence(held, len(prefill), median_transferring=waiting, median_queue=queued), ranks=held.ranks,
+        id="pd_transfer.backlog", severity="info" if confidence == "low" else "warning",
+        title="Prefilled requests wait for the decode side",
+        message=f"In {len(held)} of {len(prefill)} prefill lines the KV pool was at least {FULL_USAGE:.0%} used "
+        f"(median {held.median('usage'):.2f}) while {waiting:.0f} prefilled requests (median) waited to transfer their "
+        f"KV and {queued:.0f} queued: each holds its KV here until the decode server takes it, so the decode side "
+        "paces this server's admission.",
+        evidence=evidence(held, len(prefill), median_transferring=waiting, median_queue=queued), ranks=held.ranks,
         action="add decode capacity (more decode servers, or a larger --dp-size there), and read the decode "
                "server's log at this time: a full pool, retractions or a slow transfer backend there",
         confidence=confidence)]
@@ -82,22 +82,23 @@ def _failed(ctx: Context) -> list[Finding]:
     title = f"KV transfer failed for {requests} request{'s' if requests != 1 else ''} ({side} side)"
     if gone:
         return [Finding(
-            "pd_transfer.failed", "critical", title,
-            f"The {side} server lost its {other} server: \"{gone[0]}\" ({len(failed)} lines over {len(ranks) or 1} "
-            f"rank(s)). Those requests failed.", evidence_events(failed, **facts), ranks=ranks,
+            id="pd_transfer.failed", severity="critical", title=title,
+            message=f"The {side} server lost its {other} server: \"{gone[0]}\" ({len(failed)} lines over "
+            f"{len(ranks) or 1} rank(s)). Those requests failed.", evidence=evidence_events(failed, **facts),
+            ranks=ranks,
             action=f"Read the {other} server's log at this time first: it crashed or was restarted. If it is up, "
                    "the transfer network between the two is the suspect: the session address in the error must be "
                    "reachable from here (firewall, the RDMA device given by --disaggregation-ib-device).")]
     if all(r.startswith(ABORTED) for r in reasons):
         return [Finding(
-            "pd_transfer.failed", "warning", title,
-            f"Requests were aborted (by their client or the router) while their KV was being transferred "
-            f"({len(failed)} lines): \"{reason}\".", evidence_events(failed, **facts), ranks=ranks,
+            id="pd_transfer.failed", severity="warning", title=title,
+            message=f"Requests were aborted (by their client or the router) while their KV was being transferred "
+            f"({len(failed)} lines): \"{reason}\".", evidence=evidence_events(failed, **facts), ranks=ranks,
             action="If the clients did not cancel, the router's or client's time-out fired before the prefill "
                    f"finished: compare it with the prefill server's queue and TTFT in the {other} server's log.")]
     return [Finding(
-        "pd_transfer.failed", "warning", title,
-        f"The transfer backend reported: \"{reason}\" ({len(failed)} lines, {len(reasons)} distinct reasons).",
-        evidence_events(failed, **facts), ranks=ranks,
+        id="pd_transfer.failed", severity="warning", title=title,
+        message=f"The transfer backend reported: \"{reason}\" ({len(failed)} lines, {len(reasons)} distinct reasons).",
+        evidence=evidence_events(failed, **facts), ranks=ranks,
         action=f"The error is raised where the transfer broke: read the {other} server's log (and the other ranks') "
                "at this time for the first error.")]

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.eras import default_max_prefill_tokens
-from toolkit.diagnose.findings import Finding, confidence_of, evidence
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.era_defaults import default_max_prefill_tokens
+from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, power_of_two
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.vocabulary import Change
 
 ROOM = 0.9
 CAPPED_FRACTION = 0.5
@@ -84,17 +84,17 @@ def _finding(ctx: Context, budget: int, capped: Rows, waiting: int) -> Finding:
     queued = float(np.median(capped["queue_req"]))
     confidence = confidence_of(len(capped), MIN_LINES)
     return Finding(
-        "prefill_budget.capped", "info" if confidence == "low" else "warning",
-        "The prefill token budget ends each prefill batch",
-        f"{len(capped)} of {waiting} prefill batches with requests waiting stopped at about {batch:.0f} new tokens "
-        f"with the KV pool below {ROOM:.0%} used: with one more prompt of about {prompt:.0f} tokens they would "
-        f"reach or pass the budget of {budget} tokens{source}, so the next request waits a step while {queued:.0f} are queued "
-        f"(median). A budget of {suggested} admits it.{_same_chunk(cfg.chunked_prefill_size, capped, budget)}",
-        evidence(capped, waiting, budget=budget, median_batch_tokens=int(batch), median_prompt_tokens=round(prompt, 1),
-                 median_queued=queued),
-        Change("max_prefill", str(suggested)), str(budget),
-        "Larger prefill batches make the decode steps that wait for them slower (higher ITL for running requests) "
-        "and need more activation memory.", capped.ranks, confidence=confidence)
+        id="prefill_budget.capped", severity="info" if confidence == "low" else "warning",
+        title="The prefill token budget ends each prefill batch",
+        message=f"{len(capped)} of {waiting} prefill batches with requests waiting stopped at about {batch:.0f} new "
+        f"tokens with the KV pool below {ROOM:.0%} used: with one more prompt of about {prompt:.0f} tokens they would "
+        f"reach or pass the budget of {budget} tokens{source}, so the next request waits a step while {queued:.0f} are "
+        f"queued (median). A budget of {suggested} admits it.{_same_chunk(cfg.chunked_prefill_size, capped, budget)}",
+        evidence=evidence(capped, waiting, budget=budget, median_batch_tokens=int(batch),
+                          median_prompt_tokens=round(prompt, 1), median_queued=queued),
+        change=Change("max_prefill", str(suggested)), current=Current.of(budget),
+        tradeoff="Larger prefill batches make the decode steps that wait for them slower (higher ITL for running "
+        "requests) and need more activation memory.", ranks=capped.ranks, confidence=confidence)
 
 
 def _same_chunk(chunk: int | None, capped: Rows, budget: int) -> str:

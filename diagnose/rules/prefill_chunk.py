@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import MAX_LINES as MAX_EVIDENCE_LINES, Evidence, Finding, confidence_of, evidence
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import MAX_LINES as MAX_EVIDENCE_LINES
+from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of, evidence
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least, power_of_two
+from toolkit.diagnose.vocabulary import Change
 
 MIN_PREFILLS = 5
 CUT_FRACTION = 0.5
@@ -114,15 +114,17 @@ def _finding(ctx: Context, chunk: int, suggested: int, cut, total: int, prompt: 
     seen = "" if ctx.config.chunked_prefill_size else " (read from the lines: the log does not print it)"
     confidence = confidence_of(total, MIN_LINES) if not seen else "low"
     return Finding(
-        "prefill_chunk.too_small", "info" if confidence == "low" else "warning", "The prefill chunk paces admission",
-        f"{len(cut)} of {total} prefill steps were cut at the chunk of {chunk} tokens{seen} with the KV pool below "
-        f"{ROOM:.0%} used: prompts average about {prompt:.0f} tokens, so each takes several steps and the "
+        id="prefill_chunk.too_small", severity="info" if confidence == "low" else "warning",
+        title="The prefill chunk paces admission",
+        message=f"{len(cut)} of {total} prefill steps were cut at the chunk of {chunk} tokens{seen} with the KV pool "
+        f"below {ROOM:.0%} used: prompts average about {prompt:.0f} tokens, so each takes several steps and the "
         f"{waiting - 1:.0f} queued behind the cut one (median) wait for them. {suggested} tokens holds those "
         "prompts in one step.",
-        evidence(cut, total, chunk=chunk, mean_prompt_tokens=round(prompt, 1), median_waiting=waiting),
-        Change("prefill_budget", str(suggested), companions=companions), str(chunk) if not seen else None,
-        "Larger prefill steps make the decode steps that share them slower (higher ITL for running requests) and "
-        "need more activation memory.", cut.ranks, confidence=confidence)
+        evidence=evidence(cut, total, chunk=chunk, mean_prompt_tokens=round(prompt, 1), median_waiting=waiting),
+        change=Change("prefill_budget", str(suggested), companions=companions),
+        current=Current.of(chunk) if not seen else None,
+        tradeoff="Larger prefill steps make the decode steps that share them slower (higher ITL for running requests) "
+        "and need more activation memory.", ranks=cut.ranks, confidence=confidence)
 
 
 def _tiny(ctx: Context, chunk: int) -> Finding | None:
@@ -132,16 +134,17 @@ def _tiny(ctx: Context, chunk: int) -> Finding | None:
     prefill = ctx.timeline.series("prefill")
     cut = prefill.where(prefill["new_token"] >= chunk) if "new_token" in prefill else prefill.head(0)
     printed = next((e for kind in ("server_args", "pool") for e in ctx.timeline.kind(kind)
-                    if "chunked_prefill_size" in e.text), None)
+                    if "chunked_prefill_size" in e.fields), None)
     lines = {*cut.head(MAX_EVIDENCE_LINES)["line"].astype(int).tolist(), *([printed.line] if printed else [])}
     return Finding(
-        "prefill_chunk.tiny", "info", f"A prefill chunk of {chunk} tokens",
-        f"{flag(ctx.config, 'prefill_budget')} is {chunk}: every prompt is prefilled {chunk} tokens per forward "
+        id="prefill_chunk.tiny", severity="info", title=f"A prefill chunk of {chunk} tokens",
+        message=f"{ctx.config.flag('prefill_budget')} is {chunk}: every prompt is prefilled {chunk} tokens per forward "
         f"pass, so a 1,000-token prompt takes {-(-1000 // chunk)} steps before its first token"
         + (f" ({len(cut)} of {len(prefill)} prefill lines were cut at it)." if len(prefill) else ".")
         + f" {suggested} tokens keeps a prompt to a step or two.",
-        Evidence(max(1, len(cut)), len(prefill) or None, None, tuple(sorted(lines)),
-                 {"chunk": chunk, "cut_lines": len(cut)}),
-        Change("prefill_budget", str(suggested), companions=_budget_along(ctx, suggested)), str(chunk),
-        "Larger prefill steps make the decode steps that share them slower (higher ITL for running requests).",
-        cut.ranks if len(cut) else ())
+        evidence=Evidence(count=max(1, len(cut)), total=len(prefill) or None, span=None, lines=tuple(sorted(lines)),
+                 facts={"chunk": chunk, "cut_lines": len(cut)}),
+        change=Change("prefill_budget", str(suggested), companions=_budget_along(ctx, suggested)),
+        current=Current.of(chunk),
+        tradeoff="Larger prefill steps make the decode steps that share them slower (higher ITL for running requests).",
+        ranks=cut.ranks if len(cut) else ())

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, evidence
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.timeline import prefill_time_share
+from toolkit.diagnose.vocabulary import Change
 
 DIP = 0.5
 DIP_FRACTION = 0.15
@@ -40,10 +40,10 @@ def check(ctx: Context) -> list[Finding]:
     chunk = ctx.config.chunked_prefill_size
     suggested = str(max(MIN_CHUNK, chunk // 2)) if chunk else "4096"
     return [Finding(
-        "prefill_stall.throughput_dips", "warning", "Prefill stalls decode",
-        f"{len(dips) / len(steady):.0%} of {len(steady)} steady decode lines report less than half the median "
+        id="prefill_stall.throughput_dips", severity="warning", title="Prefill stalls decode",
+        message=f"{len(dips) / len(steady):.0%} of {len(steady)} steady decode lines report less than half the median "
         f"gen throughput ({median:.0f} tok/s), and prefill takes about {share:.0%} of steady time.",
-        evidence(dips, len(steady), median_throughput=round(median, 1), prefill_share=round(share, 3)),
-        Change("prefill_budget", suggested), str(chunk) if chunk else None,
-        "Smaller chunks prefill long prompts in more steps: higher TTFT for them.", dips.ranks,
+        evidence=evidence(dips, len(steady), median_throughput=round(median, 1), prefill_share=round(share, 3)),
+        change=Change("prefill_budget", suggested), current=Current.of(chunk) if chunk else None,
+        tradeoff="Smaller chunks prefill long prompts in more steps: higher TTFT for them.", ranks=dips.ranks,
         alternatives=(Change("mixed_chunk", True),))]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, evidence
 from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.vocabulary import Change
 
 EMPTY_FRACTION = 0.9
 ROOM_USAGE = 0.9
@@ -35,14 +35,13 @@ def _empty(ctx: Context, steady) -> Finding | None:
     if fraction < EMPTY_FRACTION or not usage < ROOM_USAGE or (cap and running >= 0.9 * cap):
         return None
     return Finding(
-        "queue.empty_under_load", "info", "Queue mostly empty: the client set the pace",
-        f"The queue was empty in {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines while the KV pool "
-        f"was {usage:.0%} used (median) and the batch ran {running:.0f} requests: the server could take more. "
+        id="queue.empty_under_load", severity="info", title="Queue mostly empty: the client set the pace",
+        message=f"The queue was empty in {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines while the KV "
+        f"pool was {usage:.0%} used (median) and the batch ran {running:.0f} requests: the server could take more. "
         "If this was a benchmark, raise the client's request rate or concurrency.",
-        evidence(empty, len(steady), median_usage=round(usage, 3), median_running=running),
+        evidence=evidence(empty, len(steady), median_usage=round(usage, 3), median_running=running),
         action="client: raise the request rate / --max-concurrency",
-        tradeoff="More load raises latency once the pool or the running cap fills.", ranks=steady.ranks,
-    )
+        tradeoff="More load raises latency once the pool or the running cap fills.", ranks=steady.ranks)
 
 
 def _long(ctx: Context, steady) -> Finding | None:
@@ -53,14 +52,14 @@ def _long(ctx: Context, steady) -> Finding | None:
     lpm = ctx.config.schedule_policy == "lpm"
     top = int(np.nanmax(steady["queue_req"]))
     return Finding(
-        "queue.too_long", "warning", f"Queue above {LONG_QUEUE} requests",
-        f"The queue exceeded {LONG_QUEUE} in {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines "
+        id="queue.too_long", severity="warning", title=f"Queue above {LONG_QUEUE} requests",
+        message=f"The queue exceeded {LONG_QUEUE} in {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines "
         f"(max {top}): the scheduler spends time on the queue and requests wait. "
         + ("With lpm the queue is re-sorted by prefix match at every prefill; fcfs avoids that. " if lpm else "")
         + "Slow the client down or add replicas.",
-        evidence(long, len(steady), max_queue=top),
+        evidence=evidence(long, len(steady), max_queue=top),
         change=Change("schedule_policy", "fcfs") if lpm else Change("dp", str(ctx.config.dp_size * 2)),
-        current="lpm" if lpm else str(ctx.config.dp_size),
+        current=Current.of("lpm" if lpm else ctx.config.dp_size),
         tradeoff="fcfs gives up prefix-aware ordering (fewer cache hits)." if lpm
         else "Another replica needs its own GPUs.",
         ranks=long.ranks,

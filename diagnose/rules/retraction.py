@@ -20,16 +20,13 @@ more KV memory (or fewer sequences), at the confidence of those lines.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.fields import Value
-from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.flags import flag, memory_fraction, more_kv_memory
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import MIN_LINES, Context
+from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence, evidence_events
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.values import Value
+from toolkit.diagnose.rules.context import MIN_LINES, Context, memory_fraction, more_kv_memory
+from toolkit.diagnose.vocabulary import Change
 
 FREQUENT_PER_MIN = 1.0
 CRITICAL_PER_MIN = 10.0
@@ -38,7 +35,6 @@ PER_DECODE_LINES = 25
 MIN_BUSY_S = 60.0
 V0_WARN_EVERY = 50  # vLLM V0 warns at its 1st, 51st, 101st, ... preemption (`total_num_cumulative_preemption=N`)
 SWAPPED_SHARE = 0.5  # `retraction.swapped`: of the stats lines, at least this share with requests swapped out
-_DP = re.compile(r"DP\d+")
 
 
 def _retractions(ctx: Context) -> list[Event]:
@@ -91,8 +87,7 @@ def group_rates(ctx: Context) -> dict[str, tuple[int, float]]:
     groups: dict[str, list[float]] = {}
     for e in _retractions(ctx):
         if e.time is not None:
-            dp = _DP.search(e.rank)
-            groups.setdefault(dp.group() if dp else "all ranks", []).append(e.time)
+            groups.setdefault(e.rank.dp_group or "all ranks", []).append(e.time)
     out = {}
     for group, times in groups.items():
         seconds = np.unique(np.floor(times))
@@ -161,13 +156,14 @@ def _swapped(ctx: Context) -> list[Finding]:
     usage = float(np.nanmax(swapped["usage"])) if "usage" in swapped else float("nan")
     confidence = confidence_of(len(swapped), MIN_LINES)
     return [Finding(
-        "retraction.swapped", "info" if confidence == "low" else "warning", "Requests swapped out of the KV cache",
-        f"In {len(swapped)} of {len(busy)} busy stats lines requests waited swapped out to CPU memory (up to {most}, "
-        + (f"KV cache usage up to {usage:.0%}" if usage == usage else "KV cache usage not printed")
+        id="retraction.swapped", severity="info" if confidence == "low" else "warning",
+        title="Requests swapped out of the KV cache",
+        message=f"In {len(swapped)} of {len(busy)} busy stats lines requests waited swapped out to CPU memory (up to "
+        f"{most}, " + (f"KV cache usage up to {usage:.0%}" if usage == usage else "KV cache usage not printed")
         + "): vLLM preempted them because the KV cache could not hold the running batch, and swaps them back in "
-        f"later. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}), helps.",
-        evidence(swapped, len(busy), max_swapped=most, max_usage=round(usage, 3) if usage == usage else None),
-        *_vllm_remedy(ctx), swapped.ranks, (Change("running_cap", direction=-1),) if more else (),
+        f"later. More KV memory, or fewer concurrent sequences ({ctx.config.flag('running_cap')}), helps.",
+        evidence=evidence(swapped, len(busy), max_swapped=most, max_usage=round(usage, 3) if usage == usage else None),
+        **_vllm_remedy(ctx), ranks=swapped.ranks, alternatives=(Change("running_cap", direction=-1),) if more else (),
         confidence=confidence)]
 
 
@@ -210,23 +206,21 @@ def _frequent(ctx: Context) -> tuple[list[Finding], str | None]:
         else ("Frequent preemptions" if ctx.config.vllm else "Frequent retractions")
     if ctx.config.vllm:
         return [Finding(
-            "retraction.frequent", severity, title,
-            f"{how}. A preempted request loses its KV cache and is recomputed later: the KV cache is too small "
-            f"for the running batch. More KV memory, or fewer concurrent sequences ({flag(ctx.config, 'running_cap')}"
+            id="retraction.frequent", severity=severity, title=title,
+            message=f"{how}. A preempted request loses its KV cache and is recomputed later: the KV cache is too small "
+            f"for the running batch. More KV memory, or fewer concurrent sequences ({ctx.config.flag('running_cap')}"
             "), helps.",
-            evidence_events(rows, **facts), *_vllm_remedy(ctx), tuple(sorted(rates)))], None
+            evidence=evidence_events(rows, **facts), **_vllm_remedy(ctx), ranks=tuple(sorted(rates)))], None
     current = ctx.config.schedule_conservativeness
     suggested = round(max(1.3, current * 1.3), 1)
     return [Finding(
-        "retraction.frequent", severity, title,
-        f"{how}" + (f" ({retracted} requests retracted)" if retracted else "") + ". Each retraction throws away "
-        "decoded KV and re-prefills the request later; admission was too optimistic about how much the running "
-        "requests would still decode.",
-        evidence_events(rows, **facts),
-        change=Change("admission", f"{suggested:g}"), current=f"{current:g}",
+        id="retraction.frequent", severity=severity, title=title,
+        message=f"{how}" + (f" ({retracted} requests retracted)" if retracted else "")
+        + ". Each retraction throws away decoded KV and re-prefills the request later; admission was too optimistic "
+        "about how much the running requests would still decode.", evidence=evidence_events(rows, **facts),
+        change=Change("admission", f"{suggested:g}"), current=Current.of(current),
         tradeoff="A higher value admits fewer requests at once: lower peak batch and throughput, fewer retractions.",
-        ranks=tuple(sorted(rates)),
-    )], None
+        ranks=tuple(sorted(rates)))], None
 
 
 def _counted_only(ctx: Context, rows: list[Event]) -> Finding | None:
@@ -239,22 +233,23 @@ def _counted_only(ctx: Context, rows: list[Event]) -> Finding | None:
         return None
     most = max(counters)
     return Finding(
-        "retraction.counted", "info", "Preemptions counted, not timed",
-        f"vLLM's counter says {most} preemptions since the engine started (total_num_cumulative_preemption), and the "
-        "excerpt shows no time to rate them by. If they came within the run you care about, the KV cache is too "
-        "small for the running batch: each preempted request is recomputed later.",
-        evidence_events(rows, preemptions=most), *_vllm_remedy(ctx), tuple(sorted({e.rank for e in rows if e.rank})),
-        confidence="low")
+        id="retraction.counted", severity="info", title="Preemptions counted, not timed",
+        message=f"vLLM's counter says {most} preemptions since the engine started (total_num_cumulative_preemption), "
+        "and the excerpt shows no time to rate them by. If they came within the run you care about, the KV cache is "
+        "too small for the running batch: each preempted request is recomputed later.",
+        evidence=evidence_events(rows, preemptions=most), **_vllm_remedy(ctx),
+        ranks=tuple(sorted({e.rank for e in rows if e.rank})), confidence="low")
 
 
-def _vllm_remedy(ctx: Context) -> tuple[Change, str | None, str]:
-    """(change, current value, trade-off) for vLLM's preemptions: more KV memory, or fewer concurrent sequences where
-    the memory fraction is at its highest already (`flags.more_kv_memory`)."""
+def _vllm_remedy(ctx: Context) -> dict[str, Change | Current | str | None]:
+    """The change, current value and trade-off for vLLM's preemptions: more KV memory, or fewer concurrent sequences
+    where the memory fraction is at its highest already (`rules.context.more_kv_memory`)."""
     more = more_kv_memory(ctx.config)
     if more is None:
-        return Change("running_cap", direction=-1), None, "A smaller batch: lower throughput at peak."
-    return (more, memory_fraction(ctx.config)[1],
-            "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM.")
+        return {"change": Change("running_cap", direction=-1), "current": None,
+                "tradeoff": "A smaller batch: lower throughput at peak."}
+    return {"change": more, "current": memory_fraction(ctx.config),
+            "tradeoff": "Less memory left for activations and CUDA graphs: too high a value risks CUDA OOM."}
 
 
 def _int(v: Value) -> int:

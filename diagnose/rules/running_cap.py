@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_most
+from toolkit.diagnose.vocabulary import Change
 
 PINNED = 0.98
 PINNED_FRACTION = 0.5
@@ -49,15 +48,15 @@ def check(ctx: Context) -> list[Finding]:
     wanting = pinned["running_req"] + pinned["queue_req"]
     demand = int(np.nanmax(wanting)) if np.isfinite(wanting).any() else None
     suggested = supported_cap(cap, usage, demand)
-    name = flag(ctx.config, "running_cap")
+    name = ctx.config.flag("running_cap")
     return [Finding(
-        "running_cap.pinned", "warning", f"Running batch pinned at {name.lstrip('-').replace('-', '_')}",
-        f"{len(pinned) / len(steady):.0%} of {len(steady)} steady {ctx.load_word} lines ran {cap} requests (the "
-        f"cap) with a queue waiting, while KV usage was only {usage:.2f}: the cap, not memory, limited the batch.",
-        evidence(pinned, len(steady), max_running_requests=cap, median_usage=round(usage, 3),
-                 peak_demand=demand),
-        Change("running_cap", str(suggested)), str(cap),
-        "Larger batches raise inter-token latency and KV pressure (watch retractions).", pinned.ranks)]
+        id="running_cap.pinned", severity="warning",
+        title=f"Running batch pinned at {name.lstrip('-').replace('-', '_')}",
+        message=f"{len(pinned) / len(steady):.0%} of {len(steady)} steady {ctx.load_word} lines ran {cap} requests "
+        f"(the cap) with a queue waiting, while KV usage was only {usage:.2f}: the cap, not memory, limited the batch.",
+        evidence=evidence(pinned, len(steady), max_running_requests=cap, median_usage=round(usage, 3),
+                 peak_demand=demand), change=Change("running_cap", str(suggested)), current=Current.of(cap),
+        tradeoff="Larger batches raise inter-token latency and KV pressure (watch retractions).", ranks=pinned.ranks)]
 
 
 def _plateau(ctx: Context) -> list[Finding]:
@@ -84,15 +83,16 @@ def _plateau(ctx: Context) -> list[Finding]:
             or not (rows["queue_req"] > 0).all() or not usage < FREE_USAGE:
         return []
     confidence = confidence_of(len(rows), MIN_LINES)
-    name = flag(ctx.config, "running_cap")
+    name = ctx.config.flag("running_cap")
     return [Finding(
-        "running_cap.plateau", "info" if confidence == "low" else "warning", "Running batch flat with a queue",
-        f"In all {len(rows)} lines the batch ran {low:.0f}-{top:.0f} requests while {rows.median('queue_req'):.0f} "
-        f"waited (median) and KV usage was {usage:.2f}: a cap, not memory, limits the batch. The cap is not in the "
-        f"log: {name} (speculative decoding lowers SGLang's default), or the largest CUDA-graph batch.",
-        evidence(rows, len(rows), largest_running=top, median_usage=round(usage, 3)),
-        Change("running_cap", direction=1), None,
-        "Larger batches raise inter-token latency and KV pressure (watch retractions).", rows.ranks,
+        id="running_cap.plateau", severity="info" if confidence == "low" else "warning",
+        title="Running batch flat with a queue",
+        message=f"In all {len(rows)} lines the batch ran {low:.0f}-{top:.0f} requests while "
+        f"{rows.median('queue_req'):.0f} waited (median) and KV usage was {usage:.2f}: a cap, not memory, limits the "
+        f"batch. The cap is not in the log: {name} (speculative decoding lowers SGLang's default), or the largest "
+        "CUDA-graph batch.", evidence=evidence(rows, len(rows), largest_running=top, median_usage=round(usage, 3)),
+        change=Change("running_cap", direction=1), current=None,
+        tradeoff="Larger batches raise inter-token latency and KV pressure (watch retractions).", ranks=rows.ranks,
         confidence=confidence)]
 
 
@@ -103,16 +103,16 @@ def _tiny(ctx: Context, cap: int) -> list[Finding]:
         return []
     held = pool // context
     suggested = pow2_at_most(held)
-    name = flag(cfg, "running_cap")
+    name = cfg.flag("running_cap")
     return [Finding(
-        "running_cap.tiny", "info", f"At most {cap} request{'s' if cap > 1 else ''} may run at once",
-        f"{name} is {cap} while the KV pool holds {pool} tokens: {held} requests of the whole context length "
+        id="running_cap.tiny", severity="info", title=f"At most {cap} request{'s' if cap > 1 else ''} may run at once",
+        message=f"{name} is {cap} while the KV pool holds {pool} tokens: {held} requests of the whole context length "
         f"({context} tokens) at once. Every other request waits, however much of the pool is free. (The start-up "
         f"alone shows no load: set it to {suggested} unless one request at a time is what you want.)",
-        evidence_events(ctx.timeline.kind("pool")[-1:] or ctx.timeline.kind("kv_alloc")[-1:],
+        evidence=evidence_events(ctx.timeline.kind("pool")[-1:] or ctx.timeline.kind("kv_alloc")[-1:],
                         max_running_requests=cap, max_total_num_tokens=pool, context_len=context),
-        Change("running_cap", str(suggested)), str(cap),
-        "More requests at once: more throughput, each decoding a little slower.", confidence="low")]
+        change=Change("running_cap", str(suggested)), current=Current.of(cap),
+        tradeoff="More requests at once: more throughput, each decoding a little slower.", confidence="low")]
 
 
 def supported_cap(cap: int, usage: float, demand: int | None) -> int:

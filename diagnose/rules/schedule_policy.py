@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, evidence
 from toolkit.diagnose.rules.context import MIN_LINES, Context
+from toolkit.diagnose.vocabulary import Change
 
 HIGH_REUSE = 0.3
 QUEUED_FRACTION = 0.2
@@ -46,19 +46,19 @@ def check(ctx: Context) -> list[Finding]:
     queued = steady.fraction(steady["queue_req"] > 0)
     if policy == "fcfs" and rate >= HIGH_REUSE and queued >= QUEUED_FRACTION:
         return [Finding(
-            "schedule_policy.try_lpm", "info", "High prefix reuse with fcfs",
-            f"{rate:.0%} of prefill tokens came from the radix cache and a queue formed in {queued:.0%} of "
+            id="schedule_policy.try_lpm", severity="info", title="High prefix reuse with fcfs",
+            message=f"{rate:.0%} of prefill tokens came from the radix cache and a queue formed in {queued:.0%} of "
             "steady decode lines; lpm admits requests that share cached prefixes first.",
-            evidence(steady.where(steady["queue_req"] > 0), len(steady), hit_rate=round(rate, 3)),
-            Change("schedule_policy", "lpm"), "fcfs",
-            "lpm can starve requests without a cached prefix (longer tail TTFT).", steady.ranks)]
+            evidence=evidence(steady.where(steady["queue_req"] > 0), len(steady), hit_rate=round(rate, 3)),
+            change=Change("schedule_policy", "lpm"), current=Current.of("fcfs"),
+            tradeoff="lpm can starve requests without a cached prefix (longer tail TTFT).", ranks=steady.ranks)]
     median_queue = steady.median("queue_req")
     if policy == "lpm" and rate < NO_REUSE and median_queue >= LONG_QUEUE:
         return [Finding(
-            "schedule_policy.try_fcfs", "info", "lpm without prefix reuse",
-            f"Only {rate:.1%} of prefill tokens hit the cache while the queue held {median_queue:.0f} requests "
+            id="schedule_policy.try_fcfs", severity="info", title="lpm without prefix reuse",
+            message=f"Only {rate:.1%} of prefill tokens hit the cache while the queue held {median_queue:.0f} requests "
             "(median): matching every queued request against the radix tree costs time and reorders nothing.",
-            evidence(steady.where(steady["queue_req"] >= LONG_QUEUE), len(steady), hit_rate=round(rate, 4)),
-            Change("schedule_policy", "fcfs"), "lpm", "No reordering by prefix if reuse appears later.",
-            steady.ranks)]
+            evidence=evidence(steady.where(steady["queue_req"] >= LONG_QUEUE), len(steady), hit_rate=round(rate, 4)),
+            change=Change("schedule_policy", "fcfs"), current=Current.of("lpm"),
+            tradeoff="No reordering by prefix if reuse appears later.", ranks=steady.ranks)]
     return []

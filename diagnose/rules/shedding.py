@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.findings import Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence, evidence_events
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.running_cap import supported_cap
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.vocabulary import Change
 
 MIN_SHED = 10
 SHED_SHARE = 0.05
@@ -103,11 +103,11 @@ def _too_much(ctx: Context, shed: Shed) -> Finding | None:
         "more than a burst explains"
     change, alternatives, current, tradeoff = _capacity_change(ctx)
     return Finding(
-        "shedding.too_much", "warning", "The server shed load: capacity is short",
-        f"The server answered {shed.total} requests with 503 ({shed.queue_full} refused with a full queue, "
+        id="shedding.too_much", severity="warning", title="The server shed load: capacity is short",
+        message=f"The server answered {shed.total} requests with 503 ({shed.queue_full} refused with a full queue, "
         f"{shed.waiting_timeout} timed out waiting){of_all}: {why}. Clients retry them into the same queue; the "
         "offered load is above what this server runs.",
-        evidence_events(shed.events, shed=shed.total, queue_full=shed.queue_full,
+        evidence=evidence_events(shed.events, shed=shed.total, queue_full=shed.queue_full,
                         waiting_timeout=shed.waiting_timeout, admitted=came_in,
                         share=round(share, 3) if share is not None else None, longest_run_s=round(run, 1)),
         change=change, alternatives=alternatives, current=current, tradeoff=tradeoff,
@@ -115,16 +115,17 @@ def _too_much(ctx: Context, shed: Shed) -> Finding | None:
     )
 
 
-def _capacity_change(ctx: Context) -> tuple[Change, tuple[Change, ...], str, str]:
+def _capacity_change(ctx: Context) -> tuple[Change, tuple[Change, ...], Current, str]:
     """(change, alternatives, current, trade-off): a larger running cap when the batch is pinned at it and the KV
     pool has room, else one more replica (`--dp-size`)."""
     cfg = ctx.config
     replicas = Change("dp", str(cfg.dp_size * 2))
     raised = _raised_cap(ctx)
     if raised is not None:
-        return (Change("running_cap", str(raised)), (replicas,), str(cfg.max_running_requests),
+        cap = cfg.max_running_requests
+        return (Change("running_cap", str(raised)), (replicas,), Current.of(cap),  # type: ignore[arg-type]
                 "A larger batch raises each request's time per output token.")
-    return replicas, (), str(cfg.dp_size), "Another replica needs its own GPUs."
+    return replicas, (), Current.of(cfg.dp_size), "Another replica needs its own GPUs."
 
 
 def _raised_cap(ctx: Context) -> int | None:
@@ -178,9 +179,11 @@ def _no_queue_cap(ctx: Context) -> Finding | None:
     else:
         proof, confidence = evidence(load, len(load), **facts), confidence_of(len(load), MIN_LINES * 3)
     finding = Finding(
-        "shedding.no_queue_cap", "warning" if gave_up else "info", "Clients gave up on an uncapped queue",
-        f"Nothing was shed while {' and '.join(signs)}: without a queue cap every request waits, however long the "
-        "queue, until its client gives up. ", proof, alternatives=(Change("dp", str(ctx.config.dp_size * 2)),),
+        id="shedding.no_queue_cap", severity="warning" if gave_up else "info",
+        title="Clients gave up on an uncapped queue",
+        message=f"Nothing was shed while {' and '.join(signs)}: without a queue cap every request waits, however long "
+        "the queue, until its client gives up. ", evidence=proof,
+        alternatives=(Change("dp", str(ctx.config.dp_size * 2)),),
         tradeoff="Requests beyond the cap get 503 at once and are retried; none waits past its client.",
         ranks=load.ranks if load is not None and growth else (), confidence=confidence)
     return _vllm_cap(finding) if ctx.config.vllm else _sglang_cap(finding, batch, bool(ctx.config.args))
@@ -192,7 +195,7 @@ def _sglang_cap(finding: Finding, batch: int | None, args_logged: bool) -> Findi
     return replace(finding, message=finding.message + f"Cap the waiting queue{about}; with `toolkit serve`, "
                    "--queue-timeout also frees requests that waited too long.",
                    change=Change("max_queued", str(batch)) if batch else Change("max_queued"),
-                   current="not set" if args_logged else "not in the log (no server_args line)")
+                   current=Current("not set" if args_logged else "not in the log (no server_args line)", None))
 
 
 def _vllm_cap(finding: Finding) -> Finding:

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.events import Event
 from toolkit.diagnose.findings import Confidence, Evidence, Finding, confidence_of, evidence, evidence_events
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.rules.context import MIN_LINES, Context
+from toolkit.diagnose.vocabulary import Change
 
 LOW_RATE = 0.3
 SOME_DRAFTS, MANY_DRAFTS = 100, 1000  # drafted tokens behind a rate: `medium`, `high` confidence from these on
@@ -99,14 +99,16 @@ def _judge(ctx: Context, rates: Rates, ranks: tuple[str, ...], noun: str) -> lis
     facts = {"accept_rate": round(rates.rate, 3), "accept_len": length, "drafted_tokens": rates.drafted}
     ev = rates.evidence
     return [Finding(
-        "speculative.low_acceptance", "info", f"Speculative decoding accepts {rates.rate:.0%} of its drafts",
-        f"The draft acceptance rate over {rates.records} {noun}{'s' if rates.records != 1 else ''}{drafts} is "
+        id="speculative.low_acceptance", severity="info",
+        title=f"Speculative decoding accepts {rates.rate:.0%} of its drafts",
+        message=f"The draft acceptance rate over {rates.records} {noun}{'s' if rates.records != 1 else ''}{drafts} is "
         f"{rates.rate:.2f}{said}: most drafted "
         "tokens are rejected, and verifying them costs target-model compute. Draft about what is accepted, or "
         "check the draft model and its chat template.",
-        Evidence(ev.count, ev.total, ev.span, ev.lines, facts), _fewer_drafts(ctx, length, rates.v0), None,
-        "Fewer drafts per step cap the speed-up when acceptance rises again (other prompts, another draft model).",
-        ranks, _alternatives(ctx), confidence=_confidence(rates))]
+        evidence=Evidence(count=ev.count, total=ev.total, span=ev.span, lines=ev.lines, facts=facts),
+        change=_fewer_drafts(ctx, length, rates.v0), current=None,
+        tradeoff="Fewer drafts per step cap the speed-up when acceptance rises again (other prompts, another draft "
+        "model).", ranks=ranks, alternatives=_alternatives(ctx), confidence=_confidence(rates))]
 
 
 def _confidence(rates: Rates) -> Confidence:

@@ -17,11 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.flags import memory_fraction, more_kv_memory
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.rules.context import Context, pow2_at_least
-from toolkit.diagnose.series import Rows
+from toolkit.diagnose.findings import Current, Finding, evidence
+from toolkit.diagnose.read.series import Rows
+from toolkit.diagnose.rules.context import Context, memory_fraction, more_kv_memory, pow2_at_least
+from toolkit.diagnose.vocabulary import Change
 
 COLLAPSE_FACTOR = 3.0
 MIN_RUN = 3
@@ -119,17 +118,18 @@ def _finding(ctx: Context, rank: str, rows: Rows, onset: int) -> Finding:
     where = f" on {rank}" if rank else ""
     collapsed = rows.where(np.arange(len(rows)) >= onset).head(POST)
     return Finding(
-        "throughput.collapse", "warning", f"Gen throughput collapsed {x_pre / max(x_post, 1e-9):.0f}x",
-        f"Gen throughput fell from {x_pre:.0f} to {x_post:.0f} tok/s{where} at line {int(lines[onset])} while the "
-        f"batch stayed at about {r_post:.0f} requests (was {r_pre:.0f}){pool}: the same work, done several times "
+        id="throughput.collapse", severity="warning",
+        title=f"Gen throughput collapsed {x_pre / max(x_post, 1e-9):.0f}x",
+        message=f"Gen throughput fell from {x_pre:.0f} to {x_post:.0f} tok/s{where} at line {int(lines[onset])} while "
+        f"the batch stayed at about {r_post:.0f} requests (was {r_pre:.0f}){pool}: the same work, done several times "
         f"slower. {cause}",
-        evidence(collapsed, None, before_tok_s=round(x_pre, 1), after_tok_s=round(x_post, 1),
+        evidence=evidence(collapsed, None, before_tok_s=round(x_pre, 1), after_tok_s=round(x_post, 1),
                  running_before=r_pre, running_after=r_post, usage_after=u_post,
-                 onset_time=float(times[onset]) if np.isfinite(times[onset]) else None),
-        change, current, tradeoff, (rank,))
+                 onset_time=float(times[onset]) if np.isfinite(times[onset]) else None), change=change, current=current,
+        tradeoff=tradeoff, ranks=(rank,))
 
 
-def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, Change | None, str | None, str | None]:
+def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, Change | None, Current | None, str | None]:
     """(sentence, change, current, trade-off) from what happened between the last good line and the first slow
     one."""
     cfg = ctx.config
@@ -146,10 +146,10 @@ def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, Change
             if more is None:
                 return (sentence + " The memory fraction is as high as advised: fewer requests at once avoid it.",
                         Change("running_cap", direction=-1), None, "A smaller batch: lower throughput at peak.")
-            return (sentence, more, memory_fraction(cfg)[1], "Less memory for activations and graphs.")
+            return (sentence, more, memory_fraction(cfg), "Less memory for activations and graphs.")
         current = cfg.schedule_conservativeness
         return (sentence + " Admitting less at once avoids running the pool out.",
-                Change("admission", f"{round(max(1.3, current * 1.3), 1):g}"), f"{current:g}",
+                Change("admission", f"{round(max(1.3, current * 1.3), 1):g}"), Current.of(current),
                 "A higher value admits fewer requests at once: lower peak batch.")
     if np.isfinite(graph[onset - 1]) and graph[onset - 1] == 1 and np.nanmax(graph[onset:onset + MIN_RUN]) == 0:
         cgmb = cfg.cuda_graph_max_bs
@@ -157,7 +157,7 @@ def _cause(ctx: Context, rank: str, rows: Rows, onset: int) -> tuple[str, Change
         sentence = f"Decode stopped using CUDA graphs at line {int(lines[onset])}."
         if cgmb and p90 > cgmb:
             return (sentence + f" The batch ({p90:.0f}) outgrew the captured maximum {cgmb}.",
-                    Change("graph_max_bs", str(pow2_at_least(p90, 1024))), str(cgmb),
+                    Change("graph_max_bs", str(pow2_at_least(p90, 1024))), Current.of(cgmb),
                     "Graphs for larger batches take GPU memory.")
         return sentence + " Something other than the batch size turned them off.", None, None, None
     return (f"Nothing in the log explains it: look at what changed around line {int(lines[onset])}.",

@@ -5,9 +5,9 @@ torch.compile off (vLLM compiles by default). Suggest `--torch-compile-max-bs` =
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Finding, evidence
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, evidence
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_least
+from toolkit.diagnose.vocabulary import Change
 
 SMALL_MODEL_GB = 16.0
 SMALL_BATCH = 16
@@ -25,9 +25,10 @@ def check(ctx: Context) -> list[Finding]:
         return []
     bs = pow2_at_least(steady.quantile("running_req", 0.9), MAX_BS)
     return [Finding(
-        "torch_compile.small_model", "info", "Small model at small batch: try torch.compile",
-        f"The model's weights take {weights:.1f} GB and the median steady batch is {median:.0f} requests; "
+        id="torch_compile.small_model", severity="info", title="Small model at small batch: try torch.compile",
+        message=f"The model's weights take {weights:.1f} GB and the median steady batch is {median:.0f} requests; "
         "torch.compile fuses the small kernels that dominate at this size.",
-        evidence(steady, len(steady), total_weight_gb=weights, median_running=median),
-        Change("torch_compile", True, companions=(Change("torch_compile_max_bs", str(bs)),)), "off",
-        "Compilation adds minutes to start-up; check output quality once.", steady.ranks)]
+        evidence=evidence(steady, len(steady), total_weight_gb=weights, median_running=median),
+        change=Change("torch_compile", True, companions=(Change("torch_compile_max_bs", str(bs)),)),
+        current=Current(value=False, said="off"),
+        tradeoff="Compilation adds minutes to start-up; check output quality once.", ranks=steady.ranks)]

@@ -17,11 +17,10 @@ requests waiting at a KV usage <= 0.1: the prefill budget limits admission. Rais
 """
 from __future__ import annotations
 
-from toolkit.diagnose.findings import Finding, confidence_of, evidence
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
+from toolkit.diagnose.vocabulary import Change
 
 LOW_USAGE = 0.9
 LOW_FRACTION = 0.5
@@ -63,11 +62,11 @@ def check(ctx: Context) -> list[Finding]:
         return []
     suggested = SUGGESTED if current > 0.5 else round(max(MIN_SUGGESTED, current / 2), 2)
     return [Finding(
-        "usage.low_while_queued", "warning", "Requests queued while the KV pool had room",
-        f"{where} Admission reserves room for every running request's remaining output; a lower "
+        id="usage.low_while_queued", severity="warning", title="Requests queued while the KV pool had room",
+        message=f"{where} Admission reserves room for every running request's remaining output; a lower "
         "conservativeness admits more.",
-        evidence(low, len(queued), median_usage=round(usage, 3)),
-        change=Change("admission", f"{suggested:g}"), current=f"{current:g}",
+        evidence=evidence(low, len(queued), median_usage=round(usage, 3)),
+        change=Change("admission", f"{suggested:g}"), current=Current.of(current),
         tradeoff="Admitting more can run the pool out during decode: watch for retractions.",
         ranks=low.ranks,
     )]
@@ -90,28 +89,30 @@ def _prefill_bound_short(ctx: Context) -> Finding | None:
     change = Change("prefill_budget", str(suggested), companions=companions)
     confidence = confidence_of(len(load), MIN_LINES)
     return Finding(
-        "usage.prefill_bound", "info" if confidence == "low" else "warning", "Hundreds queued at a nearly empty pool",
-        f"Every one of {len(load)} {ctx.load_word} line{'s' if len(load) != 1 else ''} shows "
+        id="usage.prefill_bound", severity="info" if confidence == "low" else "warning",
+        title="Hundreds queued at a nearly empty pool",
+        message=f"Every one of {len(load)} {ctx.load_word} line{'s' if len(load) != 1 else ''} shows "
         f"{load.median('queue_req'):.0f} requests waiting (median) with the KV pool at most {EMPTY_USAGE:.0%} used: "
-        f"memory is free, so the tokens admitted per prefill step ({flag(cfg, 'prefill_budget')}) limit how fast the "
+        f"memory is free, so the tokens admitted per prefill step ({cfg.flag('prefill_budget')}) limit how fast the "
         "queue drains. A short excerpt (a burst being admitted looks the same for a few seconds): confirm on a "
         "longer log.",
-        evidence(load, len(load), median_queue=load.median("queue_req"), median_usage=round(load.median("usage"), 3)),
-        change, str(current) if current else None,
-        "Larger prefill steps make the decode steps that share them slower (higher ITL) and need more activation "
-        "memory.", load.ranks, confidence=confidence)
+        evidence=evidence(load, len(load), median_queue=load.median("queue_req"),
+                          median_usage=round(load.median("usage"), 3)),
+        change=change, current=Current.of(current) if current else None,
+        tradeoff="Larger prefill steps make the decode steps that share them slower (higher ITL) and need more "
+        "activation memory.", ranks=load.ranks, confidence=confidence)
 
 
 def _vllm(ctx: Context, low, queued, where: str, usage: float) -> Finding:
     current = ctx.config.chunked_prefill_size
     suggested = max(MIN_BATCHED_TOKENS, 2 * current) if current else MIN_BATCHED_TOKENS * 2
     return Finding(
-        "usage.low_while_queued", "warning", "Requests waited while the KV cache had room",
-        f"{where} The scheduler's per-step token budget, not memory, kept them waiting: each step schedules at "
-        f"most {flag(ctx.config, 'prefill_budget')} tokens of prefill and decode.",
-        evidence(low, len(queued), median_usage=round(usage, 3)),
+        id="usage.low_while_queued", severity="warning", title="Requests waited while the KV cache had room",
+        message=f"{where} The scheduler's per-step token budget, not memory, kept them waiting: each step schedules at "
+        f"most {ctx.config.flag('prefill_budget')} tokens of prefill and decode.",
+        evidence=evidence(low, len(queued), median_usage=round(usage, 3)),
         change=Change("prefill_budget", str(suggested)),
-        current=str(current) if current else None,
+        current=Current.of(current) if current else None,
         tradeoff="Larger steps prefill more per step: decode steps that share them take longer (higher ITL).",
         ranks=low.ranks,
     )

@@ -27,39 +27,21 @@ overlap frames only where it was raised.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from toolkit.diagnose.config import ServerConfig
-from toolkit.diagnose.events import Event
-from toolkit.diagnose.flags import flag
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.log_format.messages import MAMBA_POOL_FULL
-from toolkit.diagnose.messages import error_line, error_lines
-
-_PD_TP = re.compile(r"different TP sizes|(?:prefill|decode)\w{0,20}[ _]tp[ _]size\W{1,3}\d+", re.I)
-_PREFILL_TP = re.compile(r"prefill\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
-_DECODE_TP = re.compile(r"(?:decode|dst)\w{0,20}[ _]tp[ _]size\W{1,3}(\d+)", re.I)
-# NOTE: the overlap worker's constructor is no overlap frame: a start-up traceback passes it because the worker is
-# built there (sglang#4489)
-_OVERLAP_FRAMES = re.compile(r"\b(event_loop_overlap\w*|forward_thread_func_?|TpModelWorkerClient"
-                             r'|tp_worker_overlap_thread\.py(?=", line \d+, in (?!__init__\b)))')
-# SGLang's start-up: the model runner built and initialized (weights, memory pool, CUDA graphs, torch.compile)
-_STARTUP_FRAMES = re.compile(r'\b(model_runner\.py)", line \d+, in (?:__init__|initialize|init_\w+)\b'
-                             r"|\b(torch/_dynamo|torch/_inductor)/")
-_ASYNC_FRAMES = re.compile(r"\b(AsyncScheduler|async_scheduler\.py|step_with_batch_queue|AsyncGPUModelRunnerOutput)")
-_MAMBA_POOL_FULL = re.compile(MAMBA_POOL_FULL)
-_SAMPLER_WARMUP = re.compile(r"\b_dummy_sampler_run\b")
-_GRAPH_FRAMES = re.compile(r'\b(cuda_graph_runner\.py)", line \d+, in (?:__init__|capture)|\b(capture_model)\b')
-
+from toolkit.diagnose.findings import Current
+from toolkit.diagnose.read.errors import ErrorText
+from toolkit.diagnose.read.events import Event
+from toolkit.diagnose.vocabulary import Change
 
 class Workaround(NamedTuple):
     """What to change (None: nothing on the server), its current value, trade-off, what to do off the server,
     why (a sentence for the message) and the facts behind it."""
 
     change: Change | None
-    current: str | None
+    current: Current | None
     tradeoff: str
     action: str | None
     why: str
@@ -68,22 +50,22 @@ class Workaround(NamedTuple):
 
 
 def workaround(config: ServerConfig, exceptions: Sequence[Event]) -> Workaround | None:
-    texts = [e.text for e in exceptions]
-    return (_pd_tp(config, texts) or _mamba_pool(config, texts) or _sampler_warmup(config, texts)
-            or _overlap(config, texts) or _async_scheduling(config, texts) or _torch_compile(config, texts)
-            or _huge_context(config, texts) or _graph_capture(config, texts))
+    errors = [e.error for e in exceptions]
+    return (_pd_tp(config, errors) or _mamba_pool(config, errors) or _sampler_warmup(config, errors)
+            or _overlap(config, errors) or _async_scheduling(config, errors) or _torch_compile(config, errors)
+            or _huge_context(config, errors) or _graph_capture(config, errors))
 
 
-def _frames(pattern: re.Pattern[str], texts: Sequence[str]) -> list[str]:
-    found = (m if isinstance(m, str) else next(filter(None, m)) for text in texts for m in pattern.findall(text))
-    return list(dict.fromkeys(found))
+def _frames(sign: str, errors: Sequence[ErrorText]) -> list[str]:
+    """What the records show of `sign` (`diagnose.read.errors.SIGNS`), the distinct names in order."""
+    return list(dict.fromkeys(name for error in errors for name in error.signs.get(sign, ())))
 
 
-def _pd_tp(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    text = next((t for t in texts if _PD_TP.search(t)), None)
-    if text is None:
+def _pd_tp(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    said = next((error.pd_tp for error in errors if error.pd_tp is not None), None)
+    if said is None:
         return None
-    sizes = {"prefill": _size(_PREFILL_TP, text), "decode": _size(_DECODE_TP, text)}
+    sizes = dict(zip(("prefill", "decode"), said))
     mode = str(config.arg("disaggregation_mode") or "")
     if mode in sizes and sizes[mode] is None and config.parallelism_source == "arguments":
         sizes[mode] = config.tp_size
@@ -95,7 +77,7 @@ def _pd_tp(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
            + (f" ({known})" if known else "") + ".")
     return Workaround(
         Change("tp", str(target)) if target is not None and target != mine else Change("tp"),
-        str(mine) if mine is not None else None,
+        Current.of(mine) if mine is not None else None,
         "The same TP size on both sides may need more GPUs on one of them, or fit less KV per server.",
         "run prefill and decode with the same --tp-size"
         + (f" (now {known})" if known else "")
@@ -103,31 +85,25 @@ def _pd_tp(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
         why, {"prefill_tp": sizes["prefill"], "decode_tp": sizes["decode"]})
 
 
-def _size(pattern: re.Pattern[str], text: str) -> int | None:
-    m = pattern.search(text)
-    return int(m.group(1)) if m else None
-
-
-def _mamba_pool(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    said = next((line for text in texts for line in error_lines(text) if _MAMBA_POOL_FULL.search(line)), None)
-    if said is None or config.vllm:
+def _mamba_pool(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    if not any(error.mamba_pool_full for error in errors) or config.vllm:
         return None
-    ratio, slots = config.arg("mamba_full_memory_ratio"), config.arg("max_mamba_cache_size")
+    ratio, slots = config.value("mamba_memory"), config.value("mamba_slots")
     return Workaround(
-        Change("mamba_memory", direction=1), str(ratio) if ratio is not None else None,
+        Change("mamba_memory", direction=1), Current(value=ratio, said=str(ratio)) if ratio is not None else None,
         "More memory for mamba states leaves less for the KV cache (fewer tokens cached); fewer running requests "
-        f"({flag(config, 'running_cap')}) need fewer state slots instead.",
+        f"({config.flag('running_cap')}) need fewer state slots instead.",
         None, "The mamba state pool had no slot left for a request the scheduler admitted.",
         {"max_mamba_cache_size": slots if isinstance(slots, int) else None},
         alternatives=(Change("mamba_slots", direction=1), Change("running_cap", direction=-1)))
 
 
-def _sampler_warmup(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    if not config.vllm or not any(_SAMPLER_WARMUP.search(t) and error_line(t) is None for t in texts):
+def _sampler_warmup(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    if not config.vllm or not any("sampler_warmup" in error.signs and error.cut for error in errors):
         return None
-    seqs = config.arg("max_num_seqs")
+    seqs = config.value("running_cap")
     return Workaround(
-        Change("running_cap", direction=-1), str(seqs) if isinstance(seqs, int) else None,
+        Change("running_cap", direction=-1), Current.of(seqs) if isinstance(seqs, int) else None,
         "Fewer requests run at once; a lower memory share instead keeps them but caches fewer tokens.",
         None, "The traceback stops inside vLLM's sampler warm-up (_dummy_sampler_run), before its error line: the "
         "warm-up samples as many dummy requests as may run at once, and fails where the memory left outside the "
@@ -135,34 +111,34 @@ def _sampler_warmup(config: ServerConfig, texts: Sequence[str]) -> Workaround | 
         alternatives=(Change("kv_memory", direction=-1),))
 
 
-def _overlap(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    frames = _frames(_OVERLAP_FRAMES, texts)
-    if config.vllm or not frames or config.arg("disable_overlap_schedule") is True:
+def _overlap(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    frames = _frames("overlap", errors)
+    if config.vllm or not frames or config.value("overlap_off") is True:
         return None
     return Workaround(
-        Change("overlap_off", True), "overlap on",
+        Change("overlap_off", True), Current(value=False, said="overlap on"),
         "Decode runs a few % slower: the CPU schedules the next batch only after the GPU step ends.",
         None, f"The traceback runs through the overlap scheduler ({', '.join(frames)}).",
         {"frames": ", ".join(frames)})
 
 
-def _async_scheduling(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    frames = _frames(_ASYNC_FRAMES, texts)
-    if not config.vllm or not frames or config.arg("async_scheduling") is not True:
+def _async_scheduling(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    frames = _frames("async_scheduling", errors)
+    if not config.vllm or not frames or config.value("async_scheduling") is not True:
         return None
     return Workaround(
-        Change("async_scheduling", False), "on",
+        Change("async_scheduling", False), Current(value=True, said="on"),
         "Decode runs a few % slower: the next step is scheduled only after the current one ends.",
         None, f"The traceback runs through the async scheduling path ({', '.join(frames)}).",
         {"frames": ", ".join(frames)})
 
 
-def _torch_compile(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    frames = _frames(_STARTUP_FRAMES, texts)
-    if config.vllm or not frames or config.arg("enable_torch_compile") is not True:
+def _torch_compile(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    frames = _frames("startup", errors)
+    if config.vllm or not frames or config.value("torch_compile") is not True:
         return None
     return Workaround(
-        Change("torch_compile", False), "on",
+        Change("torch_compile", False), Current(value=True, said="on"),
         "Small decode batches run a little slower without torch.compile; turn it back on once the model's kernels "
         "compile (quantized kernels often do not).",
         None, f"The server died starting up with torch.compile on ({', '.join(frames)}).",
@@ -172,25 +148,25 @@ def _torch_compile(config: ServerConfig, texts: Sequence[str]) -> Workaround | N
 HUGE_CONTEXT = 1 << 20  # tokens: above this a context length sizes start-up memory more than the model does
 
 
-def _huge_context(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    frames = _frames(_STARTUP_FRAMES, texts)
+def _huge_context(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    frames = _frames("startup", errors)
     length = config.context_len
     if config.vllm or not frames or not length or length <= HUGE_CONTEXT:
         return None
     return Workaround(
-        Change("context", str(HUGE_CONTEXT // 8)), str(length),
+        Change("context", str(HUGE_CONTEXT // 8)), Current.of(length),
         "Requests longer than the new context length are rejected; raise it in steps to the longest you serve.",
         None, f"The server died starting up ({', '.join(frames)}) with a context length of {length} tokens: SGLang "
         "sizes its per-request token table (the running cap x the context length) and buffers by it.",
         {"frames": ", ".join(frames), "context_len": length})
 
 
-def _graph_capture(config: ServerConfig, texts: Sequence[str]) -> Workaround | None:
-    frames = _frames(_GRAPH_FRAMES, texts)
-    if not frames or config.arg("disable_cuda_graph") is True or config.arg("enforce_eager") is True:
+def _graph_capture(config: ServerConfig, errors: Sequence[ErrorText]) -> Workaround | None:
+    frames = _frames("graph_capture", errors)
+    if not frames or config.value("graphs_off") is True:
         return None
     return Workaround(
-        Change("graphs_off", True), "graphs on",
+        Change("graphs_off", True), Current(value=False, said="graphs on"),
         "Without CUDA graphs small decode batches run slower (every kernel launched from Python); turn them back "
-        "on once the capture works" + ("." if config.vllm else f" (a fix, a smaller {flag(config, 'graph_max_bs')})."),
+        "on once the capture works" + ("." if config.vllm else f" (a fix, a smaller {config.flag('graph_max_bs')})."),
         None, f"The traceback runs through CUDA graph capture ({', '.join(frames)}).", {"frames": ", ".join(frames)})

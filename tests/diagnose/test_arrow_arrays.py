@@ -1,4 +1,4 @@
-"""`diagnose.arrow_arrays`: each array equals what `pyarrow.array` makes of the same values, and an export never
+"""`diagnose.read.arrow_arrays`: each array equals what `pyarrow.array` makes of the same values, and an export never
 imports pandas."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.diagnose.arrow_arrays import booleans, empty_table, names, numbers, spans, texts, values_of
+from toolkit.diagnose.read.arrow_arrays import booleans, empty_table, names, numbers, spans, texts, values_of
 
 SETTINGS = settings(max_examples=60, deadline=None)
 FLOATS = st.floats(allow_nan=False, width=64)
@@ -95,8 +95,8 @@ def test_an_export_never_imports_pandas(tmp_path) -> None:
     code = """
 import sys
 from benchmarks.diagnose_parse import write_log
-from toolkit.diagnose.export import export_events
-from toolkit.diagnose.fastpath import ahead
+from toolkit.diagnose.read.export import export_events
+from toolkit.diagnose.read.fastpath import ahead
 write_log(sys.argv[1] + "/log", 3000, mix="realistic")
 for smallest, suffix in ((0, ".csv"), (0, ".parquet"), (1 << 62, ".threads.csv")):
     ahead.PROCESS_MIN_BYTES = smallest  # 0: read by worker processes; else by the stream reader and threads

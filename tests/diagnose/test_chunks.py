@@ -7,11 +7,11 @@ import io
 import numpy as np
 import pytest
 
-from toolkit.diagnose.fastpath import ahead
-from toolkit.diagnose.fastpath.ahead import JobResult, scanned_chunks
-from toolkit.diagnose.fastpath.scan import scan_chunk
-from toolkit.diagnose.lines import parse_path
-from toolkit.diagnose.source import PAD, LineReader
+from toolkit.diagnose.read.fastpath import ahead
+from toolkit.diagnose.read.fastpath.ahead import JobResult, scanned_chunks
+from toolkit.diagnose.read.fastpath.scan import scan_chunk
+from toolkit.diagnose.read.lines import parse_path
+from toolkit.diagnose.read.source import PAD, LineReader
 from tests.diagnose import logfactory as lf
 
 CHUNK = 4096
@@ -76,7 +76,7 @@ def test_a_worker_error_reaches_the_caller(monkeypatch) -> None:
 
 
 def test_line_numbers_count_across_chunks(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", CHUNK)
+    monkeypatch.setattr("toolkit.diagnose.read.source.CHUNK", CHUNK)
     path = tmp_path / "server.log"
     data = _log_bytes()
     path.write_bytes(data)

@@ -194,7 +194,7 @@ def test_the_command_as_a_process_ends_with_its_output_and_status(tmp_path) -> N
 
 
 def _events(log: str) -> int:
-    from toolkit.diagnose.lines import parse_lines
+    from toolkit.diagnose.read.lines import parse_lines
 
     with open(log) as f:
         return sum(1 for _ in parse_lines(f.read().splitlines()))

@@ -11,8 +11,8 @@ import pytest
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Startup, VllmLog
 from toolkit.diagnose import analyze
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.lines import parse_lines
+from toolkit.diagnose.vocabulary import Change
+from toolkit.diagnose.read.lines import parse_lines
 
 REAL = Path(__file__).parent / "real_logs"
 

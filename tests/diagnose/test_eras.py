@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.diagnose import analyze
-from toolkit.diagnose.lines import parse_lines
+from toolkit.diagnose.read.lines import parse_lines
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import ERAS, Log, Rank, Startup
 

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from benchmarks.diagnose_parse import write_log
 from toolkit.diagnose import analyze
-from toolkit.diagnose.fastpath.scan import scan_chunk
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.lines import ParseStats
-from toolkit.diagnose.log_format.batch import KEYS
-from toolkit.diagnose.reading import read_logs
-from toolkit.diagnose.source import PAD
+from toolkit.diagnose.read.batch import KEYS
+from toolkit.diagnose.read.fastpath.scan import scan_chunk
+from toolkit.diagnose.read.fields import parse_fields
+from toolkit.diagnose.read.lines import ParseStats
+from toolkit.diagnose.read.logs import read_logs
+from toolkit.diagnose.read.source import PAD
 from tests.diagnose import logfactory as lf
 from tests.diagnose.test_eras import _era_log
 
@@ -96,10 +96,10 @@ LINES += ["", "\x00\x01", "caf\u00e9 Decode batch. #running-req: 1"]
 
 
 def _read(tmp_path, monkeypatch, data: bytes, chunk: int, max_line: int, fast: bool, processes: bool = False):
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", chunk)
-    monkeypatch.setattr("toolkit.diagnose.source.MAX_LINE", max_line)
-    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.MAX_LINE", max_line)
-    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
+    monkeypatch.setattr("toolkit.diagnose.read.source.CHUNK", chunk)
+    monkeypatch.setattr("toolkit.diagnose.read.source.MAX_LINE", max_line)
+    monkeypatch.setattr("toolkit.diagnose.read.fastpath.ahead.MAX_LINE", max_line)
+    monkeypatch.setattr("toolkit.diagnose.read.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
     path = tmp_path / "x.log"
     path.write_bytes(data)
     stats = ParseStats()
@@ -125,8 +125,9 @@ def _same(tmp_path, monkeypatch, data: bytes, chunk: int = 8 << 20, max_line: in
     want, want_stats = _read(tmp_path, monkeypatch, data, chunk, max_line, fast=False)
     assert _table_rows(got) == _table_rows(want)
     assert got.events == want.events
-    assert got.samples == want.samples, "the first and last message of each batch kind tell its era and version"
-    for name in ("lines", "other", "unread", "kinds", "unread_examples", "vllm_events"):
+    assert (got.era, got.vllm_generation, got.batch_kinds) == (want.era, want.vllm_generation, want.batch_kinds), \
+        "the first and last message of each batch kind tell its era and version"
+    for name in ("lines", "other", "unread", "kinds", "unread_examples"):
         assert getattr(got_stats, name) == getattr(want_stats, name), name
 
 
@@ -308,13 +309,13 @@ def export_against_per_line(tmp_path: Path, monkeypatch, lines: list[str], chunk
     columns every event has (line, kind, text, rank, time) already checked equal."""
     import pandas as pd
 
-    from toolkit.diagnose.export import export_events
-    from toolkit.diagnose.lines import parse_lines
+    from toolkit.diagnose.read.export import export_events
+    from toolkit.diagnose.read.lines import parse_lines
 
     path = tmp_path / "export-input.log"
     path.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", chunk)
-    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
+    monkeypatch.setattr("toolkit.diagnose.read.source.CHUNK", chunk)
+    monkeypatch.setattr("toolkit.diagnose.read.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
     d, out = export_events([path], tmp_path / "events.csv")
     assert d.stats == analyze([path]).stats, "the analysis of the export's read is the analysis"
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".toolkit-export")], "its stash is gone"
@@ -349,8 +350,8 @@ ACCESS = st.tuples(st.sampled_from(["127.0.0.1:54321", "[::1]:8000", "x" * 40, "
 @SETTINGS
 @given(st.lists(ACCESS, min_size=1, max_size=20))
 def test_access_fields_equal_parse_fields(lines) -> None:
-    from toolkit.diagnose.fastpath.access import access_fields
-    from toolkit.diagnose.fastpath.words import Words
+    from toolkit.diagnose.read.fastpath.access import access_fields
+    from toolkit.diagnose.read.fastpath.words import Words
 
     texts = [f'[2025-11-11 04:06:27] INFO:     {client} - "{method} {path} HTTP/{version}" {status}'
              for client, method, path, version, status in lines]
@@ -372,8 +373,8 @@ def test_access_fields_equal_parse_fields(lines) -> None:
 def test_an_access_line_whose_pieces_are_missing_is_left_to_the_per_line_parser(last: str) -> None:
     """Each piece is looked for in a window after the one before: one not found reads no byte past the chunk
     (it did: an IndexError on the chunk's last line), and the line is not read here."""
-    from toolkit.diagnose.fastpath.access import access_fields
-    from toolkit.diagnose.fastpath.words import Words
+    from toolkit.diagnose.read.fastpath.access import access_fields
+    from toolkit.diagnose.read.fastpath.words import Words
 
     lines = ['[2025-11-11 04:06:27] INFO:     127.0.0.1:5 - "POST /v1 HTTP/1.1" 200 OK'] * 3
     lines.append("[2025-11-11 04:06:28] INFO:     127.0.0.1:5 - " + last if last.startswith('"') else
@@ -410,7 +411,7 @@ def test_hot_and_slow_rows_merge_in_line_order(slow_lines: list[int]) -> None:
     slices of each for a few runs of slow rows, a copy in order for many; both give every row once, in order."""
     import pyarrow as pa
 
-    from toolkit.diagnose.export import _MAX_SLICES, _merged
+    from toolkit.diagnose.read.export import _MAX_SLICES, _merged
 
     hot_lines = [i for i in range(100) if i not in slow_lines]
     hot = pa.table({"line": pa.array(hot_lines, pa.int64()), "text": [f"hot {i}" for i in hot_lines]})
@@ -426,13 +427,13 @@ def test_hot_and_slow_rows_merge_in_line_order(slow_lines: list[int]) -> None:
 def _read_with_export_stash(tmp_path, monkeypatch):
     """The realistic mix (4,000 lines) read by worker processes in 16 KiB ranges, started early to read ahead with
     `--export`'s job, the stash as the read's tap: (the log, the stash, the diagnosis)."""
-    from toolkit.diagnose.export import EventStash
-    from toolkit.diagnose.fastpath import ahead
+    from toolkit.diagnose.read.export import EventStash
+    from toolkit.diagnose.read.fastpath import ahead
 
     path = tmp_path / "realistic.log"
     write_log(str(path), 4000, mix="realistic")
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
-    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr("toolkit.diagnose.read.source.CHUNK", 16 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.read.fastpath.ahead.PROCESS_MIN_BYTES", 0)
     with EventStash(tmp_path / "events.csv") as stash:
         with ahead.range_workers(read_ahead=path, job=stash.job):
             d = analyze([path], tap=stash)
@@ -444,7 +445,7 @@ def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatc
     stashed part per range, and the events equal the per-line parser's."""
     import pandas as pd
 
-    from toolkit.diagnose.export import write_events
+    from toolkit.diagnose.read.export import write_events
 
     with _read_with_export_stash(tmp_path, monkeypatch) as (path, stash, d):
         ranges = -(-path.stat().st_size // (16 * 1024))
@@ -459,7 +460,7 @@ def test_the_export_reads_each_range_once_with_the_analysis(tmp_path, monkeypatc
 def test_an_export_whose_log_changed_after_its_read_fails_with_a_clear_error(tmp_path, monkeypatch, change) -> None:
     """The stash keeps no text of a log's ranges (the rows' messages are read again from the log when written):
     a log cut short, or one whose lines moved, since its read is an error naming it, never wrong text."""
-    from toolkit.diagnose.export import write_events
+    from toolkit.diagnose.read.export import write_events
 
     with _read_with_export_stash(tmp_path, monkeypatch) as (path, stash, d):
         data = path.read_bytes()
@@ -477,7 +478,7 @@ def test_the_export_is_written_while_the_analysis_runs_and_a_failed_command_leav
     import threading
 
     from toolkit.diagnose import analysis
-    from toolkit.diagnose.export import EventStash, export_events, write_events
+    from toolkit.diagnose.read.export import EventStash, export_events, write_events
 
     path = tmp_path / "realistic.log"
     write_log(str(path), 4000, mix="realistic")
@@ -517,9 +518,9 @@ def test_the_exports_job_never_imports_arrow() -> None:
     code = """
 import sys, tempfile
 from benchmarks.diagnose_parse import write_log
-from toolkit.diagnose import export
-from toolkit.diagnose.fastpath.scan import scan_chunk
-from toolkit.diagnose.source import Chunk, PAD
+from toolkit.diagnose.read import export
+from toolkit.diagnose.read.fastpath.scan import scan_chunk
+from toolkit.diagnose.read.source import Chunk, PAD
 assert "pyarrow" not in sys.modules
 with tempfile.TemporaryDirectory() as tmp:
     write_log(tmp + "/log", 2000, mix="realistic")
@@ -564,13 +565,13 @@ def test_an_export_that_fails_mid_read_leaves_no_stash_and_no_scanners(tmp_path,
     (here: an error after two chunks); the per-line events of a chunk are spilled to the stash, not kept."""
     import threading
 
-    from toolkit.diagnose import reading
-    from toolkit.diagnose.export import EventStash, export_events
+    from toolkit.diagnose.read import logs as reading
+    from toolkit.diagnose.read.export import EventStash, export_events
 
     path = tmp_path / "realistic.log"
     write_log(str(path), 4000, mix="realistic")
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 16 * 1024)
-    monkeypatch.setattr("toolkit.diagnose.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
+    monkeypatch.setattr("toolkit.diagnose.read.source.CHUNK", 16 * 1024)
+    monkeypatch.setattr("toolkit.diagnose.read.fastpath.ahead.PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
     read, seen = reading._read_chunk, []
 
     def failing(chunk, first, parser, sink, tap):

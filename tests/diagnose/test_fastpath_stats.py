@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.diagnose.fastpath.scan import scan_chunk
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.source import PAD
+from toolkit.diagnose.read.fastpath.scan import scan_chunk
+from toolkit.diagnose.read.fields import parse_fields
+from toolkit.diagnose.read.source import PAD
 from tests.diagnose.test_fastpath import STATS_BODIES, _read, _same, _table_rows, export_against_per_line
 
 V1 = "(APIServer pid=1) INFO {date} [loggers.py:123] "
@@ -124,11 +124,11 @@ def test_pieces_named_like_a_table_s_columns_or_too_long_read_as_the_per_line_pa
 
 def test_the_first_and_last_stats_message_are_in_line_order_across_hot_and_per_line_lines(tmp_path,
                                                                                          monkeypatch) -> None:
-    """The samples tell vLLM's version: a V1 line read hot before a V0 line the per-line parser reads (a trailing
-    blank keeps it off the fast path) stays the first (`_same` compares the samples)."""
+    """The first stats message tells vLLM's version: a V1 line read hot before a V0 line the per-line parser reads (a
+    trailing blank keeps it off the fast path) stays the first (`_same` compares what the reads tell)."""
     v1 = "INFO 11-11 04:06:01 [metrics.py:345] " + STATS_BODIES[0]
     v0 = "INFO 11-11 04:06:02 [metrics.py:345] " + STATS_BODIES[1] + " "
     data = ("\n".join([v1, v0]) + "\n").encode()
     _same(tmp_path, monkeypatch, data, chunk=1 << 20)
     got, _ = _read(tmp_path, monkeypatch, data, 1 << 20, 1 << 20, fast=True)
-    assert got.samples["stats"].startswith("Engine 000") and got.samples["stats#last"].startswith("Avg prompt")
+    assert got.vllm_generation == "V1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.diagnose.lines import ParseStats, parse_lines
+from toolkit.diagnose.read.lines import ParseStats, parse_lines
 
 SG = "[2026-01-10 10:00:00 TP0] "
 VL = "(APIServer pid=20584) INFO 11-21 23:10:29 [loggers.py:335] "

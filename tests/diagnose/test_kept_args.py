@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.diagnose.advice import KEPT_ARGS, KEPT_NAMES, SGLANG_DEFAULTS
+from toolkit.diagnose.vocabulary import SGLANG, SGLANG_DEFAULTS, SGLANG_KEPT
 from toolkit.runtime.server_args import ServerArgs
+
+KEPT_ARGS = tuple((k.arg, k.default) for k in SGLANG if k.kept)
+KEPT_NAMES = tuple(arg for arg, _ in SGLANG_KEPT)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,8 @@ import pytest
 from tests.machine_speed import scaled
 from tests.diagnose.test_fastpath import _same
 from toolkit.diagnose import analyze
-from toolkit.diagnose.fields import parse_fields
-from toolkit.diagnose.lines import parse_lines
+from toolkit.diagnose.read.fields import parse_fields
+from toolkit.diagnose.read.lines import parse_lines
 
 # https://github.com/vllm-project/vllm/issues/2140 (a comment): the command in inline code, the error as a quote
 VLLM_2140 = ["I used 2080Ti which has 22GB memory for run vllm as a server for qwen2-7b-instruct: `python -m "

@@ -1,5 +1,5 @@
-"""Both readers of `diagnose.log_format` give the same events: the fast path (`diagnose.fastpath`) and the per-line
-parser (`diagnose.lines`) read every sample line of docs/log-formats.md (and the one-per-form samples of
+"""Both readers of `diagnose.read` give the same events: the fast path (`diagnose.read.fastpath`) and the per-line
+parser (`diagnose.read.lines`) read every sample line of docs/log-formats.md (and the one-per-form samples of
 `test_formats.py`) and every file of the real-log corpus to the same kind, line, time, rank and fields, with the
 same counts of other and unread lines. Lines that neither reads are fine; a line either reads must read the same
 in both."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit.diagnose.fastpath.scan import scan_chunk
-from toolkit.diagnose.prefix import read_prefix
-from toolkit.diagnose.source import PAD
+from toolkit.diagnose.read.fastpath.scan import scan_chunk
+from toolkit.diagnose.read.prefix import read_prefix
+from toolkit.diagnose.read.source import PAD
 from tests.diagnose.test_fastpath import _read, _same, _table_rows, export_against_per_line
 from tests.diagnose.test_formats import FORMATS, QUOTES, VLLM_ERRORS
 
@@ -63,7 +63,7 @@ def test_the_docs_have_sample_lines_of_batch_stats_and_startup_messages() -> Non
         assert any(start in line for line in lines), start
 
 
-# What collectors write before SGLang's stamp (`log_format.prefix.OUTER_PREFIXES`), in the forms the fast path
+# What collectors write before SGLang's stamp (`read.prefix.OUTER_PREFIXES`), in the forms the fast path
 # strips and in forms near them that it leaves to the per-line parser.
 OUTERS = {
     "compose": "sglang-1  | ",
@@ -168,7 +168,7 @@ def test_the_one_match_stamp_reader_agrees_with_read_prefix_on_every_sample_and_
     """`stamped_message_start` (the workers' quick read of the commonest prefix) answers only where `read_prefix`
     finds a time, and then with the same message start; it answers for most stamped lines (else it saves nothing)."""
     from benchmarks.diagnose_parse import RAY_PREFIX
-    from toolkit.diagnose.prefix import stamped_message_start
+    from toolkit.diagnose.read.prefix import stamped_message_start
 
     lines = doc_sample_lines() + format_table_lines()
     lines += [line for path in REAL_LOGS for line in path.read_text(errors="replace").splitlines()]
@@ -188,9 +188,9 @@ def test_the_one_match_stamp_reader_agrees_with_read_prefix_on_every_sample_and_
 
 def test_a_message_start_is_read_as_the_whole_alternation_reads_it() -> None:
     """`kind_of` tries at a message start only the starts that can begin with its first character (derived from
-    each pattern of `log_format.messages.STARTS`): the same kind as `_MESSAGE`, the alternation of all of them, on
+    each pattern of `read.messages.STARTS`): the same kind as `_MESSAGE`, the alternation of all of them, on
     every sample and real line, at every position of its first 80 characters and at its message start."""
-    from toolkit.diagnose.messages import _MESSAGE, _first_characters, kind_of
+    from toolkit.diagnose.read.messages import _MESSAGE, _first_characters, kind_of
 
     lines = doc_sample_lines() + format_table_lines()
     lines += [line for path in REAL_LOGS for line in path.read_text(errors="replace").splitlines()]
@@ -211,7 +211,7 @@ def test_a_message_start_is_read_as_the_whole_alternation_reads_it() -> None:
 def test_the_quick_stamp_test_never_hides_a_stamp() -> None:
     """`_closest_stamp` first looks for `[` and a digit (how every SGLang stamp begins) and reads no further where
     there is none: the same stamps as without that test, on every sample and real line and on stamp-like text."""
-    from toolkit.diagnose import prefix
+    from toolkit.diagnose.read import prefix
 
     lines = doc_sample_lines() + format_table_lines()
     lines += [line for path in REAL_LOGS for line in path.read_text(errors="replace").splitlines()]
@@ -276,9 +276,9 @@ def test_a_line_told_plain_from_its_bytes_is_plain_once_decoded(tmp_path) -> Non
     """`surely_plain` (the workers' read of a slow line's bytes) says True only where `is_plain` of the decoded
     line does: on every sample and real line, the benchmark's realistic log, stamp-like cases, and 60,000 of those
     lines changed at random (seeded); and it says True for most plain lines (else it saves nothing)."""
-    from toolkit.diagnose.fastpath.plain import surely_plain
-    from toolkit.diagnose.lines import is_plain
-    from toolkit.diagnose.source import decode_line
+    from toolkit.diagnose.read.fastpath.plain import surely_plain
+    from toolkit.diagnose.read.lines import is_plain
+    from toolkit.diagnose.read.source import decode_line
 
     lines, mutated = _plain_cases(tmp_path)
     for line in lines + mutated:
@@ -295,10 +295,10 @@ def test_a_chunk_tells_its_stamped_lines_plain_as_surely_plain_does(tmp_path) ->
     read, told in word operations and one match at the message) says what `surely_plain` says of each of them, and
     `ahead._plain` is `is_plain` of every slow line; on the cases above, in chunks of 3,000 lines, the lines in
     order and shuffled (seeded)."""
-    from toolkit.diagnose.fastpath.ahead import _LineTexts, _plain
-    from toolkit.diagnose.fastpath.plain import stamped_plain, surely_plain
-    from toolkit.diagnose.lines import is_plain
-    from toolkit.diagnose.source import decode_line
+    from toolkit.diagnose.read.fastpath.ahead import _LineTexts, _plain
+    from toolkit.diagnose.read.fastpath.plain import stamped_plain, surely_plain
+    from toolkit.diagnose.read.lines import is_plain
+    from toolkit.diagnose.read.source import decode_line
 
     lines, mutated = _plain_cases(tmp_path)
     shuffled = lines + mutated
@@ -327,7 +327,7 @@ def test_a_chunk_tells_its_vllm_lines_plain_only_where_surely_plain_does(tmp_pat
     and each kind of message it must leave to `surely_plain`; and it tells most of the benchmark's vLLM plain lines
     (else it saves nothing)."""
     from benchmarks.diagnose_parse import write_log
-    from toolkit.diagnose.fastpath.plain import surely_plain, vllm_plain
+    from toolkit.diagnose.read.fastpath.plain import surely_plain, vllm_plain
 
     lines, mutated = _plain_cases(tmp_path)
     prefix = b"(APIServer pid=1) INFO 11-11 09:34:39 [async_llm.py:318] "
@@ -359,3 +359,19 @@ def test_a_chunk_tells_its_vllm_lines_plain_only_where_surely_plain_does(tmp_pat
     buf = bytearray(data + bytes(PAD))
     scanned = scan_chunk(buf, len(data))
     assert len(vllm) > 1_000 and vllm_plain(buf, scanned.starts, scanned.ends, np.flatnonzero(scanned.slow)).all()
+
+
+GRAMMAR_QUEUE = ("[2025-11-11 04:06:27 TP0] Decode batch, #running-req: 12, #token: 9000, token usage: 0.30, "
+                 "cuda graph: True, gen throughput (token/s): 812.55, #queue-req: 3, #grammar-queue-req: 2")
+
+
+def test_the_requests_waiting_for_their_grammar_are_a_declared_key_read_on_the_fast_path(tmp_path,
+                                                                                          monkeypatch) -> None:
+    """SGLang's batch lines print the requests waiting for their grammar to compile (structured output) as
+    `#grammar-queue-req`: a key of the batch lines' declaration, so the fast path reads those lines itself, and both
+    paths give its count."""
+    data = ((GRAMMAR_QUEUE + "\n") * 40).encode()
+    assert _hot_lines(data) == 40
+    _same(tmp_path, monkeypatch, data)
+    got, _ = _read(tmp_path, monkeypatch, data, 8 << 20, 1 << 20, fast=True, processes=False)
+    assert _table_rows(got)["decode"]["grammar_queue_req"] == [2.0] * 40

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from toolkit.diagnose import Diagnosis, analyze
-from toolkit.diagnose.lines import parse_path
+from toolkit.diagnose.read.lines import parse_path
 from tests.runtime.engine_fixtures import random_prompts, tiny_engine
 from tests.runtime.tiny_models import TINY_CONFIGS
 from toolkit.cli import app

@@ -5,9 +5,9 @@ import gzip
 
 import pytest
 
-from toolkit.diagnose.lines import ParseStats, parse_lines, parse_path
-from toolkit.diagnose.prefix import clock_text
-from toolkit.diagnose.source import LineReader, decode_lines
+from toolkit.diagnose.read.lines import ParseStats, parse_lines, parse_path
+from toolkit.diagnose.read.prefix import clock_text
+from toolkit.diagnose.read.source import LineReader, decode_lines
 
 DECODE = ("Decode batch. #running-req: 233, #token: 370959, token usage: 0.82, cuda graph: True, "
           "gen throughput (token/s): 4594.01, #queue-req: 317")
@@ -183,6 +183,6 @@ def test_line_numbers_count_across_chunks(tmp_path, monkeypatch) -> None:
     path = tmp_path / "many.log"
     lines = ["noise"] * 999 + [DECODE] + ["noise"] * 10
     path.write_text("\n".join(lines))
-    monkeypatch.setattr("toolkit.diagnose.source.CHUNK", 997)
+    monkeypatch.setattr("toolkit.diagnose.read.source.CHUNK", 997)
     (e,) = list(parse_path(path))
     assert e.line == 1000

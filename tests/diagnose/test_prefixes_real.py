@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from toolkit.diagnose import analyze
-from toolkit.diagnose.lines import ParseStats, parse_lines
-from toolkit.diagnose.prefix import clock_text
-from toolkit.diagnose.source import decode_line, decode_lines
+from toolkit.diagnose.read.lines import ParseStats, parse_lines
+from toolkit.diagnose.read.prefix import clock_text
+from toolkit.diagnose.read.source import decode_line, decode_lines
 from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log
 from tests.diagnose.test_fastpath import _same
@@ -344,7 +344,7 @@ def test_a_glued_record_cut_before_its_counts_is_unread_and_a_wrapped_one_is_rea
     "[2025-01-01 00:00:00] note: " + V1_RECORD.format(s=13, gen=80.0) + " " + V1_RECORD.format(s=18, gen=80.0),
 ], ids=["one-record", "sglang-line", "quoted-prefix-without-space", "quoted-prefix-after-space", "sglang-stamped"])
 def test_a_line_with_one_record_is_not_split(line: str) -> None:
-    from toolkit.diagnose.prefix import glued_records
+    from toolkit.diagnose.read.prefix import glued_records
 
     assert glued_records(line) == [line]
 
@@ -433,7 +433,7 @@ def test_a_line_in_inline_code_is_read_without_its_backticks() -> None:
 def test_a_traceback_source_line_after_a_full_record_is_no_event() -> None:
     """A record holds at most MAX_RECORD_LINES lines; the indented lines after it are a traceback's source lines,
     never events of their own (a paste indents a line by at most MAX_PASTE_INDENT blanks)."""
-    from toolkit.diagnose.lines import MAX_PASTE_INDENT, MAX_RECORD_LINES
+    from toolkit.diagnose.read.lines import MAX_PASTE_INDENT, MAX_RECORD_LINES
 
     lines = ["[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):"]
     lines += [f'  File "x.py", line {i}, in f' for i in range(MAX_RECORD_LINES + 10)]
@@ -451,8 +451,8 @@ def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> Non
     for chunk in (512, 8 << 20):
         _assert_same_events(tmp_path, monkeypatch, data, chunk)
     _same(tmp_path, monkeypatch, data, chunk=4096, processes=True)  # the range workers' plain lines
-    from toolkit.diagnose.fastpath.plain import surely_plain
-    from toolkit.diagnose.lines import is_plain
+    from toolkit.diagnose.read.fastpath.plain import surely_plain
+    from toolkit.diagnose.read.lines import is_plain
 
     assert not is_plain(glued) and not surely_plain(glued.encode()) and surely_plain(lines[0].encode())
 
@@ -464,7 +464,7 @@ def test_glued_records_read_the_same_in_both_paths(tmp_path, monkeypatch) -> Non
 ])
 def test_a_compose_prefix_before_a_line_without_a_stamp_is_read_past(line: str, start: int) -> None:
     """sglang#11218: the tail of a traceback behind `deepseek-v32-exp  | `, no stamps: its error line is read."""
-    from toolkit.diagnose.prefix import read_prefix
+    from toolkit.diagnose.read.prefix import read_prefix
 
     assert read_prefix(line).start == start and read_prefix(line).time is None
 

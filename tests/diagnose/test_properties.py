@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit.diagnose import analyze
-from toolkit.diagnose.lines import LineParser, ParseStats, parse_lines
-from toolkit.diagnose.source import LineReader, decode_lines
+from toolkit.diagnose.read.lines import LineParser, ParseStats, parse_lines
+from toolkit.diagnose.read.source import LineReader, decode_lines
 from tests.diagnose import logfactory as lf
 from tests.diagnose.test_eras import _era_log
 

@@ -17,6 +17,7 @@ from toolkit.diagnose import analyze
 from toolkit.diagnose.findings import Finding
 from toolkit.diagnose.report_json import to_dict
 from toolkit.diagnose.report_terminal import render
+from toolkit.diagnose.read.errors import read_error
 from toolkit.diagnose.rules.kv_fit import kv_fit
 
 CORPUS = Path(__file__).parent / "real_logs"
@@ -119,7 +120,7 @@ def test_a_prefill_line_without_running_req_is_read_by_its_own_counts_and_queue(
                         "length is 5632."), 1048576, 5632),  # vLLM's own estimate
 ])
 def test_the_context_that_fits_is_read_from_the_error(text: str, asked: int, fits: int) -> None:
-    fit = kv_fit(text)
+    fit = kv_fit(read_error(text).refusal)
     assert fit is not None and (fit.asked, fit.fits) == (asked, fits)
 
 

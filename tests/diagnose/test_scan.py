@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolkit.diagnose.fastpath import fields, scan
-from toolkit.diagnose.fastpath.ahead import _read_lines
-from toolkit.diagnose.fastpath.scan import line_bounds, scan_chunk
-from toolkit.diagnose.fastpath.words import Words
-from toolkit.diagnose.source import PAD
+from toolkit.diagnose.read.fastpath import fields, scan
+from toolkit.diagnose.read.fastpath.ahead import _read_lines
+from toolkit.diagnose.read.fastpath.scan import line_bounds, scan_chunk
+from toolkit.diagnose.read.fastpath.words import Words
+from toolkit.diagnose.read.source import PAD
 from tests.diagnose import logfactory as lf
 from tests.diagnose.test_fastpath import _same
 

@@ -9,8 +9,8 @@ from tests.diagnose import logfactory as lf
 from tests.diagnose.logfactory import Log, Startup, VllmLog
 from tests.diagnose.test_fastpath import _same
 from toolkit.diagnose import analyze
-from toolkit.diagnose.ideas import Change
-from toolkit.diagnose.lines import parse_lines
+from toolkit.diagnose.vocabulary import Change
+from toolkit.diagnose.read.lines import parse_lines
 from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.rules.shedding import longest_run, shed_of
 
@@ -143,4 +143,4 @@ def test_vllm_has_no_queue_cap_flag_so_the_advice_is_an_action() -> None:
     f = _ids(analyze(lines=log.lines))["shedding.no_queue_cap"]
     assert f.change is None and f.flag is None and f.engine == "vllm"
     assert f.action == "cap the queue in front of the server (router / gateway)"
-    assert [a.text("vllm") for a in f.alternatives] == ["--data-parallel-size 2"]
+    assert [a.as_flag("vllm") for a in f.alternatives] == ["--data-parallel-size 2"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.diagnose import analyze
-from toolkit.diagnose.lines import ParseStats, parse_lines
+from toolkit.diagnose.read.lines import ParseStats, parse_lines
 from toolkit.diagnose.rules.oom import PEAK_SHARE, WEIGHTS_FILL
 from toolkit.diagnose.rules.running_cap import ROOM_FACTOR, TINY_CAP
 from toolkit.diagnose.rules.workarounds import HUGE_CONTEXT

@@ -10,8 +10,8 @@ import pytest
 from tests.diagnose.test_golden_findings import SYNTHETIC
 from toolkit.diagnose import analyze
 from toolkit.diagnose.findings import Evidence, Finding
-from toolkit.diagnose.ideas import IDEAS, Change
 from toolkit.diagnose.report_json import render_json
+from toolkit.diagnose.vocabulary import IDEAS, Change, knob
 
 
 def _finding(diagnosis, rule_id: str) -> Finding:
@@ -19,12 +19,27 @@ def _finding(diagnosis, rule_id: str) -> Finding:
 
 
 def test_every_idea_has_a_flag_and_a_way_to_move() -> None:
-    assert all((idea.sglang or idea.vllm or "").startswith("--") and idea.move in ("set", "push", "switch")
-               for idea in IDEAS.values())
-    assert [name for name, idea in IDEAS.items() if idea.sglang is None] == ["async_scheduling", "spec_draft_tokens_v0"]
-    assert IDEAS["kv_memory"].flag("vllm") == "--gpu-memory-utilization"
-    assert IDEAS["kv_memory"].flag("toolkit") == IDEAS["kv_memory"].flag("sglang") == "--mem-fraction-static"
-    assert IDEAS["admission"].flag("vllm") is None
+    knobs = {name: (knob(name, "sglang"), knob(name, "vllm")) for name in IDEAS}
+    assert all(any(k is not None and k.flag.startswith("--") for k in pair) for pair in knobs.values())
+    assert all(idea.move in ("set", "push", "switch") for idea in IDEAS.values())
+    no_sglang = [name for name, (sglang, _) in knobs.items() if sglang is None]
+    assert no_sglang == ["async_scheduling", "spec_draft_tokens_v0"]
+    assert knob("kv_memory", "vllm").flag == "--gpu-memory-utilization"
+    assert knob("kv_memory", "sglang").flag == "--mem-fraction-static"
+    assert knob("admission", "vllm") is None
+
+
+def test_each_engines_knob_says_its_argument_default_kind_and_choices() -> None:
+    """vLLM's table is the one place of its flags' kinds, defaults and what the corrected command keeps; SGLang's
+    come from `toolkit serve`'s declarations."""
+    util = knob("kv_memory", "vllm")
+    assert (util.arg, util.kind, util.default, util.kept, util.always) == ("gpu_memory_utilization", "float", 0.9, True,
+                                                                           True)
+    assert knob("kv_dtype", "vllm").choices == {"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}
+    assert knob("graph_max_bs", "vllm").default == 512 and knob("dtype", "vllm").kind is None
+    assert (knob("admission", "sglang").kind, knob("admission", "sglang").default) == ("float", 1.0)
+    assert knob("schedule_policy", "sglang").default is None  # SGLang's releases differ: always written
+    assert knob("mamba_slots", "sglang").kind is None  # not a flag of `toolkit serve`: tune never passes it
 
 
 def test_a_change_has_a_value_or_a_direction_not_both() -> None:
@@ -34,8 +49,10 @@ def test_a_change_has_a_value_or_a_direction_not_both() -> None:
 
 def test_the_advice_text_is_rendered_in_the_words_of_the_engine() -> None:
     change = Change("graphs_off", False)
-    sglang = Finding("cuda_graph.disabled", "warning", "t", "m", Evidence(), change)
-    vllm = Finding("cuda_graph.disabled", "warning", "t", "m", Evidence(), change, engine="vllm")
+    sglang = Finding(id="cuda_graph.disabled", severity="warning", title="t", message="m", evidence=Evidence(),
+                     change=change)
+    vllm = Finding(id="cuda_graph.disabled", severity="warning", title="t", message="m", evidence=Evidence(),
+                   change=change, engine="vllm")
     assert (sglang.flag, sglang.suggested) == ("--disable-cuda-graph", "remove (graphs on)")
     assert (vllm.flag, vllm.suggested) == ("--enforce-eager", "remove (graphs on)")
     assert vllm.advice() == ("change", "--enforce-eager remove (graphs on)")

@@ -142,7 +142,7 @@ def test_a_dated_window_selects_the_lines_of_a_year_less_vllm_log(tmp_path) -> N
 
 
 def test_a_window_moves_onto_the_logs_clock_only_when_the_log_has_no_date() -> None:
-    from toolkit.diagnose.prefix import window_on_clock
+    from toolkit.diagnose.read.prefix import window_on_clock
 
     window = (lf.T0, lf.T0 + 10)  # 2025-11-11 04:06:27 UTC
     assert window_on_clock(window, lf.T0 + 5) == window  # a dated log

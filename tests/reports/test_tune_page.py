@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 from toolkit.reports.tune_page import objective_png, render_tune_page, write_tune_page
+from toolkit.tune.journal import JournalStep
 
 EVIL = "<script>window.__pwned=1</script>"
 
 
-def _step(index: int, status: str, values: list[float], **changes) -> dict:
+def _step(index: int, status: str, values: list[float], **changes) -> JournalStep:
     mean = sum(values) / len(values) if values else None
     step = {
         "step": index, "status": status, "flags": {"--schedule-conservativeness": "2"},
@@ -19,10 +20,10 @@ def _step(index: int, status: str, values: list[float], **changes) -> dict:
         "verdict": f"NEEDS TUNING: {EVIL}", "findings": [], "records": [], "folder": "/tmp/step", "seconds": 42.0,
         "started": 0.0,
     }
-    return step | changes
+    return JournalStep.from_json(step | changes)
 
 
-def steps() -> list[dict]:
+def steps() -> list[JournalStep]:
     finding = {"id": "usage.low_while_queued", "severity": "warning", "title": f"Requests queued {EVIL}",
                "flag": "--schedule-conservativeness", "suggested": "0.3", "current": "2"}
     full = finding | {"message": f"usage was low {EVIL}", "tradeoff": "watch retractions",

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current
+from toolkit.diagnose.vocabulary import Change
 from toolkit.tune.flags import Flags
 from toolkit.tune.launcher import LaunchError
 from toolkit.tune.loop import Trial
@@ -17,12 +18,12 @@ class Advice:
     id: str
     severity: str
     change: Change | None
-    current: str | None = None
+    current: Current | None = None
     title: str = "a finding"
 
 
-LOW_USAGE = Advice("usage.low_while_queued", "warning", Change("admission", "0.3"), "2")
-TRY_LPM = Advice("schedule_policy.try_lpm", "info", Change("schedule_policy", "lpm"), "fcfs")
+LOW_USAGE = Advice("usage.low_while_queued", "warning", Change("admission", "0.3"), Current.of(2))
+TRY_LPM = Advice("schedule_policy.try_lpm", "info", Change("schedule_policy", "lpm"), Current.of("fcfs"))
 CLIENT = Advice("queue.empty", "warning", None)
 
 

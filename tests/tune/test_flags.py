@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from tests.tune.fakes import Advice
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current
+from toolkit.diagnose.vocabulary import Change
 from toolkit.tune.flags import FlagChange, Flags, engine_flag, launch_line, propose
 from toolkit.tune.launch import CommandLauncher, template_tokens
 
@@ -50,8 +51,9 @@ def test_alternatives_are_offered_in_the_advice_but_never_applied():
     """The prefill-stall finding offers mixed chunks instead of smaller chunks: tune takes only the change."""
     from toolkit.diagnose.findings import Evidence, Finding
 
-    finding = Finding("prefill_stall.throughput_dips", "warning", "t", "m", Evidence(),
-                      Change("prefill_budget", "4096"), alternatives=(Change("mixed_chunk", True),))
+    finding = Finding(id="prefill_stall.throughput_dips", severity="warning", title="t", message="m",
+                      evidence=Evidence(), change=Change("prefill_budget", "4096"),
+                      alternatives=(Change("mixed_chunk", True),))
     assert finding.suggested == "4096 (or --enable-mixed-chunk)"
     assert propose(finding, "sglang") == ("--chunked-prefill-size", "4096", 0, ())
 
@@ -84,9 +86,10 @@ def test_vllm_names_and_values():
 
 
 def test_one_idea_becomes_the_launched_engines_flag_whichever_engine_wrote_the_log():
-    seqs = Advice("running_cap.pinned", "warning", Change("running_cap", "512"), "256")
+    seqs = Advice("running_cap.pinned", "warning", Change("running_cap", "512"), Current.of(256))
     assert propose(seqs, "vllm").flag == "--max-num-seqs" and propose(seqs, "sglang").flag == "--max-running-requests"
-    assert propose(Advice("x", "warning", Change("kv_memory", "0.95"), "0.9 (default)"), "vllm").value == "0.95"
+    default = Current.of(0.9, "default")
+    assert propose(Advice("x", "warning", Change("kv_memory", "0.95"), default), "vllm").value == "0.95"
     assert propose(Advice("x", "warning", Change("kv_dtype", "fp8")), "vllm").value == "fp8"
     assert propose(Advice("x", "warning", Change("kv_dtype", "fp8")), "sglang") is None  # SGLang spells it fp8_e5m2
 

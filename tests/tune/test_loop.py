@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.tune.fakes import CLIENT, LOW_USAGE, TRY_LPM, Advice, World, flag
-from toolkit.diagnose.ideas import Change
+from toolkit.diagnose.findings import Current
+from toolkit.diagnose.vocabulary import Change
 from toolkit.tune.flags import Flags
 from toolkit.tune.loop import Settings, Tuner
 from toolkit.tune.objective import NoiseRule, Sample, compare
@@ -51,7 +52,7 @@ def test_a_change_within_the_noise_is_reverted_and_never_tried_again():
 
 
 def test_the_most_severe_actionable_finding_drives_the_first_step():
-    findings = (TRY_LPM, Advice("oom.decode", "critical", Change("running_cap", "12"), "64"),
+    findings = (TRY_LPM, Advice("oom.decode", "critical", Change("running_cap", "12"), Current.of(64)),
                 Advice("fp8.kv_cache", "warning", Change("kv_dtype", "fp8")), CLIENT)  # SGLang spells it fp8_e5m2
     world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
     result = Tuner(world, Settings(max_steps=1), clock=world.clock).run(START)
@@ -106,7 +107,7 @@ def doubling_world() -> World:
 
     def findings(flags: Flags) -> tuple[Advice, ...]:
         cap = int(flag(flags, "--max-running-requests", "2"))
-        return (Advice("running_cap.pinned", "warning", Change("running_cap", str(cap * 2)), str(cap)),)
+        return (Advice("running_cap.pinned", "warning", Change("running_cap", str(cap * 2)), Current.of(cap)),)
 
     return World(objective, findings)
 
@@ -146,7 +147,7 @@ def test_ctrl_c_during_the_start_leaves_no_best():
 
 
 def test_a_push_knob_grows_its_step_until_it_helps_and_stops_where_the_launch_breaks():
-    more_memory = Advice("gpu_memory.too_much", "warning", Change("kv_memory", direction=1), "0.8")
+    more_memory = Advice("gpu_memory.too_much", "warning", Change("kv_memory", direction=1), Current.of(0.8))
 
     def objective(flags: Flags) -> tuple[float, ...]:
         mfs = float(flag(flags, "--mem-fraction-static", "0.8"))
@@ -162,7 +163,7 @@ def test_a_push_knob_grows_its_step_until_it_helps_and_stops_where_the_launch_br
 
 
 def test_a_push_knob_stops_after_a_bounded_number_of_tries():
-    more_memory = Advice("gpu_memory.too_much", "warning", Change("kv_memory", "0.95"), "0.8")
+    more_memory = Advice("gpu_memory.too_much", "warning", Change("kv_memory", "0.95"), Current.of(0.8))
     world = World(lambda flags: (100.0, 101.0), lambda flags: (more_memory,))
     result = Tuner(world, clock=world.clock).run(Flags.parse("--mem-fraction-static 0.8"))
     tried = [s.flags.get("--mem-fraction-static") for s in result.steps[1:]]
@@ -170,7 +171,7 @@ def test_a_push_knob_stops_after_a_bounded_number_of_tries():
 
 
 def test_vllm_advice_uses_vllm_names_and_skips_what_vllm_cannot_do():
-    findings = (LOW_USAGE, Advice("oom.decode", "warning", Change("running_cap", "48"), "64"))
+    findings = (LOW_USAGE, Advice("oom.decode", "warning", Change("running_cap", "48"), Current.of(64)))
     world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
     result = Tuner(world, Settings(engine="vllm"), clock=world.clock).run(Flags.parse("--max-num-seqs 64"))
     assert [s.change.flag for s in result.steps[1:]] == ["--max-num-seqs"]
@@ -178,14 +179,14 @@ def test_vllm_advice_uses_vllm_names_and_skips_what_vllm_cannot_do():
 
 
 def test_a_vllm_memory_push_starts_from_the_default_the_finding_quotes():
-    more_memory = Advice("capacity.pool_bound", "warning", Change("kv_memory", direction=1), "0.9 (default)")
+    more_memory = Advice("capacity.pool_bound", "warning", Change("kv_memory", direction=1), Current.of(0.9, "default"))
     world = World(lambda flags: (100.0, 101.0), lambda flags: (more_memory,))
     result = Tuner(world, Settings(engine="vllm", max_steps=2), clock=world.clock).run(Flags())
     assert [s.flags.get("--gpu-memory-utilization") for s in result.steps[1:]] == ["0.91", "0.92"]
 
 
 def test_knobs_limit_what_the_loop_may_move_and_it_goes_on_to_the_next_finding():
-    findings = (Advice("oom.decode", "critical", Change("running_cap", "12"), "64"), LOW_USAGE,
+    findings = (Advice("oom.decode", "critical", Change("running_cap", "12"), Current.of(64)), LOW_USAGE,
                 Advice("joint", "critical", Change("prefill_budget", "512", companions=(Change("running_cap", "8"),))))
     world = World(lambda flags: (10.0, 10.0), lambda flags: findings)
     settings = Settings(max_steps=1, knobs=frozenset({"admission", "prefill_budget"}))

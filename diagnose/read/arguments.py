@@ -1,0 +1,132 @@
+"""The server's arguments as its log prints them (docs/log-formats.md §5, §9.3): SGLang's `server_args=ServerArgs(...)`,
+vLLM's `non-default args: {...}` and its engine config (`Initializing a V1 LLM engine (v0.11.0) with config: ...`);
+values that are not plain literals (lists, enums, paths) are kept as their source text. And what a model's name
+says (`model_name`): its parameters, whether it is a quantized checkpoint.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from typing import NamedTuple
+
+from toolkit.diagnose.read.values import Fields, Value
+
+# a quantized checkpoint's name, or a model published quantized (gpt-oss: MXFP4 weights)
+QUANTIZED = r"(?i)awq|gptq|int[48]|fp8|fp4|[48]bit|gguf|bnb|w[48]a\d+|nf4|mxfp|gpt-oss"
+# a parameter count in a model's name (`Qwen2.5-1.5B`, `Qwen3-30B-A3B`: the first, the whole model's), not an
+# expert's (`8x7B`) or a version's
+PARAMS = r"(?<![\w.])(\d{1,4}(?:\.\d{1,2})?)[Bb](?![a-zA-Z0-9])"
+
+_VERSION = re.compile(r"LLM engine \(v([^)]{1,40})\)")
+_CAPTURE_SIZE = re.compile(r"['\"]max_(?:cudagraph_)?capture_size['\"]: (\d{1,10})")
+_CAPTURE_SIZES = re.compile(r"['\"]cudagraph_capture_sizes['\"]: \[([\d, ]{0,4000})\]")
+
+
+def _engine_config(text: str) -> dict[str, Value]:
+    """`Initializing a V1 LLM engine (v0.11.0) with config: model='m', ..., tensor_parallel_size=2, ...`."""
+    out: dict[str, Value] = {}
+    version = _VERSION.search(text)
+    if version is not None:
+        out["version"] = version.group(1)
+    body = text.partition("with config: ")[2]
+    for item in _top_level_items(body):
+        key, sep, raw = item.partition("=")
+        if sep and key.strip().isidentifier():
+            out[key.strip()] = _literal(raw.strip())
+    size = _CAPTURE_SIZE.search(body)
+    sizes = _CAPTURE_SIZES.search(body)
+    if size is not None:
+        out["max_cudagraph_capture_size"] = int(size.group(1))
+    elif sizes is not None and sizes.group(1).strip():
+        out["max_cudagraph_capture_size"] = max(int(x) for x in sizes.group(1).split(",") if x.strip())
+    return out
+
+
+def _engine_args(text: str) -> dict[str, Value]:
+    return parse_server_args(text.partition("non-default args: ")[2])
+
+
+# -- server_args=ServerArgs(...) -------------------------------------------------------------------
+
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _top_level_items(body: str) -> list[str]:
+    """Split `body` at commas outside quotes and brackets; stops at the unmatched closing bracket."""
+    items, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(body):
+        c = body[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            if depth == 0:
+                break
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(body[start:i])
+            start = i + 1
+        i += 1
+    items.append(body[start:i])
+    return [item.strip() for item in items if item.strip()]
+
+
+def _literal(text: str) -> Value:
+    try:
+        v = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return text
+    return v if isinstance(v, (int, float, bool, str)) or v is None else text
+
+
+def parse_server_args(text: str) -> dict[str, Value]:
+    """`ServerArgs(model_path='m', tp_size=2, ...)` or a `{'model_path': 'm', ...}` dict -> a dict.
+    Values that are not plain literals (lists, enums, paths) are kept as their source text."""
+    text = text.strip()
+    if text.startswith("server_args="):
+        text = text[len("server_args="):]
+    dict_form = text.startswith("{")
+    start = 1 if dict_form else text.find("(") + 1
+    out: dict[str, Value] = {}
+    for item in _top_level_items(text[start:] if start > 0 else text):
+        if dict_form:
+            key, sep, raw = item.partition(":")
+            key = key.strip().strip("'\"")
+        else:
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+        if sep and key.isidentifier():
+            out[key] = _literal(raw.strip())
+    return out
+
+
+FIELDS: dict[str, Fields] = {
+    "server_args": Fields(parse_server_args, {}, open=True),
+    "engine_args": Fields(_engine_args, {}, open=True),
+    "engine_config": Fields(_engine_config, {"version": str, "max_cudagraph_capture_size": int}, open=True),
+}
+
+
+class ModelName(NamedTuple):
+    """What a model's name says: the billions of parameters its last path part names (None where it names none),
+    and whether it is a quantized checkpoint's."""
+
+    params_b: float | None
+    quantized: bool
+
+
+_QUANTIZED = re.compile(QUANTIZED)
+_PARAMS = re.compile(PARAMS)
+
+
+@functools.lru_cache(maxsize=64)
+def model_name(name: str) -> ModelName:
+    m = _PARAMS.search(name.rstrip("/").rsplit("/", 1)[-1])
+    return ModelName(float(m.group(1)) if m is not None else None, _QUANTIZED.search(name) is not None)
