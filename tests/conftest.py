@@ -3,8 +3,16 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+# NOTE: on pytest-xdist's workers (`make test`) every process of the suite, the servers it starts included, runs
+# one intra-op thread: two workers fill two cores, and a second OpenMP team beside another busy process spends its
+# time in fork-join waits (measured: the run's CPU seconds 1.25x a serial run's). Set before torch is imported.
+# Tests that judge speed (`solo`) get the machine's own count back (tests/solo.py); thread counts are tested
+# explicitly (tests/runtime/attention/test_cpu_decode_kernel.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # the whole suite's budget, the machine to itself for tests that judge speed, the units of work of its workers
 pytest_plugins = ["tests.suite_budget", "tests.solo", "tests.xdist_units"]

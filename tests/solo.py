@@ -2,13 +2,14 @@
 
 `make test` runs the suite on pytest-xdist's workers, side by side. A test marked `solo` (it keeps a flag only if
 throughput rises, say) would read the other worker's load as its own noise, so the workers share one
-reader-writer lock across processes: every test holds it shared, a solo test holds it alone. A solo test that
-waits for it holds the turnstile, so no other test starts meanwhile (a writer is never starved). Without workers
-there is nothing to share and nothing is locked."""
+reader-writer lock across processes: every test holds it shared, a solo test holds it alone, and the processes it
+starts get every core. A solo test that waits for it holds the turnstile, so no other test starts meanwhile (a
+writer is never starved). Without workers there is nothing to share and nothing is locked."""
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,7 +37,8 @@ class MachineLock:
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
-        with self._holding(self._turnstile, fcntl.LOCK_EX), self._holding(self._machine, fcntl.LOCK_EX):
+        with self._holding(self._turnstile, fcntl.LOCK_EX), self._holding(self._machine, fcntl.LOCK_EX), \
+                _every_core():
             yield
 
     @staticmethod
@@ -47,6 +49,18 @@ class MachineLock:
             yield
         finally:
             fcntl.flock(file, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _every_core() -> Iterator[None]:
+    """The processes a solo test starts run as many threads as the machine has cores (tests/conftest.py gives the
+    workers' processes one)."""
+    threads = os.environ.pop("OMP_NUM_THREADS", None)
+    try:
+        yield
+    finally:
+        if threads is not None:
+            os.environ["OMP_NUM_THREADS"] = threads
 
 
 _LOCK = pytest.StashKey[MachineLock]()

@@ -18,7 +18,7 @@ SHARED = ("You are a careful assistant for a company that tunes LLM servers. Ans
           "change, and say what it costs. ")
 CACHED, UNCACHED = SHARED + "Question: what does lpm do?", "Unrelated: name a prime number."
 PREFILL_RE = re.compile(r"Prefill batch\. #new-seq: 1, #new-token: (\d+), #cached-token: (\d+),")
-QUEUE_OF_TWO_RE = re.compile(r"Decode batch\. #running-req: 1, .*#queue-req: 2$", re.MULTILINE)
+QUEUE_OF_TWO_RE = re.compile(r"Decode batch\. #running-req: 1, .*#queue-req: 2, #grammar-queue-req: 0$", re.MULTILINE)
 RUNNING_RE = re.compile(r"Decode batch\. #running-req: (\d+),")
 
 
