@@ -1,13 +1,20 @@
 """The real-log corpus (tests/diagnose/real_logs/): excerpts of SGLang and vLLM logs quoted from public GitHub issues,
-each with a sidecar of what an expert reads in it. Every run scores the whole corpus on four things, prints the
-table, and fails on any drop from the committed scores (real_logs/scores.json):
+and whole logs of real engines recorded on a CPU under known mistunings (real_logs/recorded/), each with a sidecar
+of what an expert reads in it (written from reading the log, never from diagnose's output). Every run scores the
+whole corpus, prints the table and the running first-contact totals (real_logs/first_contact.json: each batch's
+score before any rule was written for it), and fails on any drop from the committed scores (real_logs/scores.json).
+Each check can fail both ways:
 
 - reading: the events diagnose reads equal the sidecar's counts, for every kind the sidecar names and for the load
   and error kinds (`ALWAYS_SCORED`, 0 when the sidecar does not name them);
-- advice: every flag of the sidecar's `advice` is among the flags of diagnose's findings (files with advice only);
-- quiet: no warning or critical finding (files whose sidecar says `nothing_to_advise` only);
-- honest: every finding that names a flag cites evidence, and diagnose's `enough_data` agrees with the amount of
-  load lines the expert counted (not enough data -> fewer than `LITTLE_DATA`; enough -> at least `MIN_LINES`).
+- advice: every entry of the sidecar's `advice` is among the flags of diagnose's findings (an entry `a|b` is met by
+  either), and where the sidecar gives a `direction` (raise / lower) a finding moves that flag that way;
+- precise: no warning or critical finding names a flag where the sidecar says no flag helps (`nothing_to_advise`),
+  and none names a flag only the other engine has (files where diagnose advises a flag loudly);
+- quiet: no warning or critical finding, and no info finding naming a flag (files with `nothing_to_advise`);
+- verdict: diagnose's verdict equals the expert's: `crash` (a critical crash finding), `problem` (another warning or
+  critical finding) or `healthy` (neither). The sidecar's `verdict`, or where an older sidecar has none, its kind
+  (`VERDICT_OF_KIND`); files with neither are not judged.
 
 Regenerate the committed scores: `python -m tests.diagnose.test_real_logs --write-scores`.
 """
@@ -27,19 +34,25 @@ import pytest
 
 from toolkit.diagnose import Diagnosis, analyze
 from toolkit.diagnose.findings import Finding
-from toolkit.diagnose.rules.context import MIN_LINES
+from toolkit.diagnose.vocabulary import ENGINES, KNOBS
 
 CORPUS = Path(__file__).parent / "real_logs"
 SCORES = CORPUS / "scores.json"
-CHECKS = ("reading", "advice", "quiet", "honest")
+FIRST_CONTACT = CORPUS / "first_contact.json"
+RECORDED = CORPUS / "recorded"
+RECORDER = "benchmarks/record_engine_logs.py"
+CHECKS = ("reading", "advice", "precise", "quiet", "verdict")
 MIN_FILES = 60
-LITTLE_DATA = 2 * MIN_LINES  # "little data": fewer load lines than this
+VERDICTS = ("healthy", "problem", "crash")
+VERDICT_OF_KIND = {"healthy": "healthy", "idle": "healthy", "crash": "crash", "startup-crash": "crash",
+                   "decode-oom-crash": "crash"}
+DIRECTIONS = {"raise": 1, "lower": -1}
 ALIASES = {"vllm_stats": "stats", "crash": "exception"}
 ALWAYS_SCORED = ("decode", "prefill", "stats", "retract", "preempt", "oom", "leak", "exception", "sigquit",
                  "watchdog", "not_enough_memory", "spec_metrics", "kv_transfer_failed")
-LOAD_KINDS = ("decode", "stats")
 LOUD = ("warning", "critical")
 SIDECAR_KEYS = {"engine", "version", "kind", "events", "advice", "nothing_to_advise", "notes"}
+OPTIONAL_KEYS = {"direction", "verdict"}
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 
 
@@ -79,33 +92,91 @@ def reading(d: Diagnosis, expect: Mapping[str, Any]) -> bool:
     return all(int(d.stats.kinds.get(k, 0)) == expected.get(k, 0) for k in kinds)
 
 
+def given_flags(findings: Iterable[Finding]) -> set[str]:
+    return set().union(*(finding_flags(f) for f in findings))
+
+
+def moves(f: Finding, flag: str) -> set[int]:
+    """The ways (+1 up, -1 down) a finding moves `flag`: its change against the value now, or the direction it
+    says; its alternatives by their direction."""
+    engine = f.engine
+    changes = ([f.change] if f.change else []) + list(f.alternatives)
+    ways = {c.direction for c in changes if c.direction and c.as_flag(engine).split()[0] == flag}
+    if f.change and f.flag == flag and not f.change.direction:
+        now = f.current.value if f.current is not None else None
+        to = _number(f.change.value)
+        if to is not None and isinstance(now, (int, float)) and not isinstance(now, bool) and to != now:
+            ways.add(1 if to > now else -1)
+    return ways
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def advice(d: Diagnosis, expect: Mapping[str, Any]) -> bool | None:
-    wanted = set(expect["advice"])
+    """Every advised flag (an entry `a|b`: either) named, each moved the sidecar's way where it gives one."""
+    wanted = [entry.split("|") for entry in expect["advice"]]
     if not wanted:
         return None
-    given = set().union(*(finding_flags(f) for f in d.findings)) if d.findings else set()
-    return wanted <= given
+    given = given_flags(d.findings)
+    met = [next((flag for flag in options if flag in given), None) for options in wanted]
+    if None in met:
+        return False
+    directions = expect.get("direction", {})
+    return all(DIRECTIONS[directions[flag]] in set().union(*(moves(f, flag) for f in d.findings))
+               for flag in met if flag in directions)
+
+
+def engine_flags(engine: str) -> set[str]:
+    return {k.flag for k in KNOBS.get(engine, ())}  # type: ignore[call-overload]
+
+
+def foreign_flags(engine: str) -> set[str]:
+    """Flags only the other engine has (empty for an engine neither table knows)."""
+    if engine not in ENGINES:
+        return set()
+    others = set().union(*(engine_flags(e) for e in ENGINES if e != engine))
+    return others - engine_flags(engine)
+
+
+def precise(d: Diagnosis, expect: Mapping[str, Any]) -> bool | None:
+    """No loud advice where no flag helps, nor in the other engine's flags; None where none is given loudly."""
+    loud = given_flags(f for f in d.findings if f.severity in LOUD)
+    if not loud:
+        return None
+    return not expect["nothing_to_advise"] and not loud & foreign_flags(str(expect["engine"]))
 
 
 def quiet(d: Diagnosis, expect: Mapping[str, Any]) -> bool | None:
     if not expect["nothing_to_advise"]:
         return None
-    return not any(f.severity in LOUD for f in d.findings)
+    return not any(f.severity in LOUD or finding_flags(f) for f in d.findings)
 
 
-def honest(d: Diagnosis, expect: Mapping[str, Any]) -> bool:
-    """No advice without evidence, and no claim about the amount of data the expert would not make."""
-    cited = all(f.evidence.count > 0 or f.evidence.lines for f in d.findings if finding_flags(f))
-    load = sum(expected_counts(expect).get(k, 0) for k in LOAD_KINDS)
-    agrees = load >= MIN_LINES if d.enough_data else load < LITTLE_DATA
-    return cited and agrees
+def diagnosed_verdict(d: Diagnosis) -> str:
+    if any(f.rule == "crash" and f.severity == "critical" for f in d.findings):
+        return "crash"
+    return "problem" if any(f.severity in LOUD for f in d.findings) else "healthy"
+
+
+def expected_verdict(expect: Mapping[str, Any]) -> str | None:
+    return expect.get("verdict") or VERDICT_OF_KIND.get(str(expect["kind"]))
+
+
+def verdict(d: Diagnosis, expect: Mapping[str, Any]) -> bool | None:
+    wanted = expected_verdict(expect)
+    return None if wanted is None else diagnosed_verdict(d) == wanted
 
 
 def score_file(log: Path) -> Score:
     expect = sidecar(log)
     d = analyze([log])
-    checks = {"reading": reading(d, expect), "advice": advice(d, expect), "quiet": quiet(d, expect),
-              "honest": honest(d, expect)}
+    checks = {"reading": reading(d, expect), "advice": advice(d, expect), "precise": precise(d, expect),
+              "quiet": quiet(d, expect), "verdict": verdict(d, expect)}
     return Score(f"{log.parent.name}/{log.stem}", log.parent.name, str(expect["kind"]), checks)
 
 
@@ -167,16 +238,51 @@ def drops_and_rises(now: Mapping[str, Any], committed: Mapping[str, Any]) -> tup
 
 # -- tests --------------------------------------------------------------------------------------------------------
 
-def test_every_excerpt_names_its_source_and_has_a_sidecar() -> None:
+def test_every_log_names_its_source_and_has_a_sidecar() -> None:
+    """An excerpt names the thread it quotes; a recorded log, the script that recorded it (and its situation)."""
     logs = corpus_files()
     assert len(logs) >= MIN_FILES
     for log in logs:
         header = [line for line in log.read_text().splitlines() if line.startswith("# ")]
-        assert any(line.startswith("# url: https://github.com/") for line in header), log
+        source = "# source: recorded by " + RECORDER if log.parent == RECORDED else "# url: https://github.com/"
+        assert any(line.startswith(source) for line in header), log
         assert any(line.startswith("# source: ") for line in header), log
         expect = sidecar(log)
-        assert SIDECAR_KEYS <= set(expect), log
+        assert SIDECAR_KEYS <= set(expect) <= SIDECAR_KEYS | OPTIONAL_KEYS, log
         assert not (expect["nothing_to_advise"] and expect["advice"]), log
+        assert expect.get("verdict", VERDICTS[0]) in VERDICTS, log
+        flags = {flag for entry in expect["advice"] for flag in entry.split("|")}
+        assert set(expect.get("direction", {})) <= flags, log
+        assert set(expect.get("direction", {}).values()) <= set(DIRECTIONS), log
+
+
+def first_contact_totals(batches: list[Mapping[str, Any]]) -> str:
+    """The running first-contact totals: per check, passed of applicable over every batch that states it."""
+    parts = []
+    for check in CHECKS:
+        stated = [b[check] for b in batches if check in b]
+        if stated:
+            passed, of = sum(p for p, _ in stated), sum(n for _, n in stated)
+            share = f" ({100 * passed / of:.0f} %)" if of else ""
+            parts.append(f"{check} {passed}/{of}{share} in {len(stated)} batches")
+    return f"first contact ({len(batches)} batches, before their rules): " + "; ".join(parts)
+
+
+def first_contact_row(name: str, day: str, logs: list[Path]) -> dict[str, Any]:
+    """A new batch's first-contact score: run before any change to diagnose for it, and committed with it."""
+    scores = [score_file(log) for log in logs]
+    return {"batch": name, "date": day, "files": len(scores),
+            **{check: list(tally(scores, check)) for check in CHECKS},
+            "per_file": {s.name: {c: v for c, v in s.checks.items() if v is not None} for s in scores}}
+
+
+def test_first_contact_scores_are_recorded_for_every_batch() -> None:
+    batches = json.loads(FIRST_CONTACT.read_text())["batches"]
+    recorded = {name for b in batches for name in b.get("per_file", {})}
+    missing = [f"recorded/{log.stem}" for log in sorted(RECORDED.glob("*.log")) if f"recorded/{log.stem}" not in recorded]
+    assert not missing, f"recorded logs without a first-contact score (score them before changing diagnose): {missing}"
+    for b in batches:
+        assert all(0 <= b[c][0] <= b[c][1] for c in CHECKS if c in b), b["batch"]
 
 
 def test_real_log_scores_do_not_drop(capsys: pytest.CaptureFixture[str]) -> None:
@@ -186,6 +292,7 @@ def test_real_log_scores_do_not_drop(capsys: pytest.CaptureFixture[str]) -> None
     drops, rises = drops_and_rises(now, committed)
     with capsys.disabled():
         print(f"\nreal-log corpus ({len(scores)} files):\n{table(scores)}")
+        print(first_contact_totals(json.loads(FIRST_CONTACT.read_text())["batches"]))
         for rise in rises:
             print(f"note: score rose ({rise}); update {SCORES.name} with --write-scores")
     assert not drops, "scores dropped below the committed ones:\n" + "\n".join(drops)
@@ -194,7 +301,21 @@ def test_real_log_scores_do_not_drop(capsys: pytest.CaptureFixture[str]) -> None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Score the real-log corpus.")
     parser.add_argument("--write-scores", action="store_true", help=f"write today's scores to {SCORES}")
+    parser.add_argument("--first-contact", metavar="BATCH", help=f"score the --files as a new batch, before any "
+                        f"change to diagnose for them, and add the row to {FIRST_CONTACT.name}")
+    parser.add_argument("--files", nargs="*", type=Path, default=[], help="the new batch's logs")
+    parser.add_argument("--date", default=None, help="the batch's date (default: today)")
     args = parser.parse_args(argv)
+    if args.first_contact:
+        from datetime import date
+
+        row = first_contact_row(args.first_contact, args.date or date.today().isoformat(), sorted(args.files))
+        data = json.loads(FIRST_CONTACT.read_text())
+        data["batches"] = [b for b in data["batches"] if b["batch"] != row["batch"]] + [row]
+        FIRST_CONTACT.write_text(json.dumps(data, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k != "per_file"}))
+        print(first_contact_totals(data["batches"]))
+        return 0
     scores = score_corpus()
     print(table(scores))
     if args.write_scores:
