@@ -21,7 +21,17 @@ def with_device_defaults(args: ServerArgs) -> ResolvedArgs:
     device = resolve_device(args.device)
     filled = _cuda_values(args, device) if device.type == "cuda" else _cpu_values(args)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
-    return ResolvedArgs(**{**values, "page_size": args.page_size or default_page_size(device.type), **filled})
+    resolved = ResolvedArgs(**{**values, "page_size": args.page_size or default_page_size(device.type), **filled})
+    _check_a_chunk_holds_a_page(resolved)
+    return resolved
+
+
+def _check_a_chunk_holds_a_page(args: ResolvedArgs) -> None:
+    """A prefill chunk is cut at a page boundary, so a chunk smaller than a page would admit nothing, ever."""
+    if args.chunked_prefill_enabled and args.chunked_prefill_size < args.page_size:
+        raise ValueError(f"--chunked-prefill-size {args.chunked_prefill_size} is smaller than a KV page "
+                         f"({args.page_size} tokens on {args.device}, --page-size): no prompt could ever be "
+                         f"admitted; use at least {args.page_size}, or -1 to disable chunking")
 
 
 def _cpu_values(args: ServerArgs) -> dict[str, Any]:

@@ -56,6 +56,14 @@ def test_device_defaults_are_resolved_once_into_frozen_arguments():
     assert repr(resolved).startswith("ServerArgs(")  # NOTE: the `server_args=` log line diagnose reads
 
 
+def test_a_prefill_chunk_smaller_than_a_page_is_refused_naming_both():
+    with pytest.raises(ValueError, match="--chunked-prefill-size 8 is smaller than a KV page \\(16 tokens on cpu"):
+        with_device_defaults(ServerArgs(device="cpu", chunked_prefill_size=8))
+    assert with_device_defaults(ServerArgs(device="cpu", chunked_prefill_size=16)).chunked_prefill_size == 16
+    assert with_device_defaults(ServerArgs(device="cpu", chunked_prefill_size=8, page_size=8)).page_size == 8
+    assert not with_device_defaults(ServerArgs(device="cpu", chunked_prefill_size=-1)).chunked_prefill_enabled
+
+
 def test_resolved_arguments_refuse_unfilled_device_defaults():
     with pytest.raises(ValueError, match="name no device"):
         ResolvedArgs()
