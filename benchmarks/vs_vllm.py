@@ -73,11 +73,13 @@ class Peers:
                 if not path.exists()]
 
 
-def vllm_server(peers: Peers, port: int, out: Path, dtype: str, isa_env: dict[str, str]) -> ServerProcess:
+def vllm_server(peers: Peers, port: int, out: Path, dtype: str, isa_env: dict[str, str], *flags: str) -> ServerProcess:
+    """`vllm serve` of the embedded model on 127.0.0.1 as ../shared/peers/cpu_peers.sh starts it; `isa_env` and
+    `flags` come last (they win)."""
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1",
            "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}", **isa_env}
     command = [str(peers.vllm), "serve", str(peers.model), "--host", "127.0.0.1", "--port", str(port), "--dtype",
-               dtype, "--max-model-len", "4096", "--served-model-name", SERVED_NAME]
+               dtype, "--max-model-len", "4096", "--served-model-name", SERVED_NAME, *flags]
     return ServerProcess(command, port, out, env=env)
 
 

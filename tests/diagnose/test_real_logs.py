@@ -9,8 +9,8 @@ Each check can fail both ways:
   and error kinds (`ALWAYS_SCORED`, 0 when the sidecar does not name them);
 - advice: every entry of the sidecar's `advice` is among the flags of diagnose's findings (an entry `a|b` is met by
   either), and where the sidecar gives a `direction` (raise / lower) a finding moves that flag that way;
-- precise: no warning or critical finding names a flag where the sidecar says no flag helps (`nothing_to_advise`),
-  and none names a flag only the other engine has (files where diagnose advises a flag loudly);
+- precise: no warning or critical finding names a flag where the sidecar says no flag helps (`no_flag_helps`), and
+  none names a flag only the other engine has (files where diagnose advises a flag loudly);
 - quiet: no warning or critical finding, and no info finding naming a flag (files with `nothing_to_advise`);
 - verdict: diagnose's verdict equals the expert's: `crash` (a critical crash finding), `problem` (another warning or
   critical finding) or `healthy` (neither). The sidecar's `verdict`, or where an older sidecar has none, its kind
@@ -54,6 +54,7 @@ LOUD = ("warning", "critical")
 SIDECAR_KEYS = {"engine", "version", "kind", "events", "advice", "nothing_to_advise", "notes"}
 OPTIONAL_KEYS = {"direction", "verdict"}
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+CLIENT_ACTION = "client:"  # an action for the client, not the server
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +82,12 @@ def expected_counts(expect: Mapping[str, Any]) -> dict[str, int]:
 
 
 def finding_flags(f: Finding) -> set[str]:
-    """The flags a finding advises: its `flag`, and every `--flag` its `suggested` text names."""
+    """The server flags a finding advises: its `flag`, and every `--flag` its `suggested` text names, except in an
+    action for the client (`client: raise the request rate / --max-concurrency`: a benchmark's flag, not the
+    server's)."""
     flags = {f.flag} if f.flag and f.flag.startswith("--") else set()
+    if f.change is None and (f.action or "").startswith(CLIENT_ACTION):
+        return flags
     return flags | set(_FLAG.findall(f.suggested or ""))
 
 
@@ -148,7 +153,14 @@ def precise(d: Diagnosis, expect: Mapping[str, Any]) -> bool | None:
     loud = given_flags(f for f in d.findings if f.severity in LOUD)
     if not loud:
         return None
-    return not expect["nothing_to_advise"] and not loud & foreign_flags(str(expect["engine"]))
+    return not no_flag_helps(expect) and not loud & foreign_flags(str(expect["engine"]))
+
+
+def no_flag_helps(expect: Mapping[str, Any]) -> bool:
+    """The expert says no flag helps: a server with nothing wrong, or a sidecar that states its verdict (recorded
+    logs) and advises nothing (a crash, an overload only more replicas serve). An older sidecar's empty advice may
+    mean the excerpt is too short to say."""
+    return bool(expect["nothing_to_advise"] or ("verdict" in expect and not expect["advice"]))
 
 
 def quiet(d: Diagnosis, expect: Mapping[str, Any]) -> bool | None:
@@ -276,6 +288,21 @@ def first_contact_row(name: str, day: str, logs: list[Path]) -> dict[str, Any]:
             "per_file": {s.name: {c: v for c, v in s.checks.items() if v is not None} for s in scores}}
 
 
+def recorded_table(logs: list[Path]) -> str:
+    """Markdown: per recorded log, the expert's verdict and advice against diagnose's verdict and loud findings."""
+    rows = ["| situation | expert: verdict, advice | diagnose: verdict | findings (warning/critical; info naming a flag) "
+            "| checks failed |", "|---|---|---|---|---|"]
+    for log in logs:
+        expect, d = sidecar(log), analyze([log])
+        shown = [f"{f.id} {f.flag or ''} {f.suggested or ''}".strip() for f in d.findings
+                 if f.severity in LOUD or finding_flags(f)]
+        failed = [c for c, ok in score_file(log).checks.items() if ok is False]
+        advice = ", ".join(expect["advice"]) or "none"
+        rows.append(f"| {log.stem} | {expected_verdict(expect)}, {advice} | {diagnosed_verdict(d)} | "
+                    f"{'; '.join(shown) or '-'} | {', '.join(failed) or '-'} |")
+    return "\n".join(rows)
+
+
 def test_first_contact_scores_are_recorded_for_every_batch() -> None:
     batches = json.loads(FIRST_CONTACT.read_text())["batches"]
     recorded = {name for b in batches for name in b.get("per_file", {})}
@@ -305,7 +332,12 @@ def main(argv: list[str] | None = None) -> int:
                         f"change to diagnose for them, and add the row to {FIRST_CONTACT.name}")
     parser.add_argument("--files", nargs="*", type=Path, default=[], help="the new batch's logs")
     parser.add_argument("--date", default=None, help="the batch's date (default: today)")
+    parser.add_argument("--recorded-table", action="store_true", help="print the recorded logs' table: situation, "
+                        "the expert's verdict and advice, diagnose's verdict and findings, the checks")
     args = parser.parse_args(argv)
+    if args.recorded_table:
+        print(recorded_table(sorted(RECORDED.glob("*.log"))))
+        return 0
     if args.first_contact:
         from datetime import date
 
