@@ -36,7 +36,7 @@ import numpy as np
 from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, memory_fraction, more_kv_memory
-from toolkit.diagnose.rules.room import held_tokens, no_room, requests_held
+from toolkit.diagnose.rules.room import no_room, request_size, requests_held
 from toolkit.diagnose.vocabulary import Change
 
 FULL_USAGE = 0.9
@@ -159,7 +159,7 @@ def _pool_bound(ctx: Context) -> Finding | None:
     change, current, tradeoff = _more_memory(ctx)
     why = (f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines requests waited while the KV pool had "
            f"no room for the next one (median usage {full.median('usage'):.2f}, queue "
-           f"{full.median('queue_req'):.0f}){_held(full, cfg.max_total_num_tokens)}: memory, not the scheduler, "
+           f"{full.median('queue_req'):.0f}){_held(steady, cfg.max_total_num_tokens)}: memory, not the scheduler, "
            "limits the batch.")
     return Finding(
         id="capacity.pool_bound", severity="warning", title="KV pool full with requests waiting",
@@ -200,12 +200,11 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
 
 
 def _held(rows: Rows, pool: int | None) -> str:
-    """`; a pool of P tokens holds N requests of the H tokens each running one holds` where the pool is known."""
-    held = float(np.nanmedian(held_tokens(rows, pool))) if pool and len(rows) else float("nan")
-    if not held == held or held <= 0:
+    """`; its P tokens hold N requests of the ~S tokens these grow to` where the pool and the size are known."""
+    size = request_size(rows, pool) if pool else None
+    if size is None:
         return ""
-    return (f"; its {pool:,} tokens hold {requests_held(pool, held)} requests of the ~{held:,.0f} tokens each "
-            "running one holds")
+    return f"; its {pool:,} tokens hold {requests_held(pool, size)} requests of the ~{size:,.0f} tokens these grow to"
 
 
 def _more_memory(ctx: Context) -> tuple[Change | None, Current | None, str]:

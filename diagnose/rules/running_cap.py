@@ -21,7 +21,7 @@ import numpy as np
 from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_most
-from toolkit.diagnose.rules.room import has_room
+from toolkit.diagnose.rules.room import has_room, request_size
 from toolkit.diagnose.vocabulary import Change
 
 PINNED = 0.98
@@ -55,7 +55,8 @@ def check(ctx: Context) -> list[Finding]:
         return []
     usage = pinned.median("usage")
     # NOTE: usage below FREE_USAGE (a larger cap is then worth its step) and room for the next request
-    if not usage < FREE_USAGE or pinned.fraction(has_room(pinned, ctx.config.max_total_num_tokens)) < 0.5:
+    pool = ctx.config.max_total_num_tokens
+    if not usage < FREE_USAGE or pinned.fraction(has_room(pinned, pool, request_size(steady, pool))) < 0.5:
         return []
     wanting = pinned["running_req"] + pinned["queue_req"]
     demand = int(np.nanmax(wanting)) if np.isfinite(wanting).any() else None

@@ -3,7 +3,7 @@
 Trigger: among steady load lines with a queue and the running batch below 95% of its cap (so the cap is not the
 reason; when fewer than half the lines with a queue are below it, the cap is: no finding), >= 50% show a KV pool
 with room for the next request (`rules.room`: what is left holds one more request of the running ones' size; a
-pool of 1,024 tokens 86 % used by two requests has none), and retractions are not frequent.
+pool of 1,024 tokens that holds two requests of this log's size has none while two run), and retractions are not frequent.
 - SGLang: `token usage` excludes the evictable radix cache, which admission counts as free, so low usage with a
   queue means the admission estimate (`new_token_ratio`, scaled by `--schedule-conservativeness`) held requests
   back. Suggest 0.3 (half the current value when it is <= 0.5, at least 0.1); at 0.1 or below there is nothing
@@ -21,7 +21,7 @@ from __future__ import annotations
 from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
-from toolkit.diagnose.rules.room import has_room
+from toolkit.diagnose.rules.room import has_room, request_size
 from toolkit.diagnose.vocabulary import Change
 
 LOW_FRACTION = 0.5
@@ -48,7 +48,8 @@ def check(ctx: Context) -> list[Finding]:
             ctx.cannot_judge(f"{len(queued)} steady {ctx.load_word} lines with a queue below the running cap "
                              f"(needs {MIN_LINES})")
         return [short] if short is not None else []
-    low = queued.where(has_room(queued, ctx.config.max_total_num_tokens))
+    pool = ctx.config.max_total_num_tokens
+    low = queued.where(has_room(queued, pool, request_size(steady, pool)))
     fraction = len(low) / len(queued)
     _, rate, _ = ctx.retraction_rate()
     if fraction < LOW_FRACTION or (rate is not None and rate > FREQUENT_PER_MIN):

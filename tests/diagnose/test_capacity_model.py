@@ -84,3 +84,14 @@ def test_a_log_whose_engine_cannot_be_told_names_both_engines_flags() -> None:
     both = _in_both_engines(finding)
     assert both.flag == "--max-running-requests" and "--max-num-seqs" in both.message
     assert _in_both_engines(Finding(id="x.y", severity="info", title="t", message="m.", evidence=Evidence())).message == "m."
+
+
+def test_an_sglang_pool_that_holds_two_requests_of_this_size_binds_below_its_usage_threshold() -> None:
+    """toolkit serve --max-total-tokens 1024 under 256/128 requests: two run at 53-73 % usage (their reserved
+    output counts against the pool), a third does not fit; not the admission's conservativeness."""
+    from tests.diagnose.test_rules import Startup, base
+
+    log = base(Startup(max_running=512, max_total=1024)).decode_series(
+        12, running=2, usage=[0.58, 0.72, 0.59, 0.73], queue=[60, 80, 100], max_total=1024)
+    found = _ids(log.lines)
+    assert "capacity.pool_bound" in found and "usage.low_while_queued" not in found, sorted(found)
