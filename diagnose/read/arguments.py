@@ -1,22 +1,13 @@
 """The server's arguments as its log prints them (docs/log-formats.md §5, §9.3): SGLang's `server_args=ServerArgs(...)`,
 vLLM's `non-default args: {...}` and its engine config (`Initializing a V1 LLM engine (v0.11.0) with config: ...`);
-values that are not plain literals (lists, enums, paths) are kept as their source text. And what a model's name
-says (`model_name`): its parameters, whether it is a quantized checkpoint.
+values that are not plain literals (lists, enums, paths) are kept as their source text.
 """
 from __future__ import annotations
 
 import ast
-import functools
 import re
-from typing import NamedTuple
 
 from toolkit.diagnose.read.values import Fields, Value
-
-# a quantized checkpoint's name, or a model published quantized (gpt-oss: MXFP4 weights)
-QUANTIZED = r"(?i)awq|gptq|int[48]|fp8|fp4|[48]bit|gguf|bnb|w[48]a\d+|nf4|mxfp|gpt-oss"
-# a parameter count in a model's name (`Qwen2.5-1.5B`, `Qwen3-30B-A3B`: the first, the whole model's), not an
-# expert's (`8x7B`) or a version's
-PARAMS = r"(?<![\w.])(\d{1,4}(?:\.\d{1,2})?)[Bb](?![a-zA-Z0-9])"
 
 _VERSION = re.compile(r"LLM engine \(v([^)]{1,40})\)")
 _CAPTURE_SIZE = re.compile(r"['\"]max_(?:cudagraph_)?capture_size['\"]: (\d{1,10})")
@@ -113,20 +104,3 @@ FIELDS: dict[str, Fields] = {
     "engine_config": Fields(_engine_config, {"version": str, "max_cudagraph_capture_size": int}, open=True),
 }
 
-
-class ModelName(NamedTuple):
-    """What a model's name says: the billions of parameters its last path part names (None where it names none),
-    and whether it is a quantized checkpoint's."""
-
-    params_b: float | None
-    quantized: bool
-
-
-_QUANTIZED = re.compile(QUANTIZED)
-_PARAMS = re.compile(PARAMS)
-
-
-@functools.lru_cache(maxsize=64)
-def model_name(name: str) -> ModelName:
-    m = _PARAMS.search(name.rstrip("/").rsplit("/", 1)[-1])
-    return ModelName(float(m.group(1)) if m is not None else None, _QUANTIZED.search(name) is not None)

@@ -42,6 +42,7 @@ Kind = Literal[
     "watchdog",          # Watchdog timeout
     "exception",         # Scheduler hit an exception / Traceback / EngineCore fatal error (multi-line)
     "sigquit",           # Received sigquit from a child process
+    "stop",              # an orderly stop asked for: a signal received, the HTTP server shutting down (either engine)
     "input_too_long",    # Input length (N tokens) exceeds the maximum allowed length (M tokens). ... (rejected)
     # load shedding and clients giving up (docs/log-formats.md §6.4)
     "shed",              # Shed N requests[ in the last S s] (503, Retry-After 1 s): queue_full: a, waiting_timeout: b
@@ -163,6 +164,10 @@ STARTS: dict[str, str] = {
                  r"error|failed to start)|Engine core initialization failed"
                  r"|Error executing method \w{1,80}\. This might cause deadlock",
     "sigquit": r"Received sigquit",
+    # NOTE: what a stop on request (Ctrl-C, SIGTERM) prints before whatever the teardown raises: vLLM 0.2x+'s
+    # `[shutdown] ...` sequence, older V1's `Shutting down FastAPI HTTP server.`, uvicorn's own `Shutting down`
+    # (either engine's front end), `toolkit serve`'s `Received SIGTERM; shutting down`
+    "stop": r"\[shutdown\] |Shutting down FastAPI HTTP server|Received SIG(?:TERM|INT)\b|INFO:\s{1,10}Shutting down$",
     # load shedding and clients giving up (§6.4): `toolkit serve`'s lines, SGLang's disconnect wording
     "shed": r"Shed \d+ requests? (?:in the last \d+ s )?\(503",
     "queue_timeout": r"Queue timeout: aborted \d+ requests? ",

@@ -2,7 +2,8 @@
 
 `RULES` is the registry in report order; `run_rules` evaluates them all and never lets one rule's error stop
 the others (the error becomes an `info` finding so it is seen, not hidden). Rules name ideas, not flags; every
-finding is stamped with the engine that wrote the log, whose flags its advice is rendered in. A rule that cannot
+finding is stamped with the engine that wrote the log, whose flags its advice is rendered in; where the log does
+not tell the engine, its advice (in SGLang's words) also names vLLM's flag for the same knob. A rule that cannot
 judge says why with `ctx.cannot_judge(...)`; the verdict lists those. Each rule has its own context; findings,
 notes and what could not be judged come back in registry order.
 """
@@ -38,6 +39,7 @@ from toolkit.diagnose.rules import (
     usage,
 )
 from toolkit.diagnose.rules.context import Context
+from toolkit.diagnose.vocabulary import knob
 
 Rule = Callable[[Context], list[Finding]]
 
@@ -77,7 +79,17 @@ def run_rules(ctx: Context) -> list[Finding]:
         ctx.notes += own.notes
         ctx.unjudged += own.unjudged
     engine = ctx.config.advice_engine
-    return [replace(finding, engine=engine) for findings in found for finding in findings]
+    stamped = [replace(finding, engine=engine) for findings in found for finding in findings]
+    return stamped if ctx.config.engine is not None else [_in_both_engines(f) for f in stamped]
+
+
+def _in_both_engines(finding: Finding) -> Finding:
+    """A finding on a log whose engine cannot be told: its message also names vLLM's flag for the knob."""
+    vllm = knob(finding.change.idea, "vllm") if finding.change is not None else None
+    if vllm is None or vllm.flag == finding.flag:
+        return finding
+    return replace(finding, message=f"{finding.message} (The log does not tell which engine ran it: on vLLM the "
+                                    f"same knob is {vllm.flag}.)")
 
 
 def _run(rule: Rule, ctx: Context) -> list[Finding]:

@@ -1,7 +1,8 @@
 """The KV pool's capacity against what the server was asked to hold.
 
-- `capacity.pool_bound` (warning): in >= 50% of steady load lines KV usage is >= 0.9 with requests waiting: the
-  pool, not the scheduler, limits the batch. More KV memory first (SGLang: raise `--mem-fraction-static` toward
+- `capacity.pool_bound` (warning): in >= 50% of steady load lines requests wait and the KV pool has no room for
+  the next one (`rules.room`: usage >= 0.9, or what is left holds less than a running request's tokens: a pool of
+  1,024 tokens 86 % used by two requests): the pool, not the scheduler, limits the batch. More KV memory first (SGLang: raise `--mem-fraction-static` toward
   6.5 GB left when more than 8 GB are left; vLLM: `--gpu-memory-utilization` up to 0.95), else an fp8 KV
   cache, else smaller outputs (the client's `max_tokens`). A short excerpt (fewer than 10 steady lines) gets the
   finding when >= 75% of its load lines are full with a queue, at `low` confidence (1-3 lines, `info`) or
@@ -35,6 +36,7 @@ import numpy as np
 from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, memory_fraction, more_kv_memory
+from toolkit.diagnose.rules.room import no_room, request_size, requests_held
 from toolkit.diagnose.vocabulary import Change
 
 FULL_USAGE = 0.9
@@ -149,15 +151,16 @@ def _pool_bound(ctx: Context) -> Finding | None:
     steady = ctx.steady()
     if len(steady) < MIN_LINES:
         return _pool_bound_short(ctx)
-    full = steady.where((steady["queue_req"] > 0) & (steady["usage"] >= FULL_USAGE))
+    cfg = ctx.config
+    full = steady.where((steady["queue_req"] > 0) & no_room(steady, cfg.max_total_num_tokens))
     fraction = len(full) / len(steady)
     if fraction < BOUND_FRACTION:
         return None
-    cfg = ctx.config
     change, current, tradeoff = _more_memory(ctx)
-    why = (f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines the KV pool was at least "
-           f"{FULL_USAGE:.0%} used while requests waited (median usage {full.median('usage'):.2f}, queue "
-           f"{full.median('queue_req'):.0f}): memory, not the scheduler, limits the batch.")
+    why = (f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines requests waited while the KV pool had "
+           f"no room for the next one (median usage {full.median('usage'):.2f}, queue "
+           f"{full.median('queue_req'):.0f}){_held(steady, cfg.max_total_num_tokens)}: memory, not the scheduler, "
+           "limits the batch.")
     return Finding(
         id="capacity.pool_bound", severity="warning", title="KV pool full with requests waiting",
         message=f"{why} More KV memory, an fp8 KV cache ({cfg.flag('kv_dtype')} {cfg.fp8_kv}), or shorter outputs "
@@ -171,7 +174,8 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
     """A short excerpt (fewer than MIN_LINES steady lines) whose load lines nearly all (SHORT_FRACTION) show a full
     pool and a queue: the same conclusion at `low` / `medium` confidence (low ones are `info`)."""
     load = ctx.load_or_none()
-    full = load.where((load["queue_req"] > 0) & (load["usage"] >= FULL_USAGE)) if load is not None else None
+    tokens_in_pool = ctx.config.max_total_num_tokens
+    full = load.where((load["queue_req"] > 0) & no_room(load, tokens_in_pool)) if load is not None else None
     if load is None or full is None or len(full) < SHORT_FRACTION * len(load):
         ctx.steady_enough()  # notes why the load could not be judged
         return None
@@ -187,12 +191,20 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
     return Finding(
         id="capacity.pool_bound", severity="info" if confidence == "low" else "warning",
         title="KV pool full with requests waiting",
-        message=f"In {len(full)} of {len(load)} {ctx.load_word} lines the KV pool was at least {FULL_USAGE:.0%} used "
-        f"(median {full.median('usage'):.2f}{pool}) while {full.median('queue_req'):.0f} requests waited "
+        message=f"In {len(full)} of {len(load)} {ctx.load_word} lines the KV pool had no room for the next request "
+        f"(usage median {full.median('usage'):.2f}{pool}) while {full.median('queue_req'):.0f} requests waited "
         f"(median): memory limits the batch. A short excerpt ({lines}): confirm on a longer log.",
         evidence=evidence(full, len(load), lines_read=len(load)), change=change, current=current, tradeoff=tradeoff,
         ranks=full.ranks, alternatives=alternatives,
         action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)", confidence=confidence)
+
+
+def _held(rows: Rows, pool: int | None) -> str:
+    """`; its P tokens hold N requests of the ~S tokens these grow to` where the pool and the size are known."""
+    size = request_size(rows, pool) if pool else None
+    if size is None:
+        return ""
+    return f"; its {pool:,} tokens hold {requests_held(pool, size)} requests of the ~{size:,.0f} tokens these grow to"
 
 
 def _more_memory(ctx: Context) -> tuple[Change | None, Current | None, str]:

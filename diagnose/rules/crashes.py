@@ -4,7 +4,10 @@
   OOMs, memory errors, leaks and graph captures their rules explain: named by the traceback's error line, an
   error record right after it, or, for a traceback cut before its error line, an OOM printed just before it)
   and SGLang's parent's `Received sigquit`; with the workaround to try first when the traceback names its cause
-  (`rules.workarounds`).
+  (`rules.workarounds`). An error printed after a stop was asked for (`stop`: a signal received, the HTTP server
+  shutting down) is the teardown's, not a crash: every vLLM V1 log that ends with Ctrl-C or SIGTERM may end in the
+  output handler's `EngineDeadError`.
+- `crash.stopped` (info): the server was stopped on request and printed errors while it tore down; no flag.
 - `crash.watchdog`: a forward pass exceeded `--watchdog-timeout` (default 300 s).
 - `crash.leak`: the idle integrity check found KV slots neither free, cached nor in use.
 - `crash.graph_capture`: CUDA graph capture failed at start-up (a line of its own, or the error line of the
@@ -24,7 +27,12 @@ CAUSES = ("oom", "not_enough_memory", "leak", "graph_failed")  # errors whose ow
 
 def check(ctx: Context) -> list[Finding]:
     tl, out = ctx.timeline, []
-    exceptions = [e for e in tl.kind("exception") if not _explained(e, ctx)] + tl.kind("sigquit")
+    errors = [e for e in tl.kind("exception") if not _explained(e, ctx)] + tl.kind("sigquit")
+    stopped = _stop_lines(ctx)
+    exceptions = [e for e in errors if e.line < stopped.get(e.source, e.line + 1)]
+    teardown = [e for e in errors if e.line >= stopped.get(e.source, e.line + 1)]
+    if teardown:
+        out.append(_stopped(ctx, teardown))
     if exceptions:
         errors = [str(e.fields.get("error", "")) for e in exceptions if e.kind == "exception"]
         last = errors[-1] if errors else "a child process failed"
@@ -71,6 +79,24 @@ def check(ctx: Context) -> list[Finding]:
             tradeoff="Fewer captured sizes: larger batches run without graphs; a smaller KV pool holds fewer tokens.",
             alternatives=(Change("kv_memory", direction=-1), Change("graphs_off", True))))
     return out
+
+
+def _stop_lines(ctx: Context) -> dict[int, int]:
+    """Per source, the line where a stop was first asked for."""
+    first: dict[int, int] = {}
+    for stop in ctx.timeline.kind("stop"):
+        first[stop.source] = min(stop.line, first.get(stop.source, stop.line))
+    return first
+
+
+def _stopped(ctx: Context, teardown: list[Event]) -> Finding:
+    stop = min(ctx.timeline.kind("stop"), key=lambda e: (e.source, e.line))
+    said = str(stop.fields.get("message", "")).strip()
+    return Finding(
+        id="crash.stopped", severity="info", title="Stopped on request",
+        message=f"The server was asked to stop ({said!r}); the {len(teardown)} error record"
+        f"{'s' if len(teardown) != 1 else ''} after it came from its teardown, not from serving: not a crash.",
+        evidence=evidence_events([stop, *teardown]), change=None, current=None)
 
 
 def _explained(exception: Event, ctx: Context) -> bool:

@@ -2,7 +2,9 @@
 
 Trigger: >= 15% of steady decode lines (never the first line after idle, whose window includes the idle
 time) report gen throughput below half the steady median, and the estimated prefill share of steady time
-is >= 30%. Smaller prefill chunks interleave with decode; mixed chunks let decode ride along. vLLM's stats
+is >= 30%. Smaller prefill chunks interleave with decode; mixed chunks let decode ride along. A smaller chunk
+only helps where it would cut the prefill batches: where the prefill lines' new tokens (their 90th percentile)
+already fit the suggested chunk, no chunk changes the stall (short prompts at low load: no finding). vLLM's stats
 lines average ten seconds and print no prefill lines, so it is not judged there.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ DIP = 0.5
 DIP_FRACTION = 0.15
 PREFILL_SHARE = 0.3
 MIN_CHUNK = 1024
+BATCH_QUANTILE = 0.9
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -39,6 +42,9 @@ def check(ctx: Context) -> list[Finding]:
         return []
     chunk = ctx.config.chunked_prefill_size
     suggested = str(max(MIN_CHUNK, chunk // 2)) if chunk else "4096"
+    prefill = ctx.timeline.series("prefill")
+    if len(prefill) and "new_token" in prefill and not prefill.quantile("new_token", BATCH_QUANTILE) > int(suggested):
+        return []  # NOTE: the batches already fit the suggested chunk: it would cut nothing
     return [Finding(
         id="prefill_stall.throughput_dips", severity="warning", title="Prefill stalls decode",
         message=f"{len(dips) / len(steady):.0%} of {len(steady)} steady decode lines report less than half the median "

@@ -2,8 +2,11 @@
 `--max-num-seqs`) while KV memory is free. `running_cap.plateau`: the cap is not in the log, but the batch stays
 flat with a queue on every line and free KV memory (SGLang; a short excerpt at the confidence of its lines).
 
-Trigger: >= 50% of steady load lines run >= 98% of the cap, most of those have a queue, and their median KV
-usage is < 0.8. The suggestion is sized by the evidence, not a fixed doubling: the cap the KV pool supports at a
+Trigger: >= 50% of steady load lines run >= 98% of the cap, most of those have a queue, and in most of those
+the KV pool has room for the next request (`rules.room`: what is left holds one more request of the running ones'
+size) at a median usage below 0.8. Evidence is counted in seconds of load: fewer than 10 steady lines still judge when they span at least
+`SHORT_SECONDS` (vLLM prints a line every 10 s: 40 s of a pinned cap with a queue is evidence), at `low`
+confidence (`info`) below `MEDIUM_SECONDS`, `medium` below `HIGH_SECONDS`. The suggestion is sized by the evidence, not a fixed doubling: the cap the KV pool supports at a
 0.9 usage (cap x 0.9 / usage, since usage grows with the running requests), no more than the requests that wanted
 to run (the largest running + queued seen while pinned), at most `MAX_STEP` x the cap, and always above it.
 
@@ -16,7 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence, evidence_events
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_most
+from toolkit.diagnose.rules.room import has_room, request_size
 from toolkit.diagnose.vocabulary import Change
 
 PINNED = 0.98
@@ -29,6 +34,10 @@ PLATEAU_MIN = 8    # a batch this large or more (a few requests running is the l
 FLAT = 0.25        # the batch within this share of its largest on every line
 TINY_CAP = 4
 ROOM_FACTOR = 8
+SHORT_LINES = 3  # a short log judges from this many steady lines ...
+SHORT_SECONDS = 30.0  # ... spanning this much load
+MEDIUM_SECONDS = 120.0
+HIGH_SECONDS = 300.0
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -36,27 +45,53 @@ def check(ctx: Context) -> list[Finding]:
     if not cap:
         ctx.cannot_judge("the running cap is not in the log")
         return _plateau(ctx)
-    steady = ctx.steady_enough()
-    if steady is None:
+    steady = ctx.steady()
+    confidence = "high" if len(steady) >= MIN_LINES else _confidence_of_seconds(steady)
+    if confidence is None:
+        ctx.steady_enough()  # notes why the load could not be judged
         return _tiny(ctx, cap)
     pinned = steady.where(steady["running_req"] >= PINNED * cap)
     if len(pinned) / len(steady) < PINNED_FRACTION or pinned.fraction(pinned["queue_req"] > 0) < 0.5:
         return []
     usage = pinned.median("usage")
-    if not usage < FREE_USAGE:
+    # NOTE: usage below FREE_USAGE (a larger cap is then worth its step) and room for the next request
+    pool = ctx.config.max_total_num_tokens
+    if not usage < FREE_USAGE or pinned.fraction(has_room(pinned, pool, request_size(steady, pool))) < 0.5:
         return []
     wanting = pinned["running_req"] + pinned["queue_req"]
     demand = int(np.nanmax(wanting)) if np.isfinite(wanting).any() else None
     suggested = supported_cap(cap, usage, demand)
     name = ctx.config.flag("running_cap")
+    seconds = _seconds(steady)
+    short = "" if confidence == "high" else f" Only {seconds:.0f} s of load: confirm on a longer log."
     return [Finding(
-        id="running_cap.pinned", severity="warning",
+        id="running_cap.pinned", severity="info" if confidence == "low" else "warning",
         title=f"Running batch pinned at {name.lstrip('-').replace('-', '_')}",
         message=f"{len(pinned) / len(steady):.0%} of {len(steady)} steady {ctx.load_word} lines ran {cap} requests "
-        f"(the cap) with a queue waiting, while KV usage was only {usage:.2f}: the cap, not memory, limited the batch.",
+        f"(the cap) with a queue waiting, while the KV pool had room for more (usage {usage:.2f}): the cap, not "
+        f"memory, limited the batch.{short}",
         evidence=evidence(pinned, len(steady), max_running_requests=cap, median_usage=round(usage, 3),
-                 peak_demand=demand), change=Change("running_cap", str(suggested)), current=Current.of(cap),
-        tradeoff="Larger batches raise inter-token latency and KV pressure (watch retractions).", ranks=pinned.ranks)]
+                 peak_demand=demand, load_seconds=round(seconds)), change=Change("running_cap", str(suggested)),
+        current=Current.of(cap), tradeoff="Larger batches raise inter-token latency and KV pressure (watch "
+        "retractions).", ranks=pinned.ranks, confidence=confidence)]
+
+
+def _seconds(rows: Rows) -> float:
+    """The load the lines cover: their time span and one interval more (each line reports the interval before
+    it); 0 without time."""
+    times = rows["time"][~np.isnan(rows["time"])]
+    if len(times) < 2:
+        return 0.0
+    span = float(times.max() - times.min())
+    return span + span / (len(times) - 1)
+
+
+def _confidence_of_seconds(rows: Rows) -> str | None:
+    """A short log's confidence by the seconds of load it shows; None where too little to judge."""
+    seconds = _seconds(rows)
+    if len(rows) < SHORT_LINES or seconds < SHORT_SECONDS:
+        return None
+    return "low" if seconds < MEDIUM_SECONDS else "medium" if seconds < HIGH_SECONDS else "high"
 
 
 def _plateau(ctx: Context) -> list[Finding]:

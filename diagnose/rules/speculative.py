@@ -43,7 +43,7 @@ def check(ctx: Context) -> list[Finding]:
         records = [e for e in ctx.timeline.kind("spec_metrics") if _number(e.fields.get("accept_rate")) is not None]
         rates = _vllm_rates(records)
         ranks = tuple(sorted({e.rank for e in records}))
-        return _judge(ctx, rates, ranks, "SpecDecoding record") if rates is not None else []
+        return _judge(ctx, rates, ranks, "speculative-decoding metrics line") if rates is not None else []
     load = ctx.timeline.load()
     if "accept_rate" not in load:
         return []

@@ -1,8 +1,9 @@
 """`usage.low_while_queued`: requests wait although the KV pool has room: admission, not memory, holds them.
 
 Trigger: among steady load lines with a queue and the running batch below 95% of its cap (so the cap is not the
-reason; when fewer than half the lines with a queue are below it, the cap is: no finding), >= 50% show KV usage
-< 0.9, and retractions are not frequent.
+reason; when fewer than half the lines with a queue are below it, the cap is: no finding), >= 50% show a KV pool
+with room for the next request (`rules.room`: what is left holds one more request of the running ones' size; a
+pool of 1,024 tokens that holds two requests of this log's size has none while two run), and retractions are not frequent.
 - SGLang: `token usage` excludes the evictable radix cache, which admission counts as free, so low usage with a
   queue means the admission estimate (`new_token_ratio`, scaled by `--schedule-conservativeness`) held requests
   back. Suggest 0.3 (half the current value when it is <= 0.5, at least 0.1); at 0.1 or below there is nothing
@@ -20,9 +21,9 @@ from __future__ import annotations
 from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
+from toolkit.diagnose.rules.room import has_room, request_size
 from toolkit.diagnose.vocabulary import Change
 
-LOW_USAGE = 0.9
 LOW_FRACTION = 0.5
 SUGGESTED = 0.3
 MIN_SUGGESTED = 0.1
@@ -47,14 +48,15 @@ def check(ctx: Context) -> list[Finding]:
             ctx.cannot_judge(f"{len(queued)} steady {ctx.load_word} lines with a queue below the running cap "
                              f"(needs {MIN_LINES})")
         return [short] if short is not None else []
-    low = queued.where(queued["usage"] < LOW_USAGE)
+    pool = ctx.config.max_total_num_tokens
+    low = queued.where(has_room(queued, pool, request_size(steady, pool)))
     fraction = len(low) / len(queued)
     _, rate, _ = ctx.retraction_rate()
     if fraction < LOW_FRACTION or (rate is not None and rate > FREQUENT_PER_MIN):
         return []
     usage = low.median("usage")
-    where = (f"In {fraction:.0%} of {len(queued)} steady {ctx.load_word} lines with a queue, KV usage was below "
-             f"{LOW_USAGE} (median {usage:.2f}, queue median {low.median('queue_req'):.0f}).")
+    where = (f"In {fraction:.0%} of {len(queued)} steady {ctx.load_word} lines with a queue, the KV pool had room "
+             f"for the next request (usage median {usage:.2f}, queue median {low.median('queue_req'):.0f}).")
     if ctx.config.vllm:
         return [_vllm(ctx, low, queued, where, usage)]
     current = ctx.config.schedule_conservativeness

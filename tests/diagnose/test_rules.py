@@ -299,11 +299,11 @@ def test_fp8_when_memory_bound(full: int, fires: bool) -> None:
     assert ("fp8.weights" in found) is fires
 
 
-def _stalls(dips: int) -> Log:
+def _stalls(dips: int, prompt: int = 8192) -> Log:
     log = base(chunked_prefill_size=8192)
     for m in mask(dips, 40):
         if m:
-            log.add(lf.prefill("0.4.9", new_seq=1, new_token=8192, cached=0, running=100, queue=3, usage=0.5,
+            log.add(lf.prefill("0.4.9", new_seq=1, new_token=prompt, cached=0, running=100, queue=3, usage=0.5,
                                token=300000), dt=1)
         log.add(lf.decode("0.4.9", running=100, token=300000, usage=0.45, throughput=500 if m else 3000,
                           queue=3), dt=2)
@@ -317,6 +317,11 @@ def test_prefill_stalls_decode(dips: int, fires: bool) -> None:
     if fires:
         f = next(f for f in d.findings if f.id == "prefill_stall.throughput_dips")
         assert f.flag == "--chunked-prefill-size" and f.suggested.startswith("4096")
+
+
+def test_prefill_batches_that_fit_the_suggested_chunk_are_no_stall_a_chunk_fixes() -> None:
+    """Short prompts (256 tokens a batch): a chunk of 4096 would cut nothing, so no chunk is advised."""
+    assert "prefill_stall.throughput_dips" not in {f.id for f in analyze(lines=_stalls(6, prompt=256).lines).findings}
 
 
 def test_low_throughput_right_after_idle_is_not_a_finding() -> None:

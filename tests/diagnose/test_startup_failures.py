@@ -252,34 +252,6 @@ def test_a_small_model_by_its_name_is_judged_against_a_gpu_the_log_sizes() -> No
     assert "parallelism.dp_over_tp" not in _flags(analyze(lines=[lines[0], profile, *lines[1:]]))
 
 
-def _load_crash(model: str, tp: int = 1, loaded: bool = False) -> list[str]:
-    return [f"INFO 09-22 22:29:41 llm_engine.py:223] Initializing an LLM engine (v0.6.1.post2) with config: "
-            f"model='{model}', tokenizer='{model}', tensor_parallel_size={tp}, pipeline_parallel_size=1, "
-            "max_seq_len=32768, dtype=torch.bfloat16",
-            f"INFO 09-22 22:29:41 model_runner.py:997] Starting to load model {model}...",
-            *(["INFO 09-22 22:31:41 model_runner.py:1008] Loading model weights took 70.1 GB"] if loaded else []),
-            "[rank0]: Traceback (most recent call last):",
-            '[rank0]:   File "/x/vllm/worker/model_runner.py", line 1001, in load_model']
-
-
-@pytest.mark.parametrize("model,tp,loaded,suggested", [
-    ("/data/llms/qwen/Qwen2-VL-72B-Instruct", 1, False, "4"),  # 144 GB: more than 141
-    ("meta-llama/Llama-3.1-70B", 1, False, None),  # 140 GB: an H200 holds it
-    ("meta-llama/Llama-3.1-405B", 1, False, "16"),
-    ("Qwen/Qwen2-VL-72B-Instruct-AWQ", 1, False, None),  # quantized
-    ("openai/gpt-oss-120b", 1, False, None),  # published in MXFP4
-    ("Qwen/Qwen2-VL-72B-Instruct", 2, False, None),  # not TP 1
-    ("Qwen/Qwen2-VL-72B-Instruct", 1, True, None),  # its weights loaded
-])
-def test_a_model_larger_than_one_gpu_at_tp_1_that_fails_to_load(model: str, tp: int, loaded: bool,
-                                                                suggested: str | None) -> None:
-    """downstream qwen3-vl#239: a 72B model at TP 1 whose start-up fails before its weights loaded."""
-    found = _flags(analyze(lines=_load_crash(model, tp, loaded))).get("parallelism.tp_too_small", (None, None))
-    assert found[1] == suggested
-    if suggested:
-        assert found[0] == "--tensor-parallel-size"
-
-
 # -- held-out batch 15 ------------------------------------------------------------------------------------------
 
 def _off(running: list[int], graph: str = "False") -> list[str]:

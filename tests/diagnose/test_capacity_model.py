@@ -1,0 +1,97 @@
+"""Judging from a model of the pool, the running cap and the stop, not from thresholds (issue 49): the shapes of
+the whole vLLM-CPU logs that were judged wrong at first contact, built with the log factory."""
+from __future__ import annotations
+
+from toolkit.diagnose import analyze
+
+from tests.diagnose.logfactory import VllmLog, vllm_engine_traceback
+
+
+def _ids(lines: list[str]) -> dict[str, object]:
+    return {f.id: f for f in analyze(lines=lines).findings}
+
+
+def test_a_kv_cache_that_holds_two_requests_is_the_pool_not_the_step_budget() -> None:
+    """1,024 tokens, two requests of ~440 running at 85.7 % with 92 waiting for two minutes: usage is below 0.9
+    but what is left (~146 tokens) holds no third request."""
+    log = VllmLog().start(kv_tokens=1024, max_model_len=4096).stats_series(12, running=2, waiting=92, usage=0.857,
+                                                                           gen=20.0)
+    found = _ids(log.lines)
+    assert "capacity.pool_bound" in found and "usage.low_while_queued" not in found, sorted(found)
+    assert "hold 2 requests" in found["capacity.pool_bound"].message  # type: ignore[attr-defined]
+
+
+def test_a_large_cache_with_room_and_a_queue_is_still_the_step_budget() -> None:
+    """The same usage on a cache of 400,000 tokens leaves room for hundreds more: not memory."""
+    log = VllmLog().start(kv_tokens=400_000).stats_series(12, running=200, waiting=92, usage=0.857, gen=2000.0)
+    found = _ids(log.lines)
+    assert "capacity.pool_bound" not in found and "usage.low_while_queued" in found, sorted(found)
+
+
+def test_forty_seconds_of_a_pinned_running_cap_is_evidence_at_low_confidence() -> None:
+    log = VllmLog().start(max_num_seqs=2).stats_series(4, running=2, waiting=30, usage=0.004, gen=40.0)
+    found = _ids(log.lines)
+    pinned = found["running_cap.pinned"]
+    assert pinned.confidence == "low" and pinned.severity == "info" and pinned.flag == "--max-num-seqs"  # type: ignore[attr-defined]
+    assert pinned.evidence.facts["load_seconds"] == 40  # type: ignore[attr-defined]
+    two_minutes = _ids(VllmLog().start(max_num_seqs=2).stats_series(12, running=2, waiting=30, usage=0.004,
+                                                                     gen=40.0).lines)["running_cap.pinned"]
+    assert two_minutes.confidence == "high" and two_minutes.severity == "warning"  # type: ignore[attr-defined]
+
+
+def test_two_stats_lines_are_not_enough_to_judge_a_cap() -> None:
+    log = VllmLog().start(max_num_seqs=2).stats_series(2, running=2, waiting=30, usage=0.004, gen=40.0)
+    assert "running_cap.pinned" not in _ids(log.lines)
+
+
+def _stopped_then(log: VllmLog, *lines: str) -> VllmLog:
+    log.add("[shutdown] API server: shutdown triggered", dt=1, file="launcher.py:254")
+    log.add("[shutdown] EngineCore: trigger received signal=SIGTERM", file="core.py:1454",
+            process="EngineCore_DP0", pid=20600)
+    log.lines.extend(lines)
+    return log
+
+
+def test_a_clean_stop_and_the_teardown_traceback_after_it_are_not_a_crash() -> None:
+    """Ctrl-C / SIGTERM: vLLM's shutdown lines, then the output handler's EngineDeadError."""
+    log = VllmLog().start().stats_series(3, running=3, waiting=0, usage=0.01, gen=50.0)
+    teardown = ["Traceback (most recent call last):", '  File "/x/vllm/v1/engine/async_llm.py", line 1, in output_handler',
+                "    outputs = await engine_core.get_output_async()",
+                "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) "
+                "for the root cause."]
+    found = _ids(_stopped_then(log, *teardown).lines)
+    assert "crash.exception" not in found and found["crash.stopped"].severity == "info", sorted(found)  # type: ignore[attr-defined]
+    for stop in ("INFO 01-19 13:55:01 [launcher.py:80] Shutting down FastAPI HTTP server.", "INFO:     Shutting down"):
+        plain = VllmLog().start().stats_series(3, running=3, waiting=0, usage=0.01, gen=50.0)
+        assert "crash.exception" not in _ids([*plain.lines, stop, *teardown]), stop
+
+
+def test_a_crash_before_the_stop_is_still_a_crash() -> None:
+    log = VllmLog().start().stats_series(3, running=3, waiting=0, usage=0.01, gen=50.0)
+    log.lines.extend(vllm_engine_traceback(("core/sched/scheduler.py", "schedule")))
+    found = _ids(_stopped_then(log).lines)
+    assert found["crash.exception"].severity == "critical" and "crash.stopped" not in found  # type: ignore[attr-defined]
+
+
+def test_a_log_whose_engine_cannot_be_told_names_both_engines_flags() -> None:
+    """Bare batch lines without either engine's start-up or words: the cap is named in both engines' flags."""
+    from toolkit.diagnose.findings import Evidence, Finding
+    from toolkit.diagnose.rules import _in_both_engines
+    from toolkit.diagnose.vocabulary import Change
+
+    finding = Finding(id="running_cap.pinned", severity="warning", title="t", message="m.", evidence=Evidence(),
+                      change=Change("running_cap", "8"))
+    both = _in_both_engines(finding)
+    assert both.flag == "--max-running-requests" and "--max-num-seqs" in both.message
+    assert _in_both_engines(Finding(id="x.y", severity="info", title="t", message="m.", evidence=Evidence())).message == "m."
+
+
+def test_an_sglang_pool_that_holds_two_requests_of_this_size_binds_below_its_usage_threshold() -> None:
+    """toolkit serve --max-total-tokens 1024 under 256/128 requests: two run at 53-73 % usage (their reserved
+    output counts against the pool), a third does not fit; not the admission's conservativeness."""
+    from tests.diagnose.test_rules import Startup, base
+
+    log = base(Startup(max_running=512, max_total=1024)).decode_series(
+        12, running=2, usage=[0.58, 0.72, 0.59, 0.73], queue=[60, 80, 100], max_total=1024)
+    found = _ids(log.lines)
+    assert "capacity.pool_bound" in found and "usage.low_while_queued" not in found, sorted(found)
