@@ -165,9 +165,10 @@ STARTS: dict[str, str] = {
                  r"|Error executing method \w{1,80}\. This might cause deadlock",
     "sigquit": r"Received sigquit",
     # NOTE: what a stop on request (Ctrl-C, SIGTERM) prints before whatever the teardown raises: vLLM 0.2x+'s
-    # `[shutdown] ...` sequence, older V1's `Shutting down FastAPI HTTP server.`, uvicorn's own `Shutting down`
+    # `[shutdown]` trigger lines (not its other `[shutdown]` lines: `engine core exited unexpectedly` is a crash's), older V1's `Shutting down FastAPI HTTP server.`, uvicorn's own `Shutting down`
     # (either engine's front end), `toolkit serve`'s `Received SIGTERM; shutting down`
-    "stop": r"\[shutdown\] |Shutting down FastAPI HTTP server|Received SIG(?:TERM|INT)\b|INFO:\s{1,10}Shutting down$",
+    "stop": r"\[shutdown\] (?:API server: shutdown triggered|\w{1,40}: trigger received signal=)"
+            r"|Shutting down FastAPI HTTP server|Received SIG(?:TERM|INT)\b|INFO:\s{1,10}Shutting down$",
     # load shedding and clients giving up (§6.4): `toolkit serve`'s lines, SGLang's disconnect wording
     "shed": r"Shed \d+ requests? (?:in the last \d+ s )?\(503",
     "queue_timeout": r"Queue timeout: aborted \d+ requests? ",

@@ -95,3 +95,14 @@ def test_an_sglang_pool_that_holds_two_requests_of_this_size_binds_below_its_usa
         12, running=2, usage=[0.58, 0.72, 0.59, 0.73], queue=[60, 80, 100], max_total=1024)
     found = _ids(log.lines)
     assert "capacity.pool_bound" in found and "usage.low_while_queued" not in found, sorted(found)
+
+
+def test_a_dead_engine_cores_shutdown_lines_are_no_stop_request() -> None:
+    """vLLM prints `[shutdown]` lines when its engine core dies too: only the trigger lines ask for a stop."""
+    log = VllmLog().start().stats_series(3, running=3, waiting=0, usage=0.01, gen=50.0)
+    log.add("[shutdown] MPClient: engine core exited unexpectedly; starting cleanup", dt=1, file="core_client.py:817",
+            level="WARNING")
+    log.lines.extend(["Traceback (most recent call last):", '  File "/x/vllm/v1/engine/async_llm.py", line 1, in h',
+                      "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."])
+    found = _ids(log.lines)
+    assert found["crash.exception"].severity == "critical" and "crash.stopped" not in found, sorted(found)  # type: ignore[attr-defined]
