@@ -43,6 +43,7 @@ EVENT_WORDS = {
     "stats": ("Avg prompt throughput:",),
     "exception": ("Traceback (most recent call last):",),
     "sigquit": ("Received sigquit",),
+    "not_enough_memory": ("To serve at least one request with the model's max seq len",),
     "shed": ("Shed ",),
 }
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")

@@ -40,6 +40,8 @@ class Idea:
 IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea(name="admission", title="admission conservativeness", move="set"),
     Idea(name="kv_memory", title="KV memory fraction", move="push"),
+    # NOTE: a cap on the pool set by hand (SGLang in tokens, vLLM in blocks): it moves only up, by direction
+    Idea(name="kv_cap", title="KV pool size set by hand", move="set"),
     Idea(name="running_cap", title="max running requests", move="set"),
     Idea(name="max_queued", title="waiting-queue cap (503 beyond it)", move="set"),
     Idea(name="prefill_budget", title="tokens per prefill / step", move="set"),
@@ -69,7 +71,7 @@ IDEAS: dict[str, Idea] = {idea.name: idea for idea in (
     Idea(name="spec_topk", title="EAGLE draft top-k", move="set"),
 )}
 # What the arguments are that no idea moves (the corrected command writes some; the config reads the model)
-ROLES = ("model", "tokenizer", "served_name", "host", "port", "max_total_tokens", "page_size", "radix_cache_off",
+ROLES = ("model", "tokenizer", "served_name", "host", "port", "page_size", "radix_cache_off",
          "attention_backend", "dp_attention", "prefix_caching")
 
 
@@ -115,6 +117,7 @@ VLLM: tuple[Knob, ...] = (
           kept=True),
     _vllm("--max-model-len", "context", "int", kept=True),
     _vllm("--gpu-memory-utilization", "kv_memory", "float", 0.9, kept=True, always=True),
+    _vllm("--num-gpu-blocks-override", "kv_cap", "int", kept=True),
     _vllm("--max-num-seqs", "running_cap", "int", kept=True),
     _vllm("--max-num-batched-tokens", "prefill_budget", "int", kept=True),
     _vllm("--enable-prefix-caching", "prefix_caching", default=True, kept=True),
@@ -142,7 +145,7 @@ SGLANG_KEPT: tuple[tuple[str, str], ...] = (
     ("quantization", "quantization"), ("kv_cache_dtype", "kv_dtype"), ("context_length", "context"),
     ("mem_fraction_static", "kv_memory"), ("max_running_requests", "running_cap"),
     ("max_queued_requests", "max_queued"),
-    ("max_total_tokens", "max_total_tokens"), ("chunked_prefill_size", "prefill_budget"),
+    ("max_total_tokens", "kv_cap"), ("chunked_prefill_size", "prefill_budget"),
     ("max_prefill_tokens", "max_prefill"), ("schedule_policy", "schedule_policy"),
     ("schedule_conservativeness", "admission"), ("page_size", "page_size"), ("disable_radix_cache", "radix_cache_off"),
     ("enable_mixed_chunk", "mixed_chunk"), ("attention_backend", "attention_backend"),

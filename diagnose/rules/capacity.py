@@ -211,6 +211,10 @@ def _more_memory(ctx: Context) -> tuple[Change | None, Current | None, str]:
     """(change, current, trade-off): more KV memory where there is some, else fp8 KV, else none (outputs)."""
     cfg = ctx.config
     mfs = cfg.mem_fraction_static
+    cap = cfg.value("kv_cap")
+    if isinstance(cap, int) and cap > 0:  # NOTE: a pool sized by hand: that size binds, whatever memory is free
+        return (Change("kv_cap", direction=1), Current.of(cap),
+                "A larger pool takes memory from whatever the cap left it to; above what memory holds it fails to start.")
     if cfg.vllm:
         more = more_kv_memory(cfg)
         if more is not None:
@@ -223,6 +227,12 @@ def _more_memory(ctx: Context) -> tuple[Change | None, Current | None, str]:
     if "fp8" not in cfg.kv_cache_dtype:
         return Change("kv_dtype", cfg.fp8_kv), Current.of(cfg.kv_cache_dtype), "Slight accuracy loss; check your evals."
     return None, None, "Shorter outputs change what users get; more GPUs cost money."
+
+
+def _larger_pool(cfg) -> tuple[Change, ...]:
+    """The pool's own cap set higher, where the log shows one set by hand."""
+    cap = cfg.value("kv_cap")
+    return (Change("kv_cap", direction=1),) if isinstance(cap, int) and cap > 0 else ()
 
 
 def _pool_vs_context(ctx: Context) -> Finding | None:
@@ -247,7 +257,8 @@ def _pool_vs_context(ctx: Context) -> Finding | None:
             "that long can never run (SGLang retracts or aborts it; vLLM refuses to start).",
             evidence=Evidence(count=len(rows), total=None, span=None, lines=lines, facts=facts),
             change=Change("context", str(suggested)), current=Current.of(context),
-            tradeoff="Longer prompts are rejected; more KV memory instead keeps them.")
+            tradeoff="Longer prompts are rejected; more KV memory instead keeps them.",
+            alternatives=_larger_pool(cfg))
     wanted = cfg.value("running_cap")
     if not isinstance(wanted, int) or wanted <= fit:
         return None

@@ -8,6 +8,9 @@ length would come one a step), read as cut at a chunk of that size (sglang#11648
 divided over the ranks): info at low confidence, a chunk the log does not state. Each cut line leaves its last request's prompt to the next step, so prompts
 longer than C take several steps and everyone queued behind them waits.
 
+Where nearly every steady decode line (`DRAINED_FRACTION`) shows no queue, the prefill lines' queues were bursts
+admitted within a few steps (a closed-loop client whose requests end and arrive together): no finding.
+
 `prefill_chunk.tiny` (SGLang): a `--chunked-prefill-size` below `TINY_CHUNK` in the log (sglang#3713 ran with 64):
 every prompt takes one forward pass per chunk, whatever the load; raise it to `TINY_CHUNK` x 4 (info; the
 evidence is the line that prints it and the prefill lines cut at it), where `too_small` has no finding to give.
@@ -34,6 +37,7 @@ MAX_CHUNK = 16384  # SGLang's own default chunk on its largest GPUs (mineru#3303
 TINY_CHUNK = 512
 CUTS_SEEN = 3
 MIN_SEEN_CHUNK = 64
+DRAINED_FRACTION = 0.9  # of the steady decode lines with no queue: the prefill lines' queues were bursts
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -43,6 +47,8 @@ def check(ctx: Context) -> list[Finding]:
     if not chunk or chunk <= 0:
         seen = _chunk_in_the_lines(ctx)
         return _too_small(ctx, seen)[0] if seen else []
+    if _queue_never_stays(ctx):
+        return []  # NOTE: the prefill lines' queue is a burst being admitted, drained before the next decode line
     found, why = _too_small(ctx, chunk)
     if found:
         return found
@@ -52,6 +58,14 @@ def check(ctx: Context) -> list[Finding]:
     if why is not None:
         ctx.cannot_judge(why)
     return []
+
+
+def _queue_never_stays(ctx: Context) -> bool:
+    """Enough decode lines, nearly all with nothing queued: the requests a prefill line shows waiting were a burst
+    (a closed-loop client's requests, all ending and arriving together) that its few chunked steps admitted; the
+    chunk paced nothing that waited long."""
+    steady = ctx.steady()
+    return len(steady) >= MIN_LINES and steady.fraction(steady["queue_req"] == 0) >= DRAINED_FRACTION
 
 
 def _chunk_in_the_lines(ctx: Context) -> int | None:

@@ -111,21 +111,25 @@ def _too_much(ctx: Context, shed: Shed) -> Finding | None:
                         waiting_timeout=shed.waiting_timeout, admitted=came_in,
                         share=round(share, 3) if share is not None else None, longest_run_s=round(run, 1)),
         change=change, alternatives=alternatives, current=current, tradeoff=tradeoff,
-        action="or more workers behind a router (sglang-router)",
+        action="or more workers behind a router (sglang-router)" if change is not None
+        else "more hosts, each its own server, behind a router (sglang-router)",
     )
 
 
-def _capacity_change(ctx: Context) -> tuple[Change, tuple[Change, ...], Current, str]:
+def _capacity_change(ctx: Context) -> tuple[Change | None, tuple[Change, ...], Current | None, str]:
     """(change, alternatives, current, trade-off): a larger running cap when the batch is pinned at it and the KV
-    pool has room, else one more replica (`--dp-size`)."""
+    pool has room, else one more replica (`--dp-size`) on a GPU server; on a CPU the replicas would share the same
+    cores, so nothing on the server (more hosts behind a router)."""
     cfg = ctx.config
-    replicas = Change("dp", str(cfg.dp_size * 2))
+    replicas = (Change("dp", str(cfg.dp_size * 2)),) if cfg.on_gpu else ()
     raised = _raised_cap(ctx)
     if raised is not None:
         cap = cfg.max_running_requests
-        return (Change("running_cap", str(raised)), (replicas,), Current.of(cap),  # type: ignore[arg-type]
+        return (Change("running_cap", str(raised)), replicas, Current.of(cap),  # type: ignore[arg-type]
                 "A larger batch raises each request's time per output token.")
-    return replicas, (), Current.of(cfg.dp_size), "Another replica needs its own GPUs."
+    if not replicas:
+        return None, (), None, "Replicas on the same CPU share its cores: capacity comes from more hosts."
+    return replicas[0], (), Current.of(cfg.dp_size), "Another replica needs its own GPUs."
 
 
 def _raised_cap(ctx: Context) -> int | None:

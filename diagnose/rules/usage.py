@@ -11,6 +11,10 @@ pool of 1,024 tokens that holds two requests of this log's size has none while t
 - vLLM: the per-step budgets limit the batch: `--max-num-batched-tokens` (tokens scheduled per step; raise it to
   twice its value, at least 8192) when the running batch is below `--max-num-seqs`.
 
+Where an SGLang log has fewer than 10 steady decode lines but 10 or more prefill lines (requests that stop after a
+few tokens), the prefill lines are read instead (they print the running requests, the queue and the usage too):
+those not cut at the chunk and with more requests waiting than running.
+
 `usage.prefill_bound`: a short excerpt (fewer than 10 queued steady lines) whose every load line has >= 100
 requests waiting at a KV usage <= 0.1: the prefill budget limits admission. Raise it to twice its value, at least
 8192 (SGLang `--chunked-prefill-size`, with `--max-prefill-tokens` when that is lower; vLLM
@@ -19,6 +23,7 @@ requests waiting at a KV usage <= 0.1: the prefill budget limits admission. Rais
 from __future__ import annotations
 
 from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence
+from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
 from toolkit.diagnose.rules.room import has_room, request_size
@@ -34,7 +39,7 @@ EMPTY_USAGE = 0.1  # ... at a nearly empty pool
 
 
 def check(ctx: Context) -> list[Finding]:
-    steady = ctx.steady()
+    steady = _load_lines(ctx)
     queued = steady.where(steady["queue_req"] > 0)
     cap = ctx.config.max_running_requests
     if cap:
@@ -72,6 +77,23 @@ def check(ctx: Context) -> list[Finding]:
         tradeoff="Admitting more can run the pool out during decode: watch for retractions.",
         ranks=low.ranks,
     )]
+
+
+def _load_lines(ctx: Context) -> Rows:
+    """The steady load lines; on SGLang, the prefill lines where they are more than MIN_LINES and the decode lines
+    fewer (requests that end after a few tokens leave few decode lines: every 40th step prints one), as each prints
+    the running requests, the queue and the usage too."""
+    steady = ctx.steady()
+    if ctx.config.vllm or len(steady) >= MIN_LINES:
+        return steady
+    prefill = ctx.timeline.series("prefill")
+    if len(prefill) < MIN_LINES or not all(name in prefill for name in ("running_req", "queue_req", "usage", "new_token")):
+        return steady
+    # NOTE: not a step cut at the chunk (the chunk paced it: prefill_chunk's), and more waiting than running (a few
+    # arrivals between two long steps of a large batch are no admission holding requests back)
+    chunk = ctx.config.chunked_prefill_size or 0
+    held = (prefill["queue_req"] >= prefill["running_req"]) & ~((chunk > 0) & (prefill["new_token"] >= chunk))
+    return prefill.where(held) if int(held.sum()) >= MIN_LINES else steady
 
 
 def _prefill_bound_short(ctx: Context) -> Finding | None:

@@ -106,3 +106,13 @@ def test_a_dead_engine_cores_shutdown_lines_are_no_stop_request() -> None:
                       "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."])
     found = _ids(log.lines)
     assert found["crash.exception"].severity == "critical" and "crash.stopped" not in found, sorted(found)  # type: ignore[attr-defined]
+
+
+def test_shedding_on_a_cpu_server_asks_for_more_hosts_not_replicas_on_the_same_cores() -> None:
+    """recorded/toolkit-shedding-overload: 8 req/s on 2 cores, 503s as configured; a second replica on the same
+    CPU would share its cores."""
+    from pathlib import Path
+
+    log = Path(__file__).parent / "real_logs" / "recorded" / "toolkit-shedding-overload.log"
+    (shed,) = [f for f in analyze([log]).findings if f.id == "shedding.too_much"]
+    assert shed.change is None and shed.alternatives == () and "more hosts" in (shed.action or "")
