@@ -45,7 +45,8 @@ def rule_literals(module: Path) -> set[str]:
 
 @lru_cache(maxsize=1)
 def excerpts() -> tuple[str, ...]:
-    return tuple(log.read_text(errors="replace") for log in sorted(CORPUS.glob("*/*.log")))
+    """The excerpts quoted from threads (not the whole logs recorded here: their engines' own words are in them)."""
+    return tuple(log.read_text(errors="replace") for log in sorted(CORPUS.glob("*/*.log")) if log.parent.name != "recorded")
 
 
 @lru_cache(maxsize=1)

@@ -129,4 +129,4 @@ def test_vllm_v0_cumulative_metrics_of_two_engines_are_summed(tmp_path) -> None:
     b.write_text("\n".join(_v0([(20, 100, 40)])) + "\n")
     (f,) = [f for f in analyze([a, b]).findings if f.id == RULE]
     assert f.evidence.facts["drafted_tokens"] == 200 and f.evidence.facts["accept_rate"] == 0.125
-    assert f.evidence.count == 2 and "over 2 SpecDecoding records" in f.message
+    assert f.evidence.count == 2 and "over 2 speculative-decoding metrics lines" in f.message

@@ -230,26 +230,11 @@ def test_a_short_excerpt_with_graphs_off_at_a_small_batch_is_advised_at_low_conf
         assert (f.flag, f.suggested, f.severity, f.confidence) == ("--enforce-eager", "remove (graphs on)", "info", "low")
 
 
-@pytest.mark.parametrize("model,fires", [("qwen2.5-1.5B-wspo", True), ("Qwen2.5-4B", True), ("Qwen2.5-7B", False),
-                                         ("Mixtral-8x2B", False), ("model-v1.5b", False),
-                                         ("/models/Qwen2.5-1.5B-Instruct/", True)])
-def test_a_small_model_by_its_name_split_over_tp_prefers_replicas(model: str, fires: bool) -> None:
-    """arena-hard-auto#81: a 1.5B model at TP 2 with no weights line: its name says it fits any GPU (at most 4B
-    parameters); an expert's or a version's number is no model size."""
-    f = next((f for f in analyze(lines=_eager([2, 1], model=model)).findings if f.id == "parallelism.dp_over_tp"),
-             None)
-    assert (f is not None) is fires
-    if fires:
-        assert (f.suggested, f.confidence) == ("2 (with --tensor-parallel-size 1)", "low")
-
-
-def test_a_small_model_by_its_name_is_judged_against_a_gpu_the_log_sizes() -> None:
-    """A 4B model (at most 8 GB) on GPUs the memory profile says have 8 GiB: it does not fit half of one."""
-    profile = ("INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x "
-               "gpu_memory_utilization (0.90) = 7.20GiB")
-    lines = _eager([2, 1], model="Qwen/Qwen3-4B")
-    assert "parallelism.dp_over_tp" in _flags(analyze(lines=lines))
-    assert "parallelism.dp_over_tp" not in _flags(analyze(lines=[lines[0], profile, *lines[1:]]))
+@pytest.mark.parametrize("model", ["qwen2.5-1.5B-wspo", "Qwen2.5-4B", "/models/Qwen2.5-1.5B-Instruct/"])
+def test_a_model_name_is_no_measurement_of_its_weights(model: str) -> None:
+    """arena-hard-auto#81: a 1.5B model at TP 2 with no weights line. The parameter count a name seems to say, against
+    a GPU the log does not size, stood for no signal of the log's own (issue 49): no replica advice from it."""
+    assert "parallelism.dp_over_tp" not in _flags(analyze(lines=_eager([2, 1], model=model)))
 
 
 # -- held-out batch 15 ------------------------------------------------------------------------------------------
