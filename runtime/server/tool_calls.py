@@ -101,17 +101,20 @@ def _json(text: str) -> Any:
         return None
 
 
+# a `<tool_call>...</tool_call>` block's body (Qwen2.5's and SmolLM2's templates both wrap calls so)
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+
 class QwenFormat(ToolFormat):
     name = "qwen25"
     marker = "<tool_call>"
-    _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
     def call_tag(self, tool: Tool) -> dict[str, Any]:
         return {"type": "tag", "begin": f'<tool_call>\n{{"name": {json.dumps(tool.name)}, "arguments": ',
                 "content": {"type": "json_schema", "json_schema": tool.parameters}, "end": "}\n</tool_call>"}
 
     def calls(self, text: str) -> list[ToolCall] | None:
-        found = [_call(_json(body)) for body in self._CALL.findall(text)]
+        found = [_call(_json(body)) for body in TOOL_CALL_BLOCK.findall(text)]
         return found if found and all(found) else None
 
     def written(self, calls: list[ToolCall]) -> str:
@@ -122,7 +125,6 @@ class QwenFormat(ToolFormat):
 class SmolFormat(ToolFormat):
     name = "smollm2"
     marker = "<tool_call>"
-    _CALLS = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
     def call_tag(self, tool: Tool) -> dict[str, Any]:
         return {"type": "tag", "begin": f'<tool_call>[{{"name": {json.dumps(tool.name)}, "arguments": ',
@@ -130,7 +132,7 @@ class SmolFormat(ToolFormat):
 
     def calls(self, text: str) -> list[ToolCall] | None:
         found: list[ToolCall | None] = []
-        for body in self._CALLS.findall(text):
+        for body in TOOL_CALL_BLOCK.findall(text):
             items = _json(body)
             found += [_call(item) for item in items] if isinstance(items, list) else [_call(items)]
         return found if found and all(found) else None
