@@ -1,0 +1,360 @@
+"""`toolkit tune` against the searches users run instead, from mistuned starts over four flags (issue 51).
+
+For every start, on the same workload and machine:
+- **control**: the start itself, untouched;
+- **tune**: `toolkit tune` with `--knobs` set to the four flags, `--repeats R`, `--max-steps S`; it uses L launches;
+- **random**: random search with the same L launches (the start, then L - 1 draws from the space);
+- **optuna**: Optuna's TPE sampler with the same L launches (the start told as its first trial, then L - 1 asks);
+- **random 4x**: random search with 4L launches (the start, then 4L - 1 draws).
+
+Every launch is a fresh server; its value is the median of R repeats, each started clean (prefix cache flushed,
+server idle: `tune.workload`). Random search draws from one seeded stream shared by the starts (a draw does not
+depend on the start), so its launches are measured once and reused; the start's own launch is tune's step 0,
+reused by random search and Optuna (the same measurement for all three). Then the control and every method's best
+are re-measured together: `--rounds` interleaved rounds (a fresh launch each, order flipped every round), and each
+is reported as the median over rounds of its ratio to the round's value of the best re-measured configuration.
+
+    python -m benchmarks.tune_vs_search [--quick] [--rounds 3] [--save]
+
+`--quick` shrinks the workload, the budgets and the starts to check the script (numbers mean nothing). `--save`
+writes benchmarks/results/tune_vs_search.json (every run kept in tune_vs_search.runs.jsonl, see `write_result`).
+Goal (issue 51): tune >= 0.95x the best found, with <= 1/4 of the launches of random 4x, ahead of Optuna and random
+at equal budget on most starts, never below the control.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmarks.common import provenance, write_result
+from toolkit.bench.command import BenchOptions
+from toolkit.bench.datasets import DatasetSpec
+from toolkit.tune.experiment import Experiment
+from toolkit.tune.flags import Flags
+from toolkit.tune.launch import CommandLauncher
+from toolkit.tune.session import TuneOptions, run_tune
+from toolkit.tune.workload import BenchWorkload
+
+MODULE = "benchmarks.tune_vs_search"
+OUT = Path("toolkit-out/tune_vs_search")  # NOTE: ignored by git; each run's server logs kept for inspection
+DEFAULT = "default"  # a space value meaning "flag not given": the server's own default applies
+
+# NOTE: every value a start uses is in its flag's list, so Optuna can be told the start as a trial of the space.
+SPACE: dict[str, tuple[str, ...]] = {
+    "--max-running-requests": (DEFAULT, "1", "2", "3", "4", "6", "8", "12", "16", "24", "32"),
+    "--max-total-tokens": (DEFAULT, "768", "1024", "1536", "2048", "3072", "4096", "8192"),
+    "--chunked-prefill-size": (DEFAULT, "64", "96", "128", "256", "512", "1024", "2048", "4096"),
+    "--schedule-conservativeness": (DEFAULT, "0.1", "0.3", "0.5", "1.0", "1.5", "2.0", "3.0"),
+}
+STARTS = {
+    "cap and pool low": "--max-running-requests 2 --max-total-tokens 1024",
+    "small chunk, too conservative": "--chunked-prefill-size 64 --schedule-conservativeness 3.0",
+    "tiny pool, too aggressive": "--max-total-tokens 768 --schedule-conservativeness 0.1",
+    "all four off": "--max-running-requests 3 --max-total-tokens 768 --chunked-prefill-size 96 "
+                    "--schedule-conservativeness 2.0",
+}
+QUICK_STARTS = {"cap and pool low": STARTS["cap and pool low"]}
+
+Measure = Callable[[Flags], "Measured"]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    prompts: int = 16
+    input_len: int = 192
+    output_len: int = 32
+
+    def options(self) -> BenchOptions:
+        spec = DatasetSpec(seed=1, random_input_len=self.input_len, random_output_len=self.output_len,
+                           random_range_ratio=1.0)
+        return BenchOptions(base_url="http://127.0.0.1:0", dataset=spec, num_prompts=self.prompts, rate="inf",
+                            warmup_requests=1, progress=False)
+
+    def record(self) -> dict:
+        return {"dataset": "random", "prompts": self.prompts, "input_len": self.input_len,
+                "output_len": self.output_len, "rate": "inf", "seed": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One launch: the median of its repeats (None when the launch or every run failed)."""
+
+    flags: str
+    value: float | None
+    values: tuple[float, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+
+    def record(self) -> dict:
+        return {"flags": self.flags, "value": self.value, "values": list(self.values), "error": self.error,
+                "seconds": round(self.seconds, 1)}
+
+
+@dataclass(slots=True)
+class Search:
+    """A method's launches, in order, and its best by its own measurements."""
+
+    method: str
+    launches: list[Measured] = field(default_factory=list)
+    seconds: float = 0.0
+    chosen: str | None = None  # tune's pick (its noise rule decides); the others pick their highest value
+    reason: str | None = None  # why tune stopped
+
+    @property
+    def best(self) -> str | None:
+        if self.chosen is not None:
+            return self.chosen
+        measured = [m for m in self.launches if m.value is not None]
+        return max(measured, key=lambda m: m.value).flags if measured else None
+
+    def record(self) -> dict:
+        return {"method": self.method, "launches": len(self.launches), "seconds": round(self.seconds, 1),
+                "best_flags": self.best, "reason": self.reason, "trials": [m.record() for m in self.launches]}
+
+
+def with_values(start: Flags, values: dict[str, str]) -> Flags:
+    """The start with each flag of `values` set (DEFAULT: removed, the server's default)."""
+    flags = start
+    for flag, value in values.items():
+        flags = flags.set(flag, None if value == DEFAULT else value)
+    return flags
+
+
+def space_values(flags: Flags, space: dict[str, tuple[str, ...]] = SPACE) -> dict[str, str]:
+    """`flags` as a point of the space (a flag not given is DEFAULT); raises if a value is outside it."""
+    point = {}
+    for flag, choices in space.items():
+        value = flags.get(flag)
+        shown = DEFAULT if value is None else str(value)
+        if shown not in choices:
+            raise ValueError(f"{flag} {shown} is not in the search space {choices}")
+        point[flag] = shown
+    return point
+
+
+def random_draws(count: int, seed: int, space: dict[str, tuple[str, ...]] = SPACE) -> list[dict[str, str]]:
+    """`count` distinct points drawn uniformly from the space (a fixed stream for a seed)."""
+    rng, seen, draws = random.Random(seed), set(), []
+    size = 1
+    for choices in space.values():
+        size *= len(choices)
+    while len(draws) < min(count, size):
+        point = {flag: rng.choice(choices) for flag, choices in space.items()}
+        key = tuple(point.values())
+        if key not in seen:
+            seen.add(key)
+            draws.append(point)
+    return draws
+
+
+def random_search(start: Flags, start_measured: Measured, draws: list[Measured], launches: int) -> Search:
+    """Random search of `launches` launches: the start, then the first launches - 1 of the shared draws."""
+    picked = [start_measured, *draws[:max(0, launches - 1)]]
+    return Search("random", picked, sum(m.seconds for m in picked))
+
+
+def optuna_search(start: Flags, start_measured: Measured, measure: Measure, launches: int, seed: int,
+                  space: dict[str, tuple[str, ...]] = SPACE) -> Search:
+    """Optuna TPE over the space: the start told as its first trial, then launches - 1 asked and measured. A failed
+    launch is told as failed (TPE learns to avoid the region)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    distributions = {flag: optuna.distributions.CategoricalDistribution(choices) for flag, choices in space.items()}
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    failed = optuna.trial.TrialState.FAIL
+    study.add_trial(optuna.trial.create_trial(
+        params=space_values(start, space), distributions=distributions, value=start_measured.value,
+        state=optuna.trial.TrialState.COMPLETE if start_measured.value is not None else failed))
+    search = Search("optuna", [start_measured], start_measured.seconds)
+    for _ in range(launches - 1):
+        trial = study.ask(distributions)
+        measured = measure(with_values(start, trial.params))
+        search.launches.append(measured)
+        search.seconds += measured.seconds
+        if measured.value is None:
+            study.tell(trial, state=failed)
+        else:
+            study.tell(trial, measured.value)
+    return search
+
+
+def paired_ratios(values: dict[str, list[float | None]]) -> dict[str, dict]:
+    """Per configuration: its ratio to the best configuration (the highest median) in each round where both ran."""
+    medians = {flags: statistics.median([v for v in vs if v is not None]) for flags, vs in values.items()
+               if any(v is not None for v in vs)}
+    best = max(medians, key=medians.get)
+    out = {}
+    for flags, vs in values.items():
+        ratios = [v / b for v, b in zip(vs, values[best]) if v is not None and b]
+        out[flags] = {"values": vs, "median_value": medians.get(flags), "ratios": [round(r, 3) for r in ratios],
+                      "median_ratio": round(statistics.median(ratios), 3) if ratios else None,
+                      "spread": [round(min(ratios), 3), round(max(ratios), 3)] if ratios else None,
+                      "is_best": flags == best}
+    return out
+
+
+def interleaved(configs: list[str], measure: Measure, rounds: int, say) -> dict[str, list[float | None]]:
+    """Every configuration once per round, a fresh launch each, the order flipped every round."""
+    values: dict[str, list[float | None]] = {c: [] for c in configs}
+    for r in range(rounds):
+        for flags in configs if r % 2 == 0 else configs[::-1]:
+            measured = measure(Flags.parse(flags))
+            values[flags].append(measured.value)
+            say(f"  re-measure round {r + 1}: {flags or '(defaults)'} -> {show(measured.value)}")
+    return values
+
+
+def show(value: float | None) -> str:
+    return "failed" if value is None else f"{value:.1f}"
+
+
+class Launches:
+    """Cold launches of `toolkit serve`, each in its own folder, R repeats each."""
+
+    def __init__(self, workload: BenchOptions, repeats: int, root: Path):
+        self.workload, self.repeats, self.root = workload, repeats, root
+        self.count = 0
+
+    def __call__(self, flags: Flags) -> Measured:
+        experiment = Experiment(CommandLauncher(), BenchWorkload(self.workload, "throughput"), NoDoctor(),
+                                self.repeats, self.root)
+        trial = experiment(flags, self.count)
+        self.count += 1
+        value = statistics.median(trial.values) if trial.ok else None
+        return Measured(flags.text(), value, trial.values, trial.error, trial.seconds)
+
+
+class NoDoctor:
+    """Searches other than tune read the objective only."""
+
+    def diagnose(self, log, records):
+        return (), None
+
+
+def run_tuner(start: Flags, workload: BenchOptions, folder: Path, repeats: int, max_steps: int) -> Search:
+    options = TuneOptions(workload, "throughput", start, repeats=repeats, max_steps=max_steps, out_dir=folder,
+                          knobs=tuple(SPACE))
+    result = run_tune(options, Console(quiet=True)).result
+    launches = [Measured(step.flags.text(), statistics.median(step.trial.values) if step.trial.ok else None,
+                         step.trial.values, step.trial.error, step.trial.seconds) for step in result.steps]
+    chosen = result.best.flags.text() if result.best else None
+    return Search("tune", launches, result.seconds, chosen, result.reason)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small workload, budgets and one start: checks the script")
+    parser.add_argument("--repeats", type=int, default=2, help="repeats per launch (each started clean)")
+    parser.add_argument("--max-steps", type=int, default=4, help="tune's step budget (launches: at most 1 + this)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved re-measurements of the bests")
+    parser.add_argument("--seed", type=int, default=0, help="random search's and Optuna's seed")
+    parser.add_argument("--starts", nargs="*", help="only these starts (names of STARTS)")
+    parser.add_argument("--save", action="store_true")
+    return parser
+
+
+def compare_start(name: str, start: Flags, workload: BenchOptions, opts: argparse.Namespace, root: Path,
+                  draws: list[Measured], draw_more: Callable[[int], None], console: Console) -> dict:
+    """One start: tune, random and Optuna at tune's launches, random 4x; the bests re-measured interleaved."""
+    tuned = run_tuner(start, workload, root / "tune", opts.repeats, opts.max_steps)
+    launches = len(tuned.launches)
+    console.print(f"[bold]{name}[/]: tune {launches} launches, best {tuned.best} ({tuned.seconds:.0f} s; "
+                  f"{tuned.reason})")
+    start_measured = tuned.launches[0]
+    draw_more(4 * launches - 1)
+    searches = [tuned, random_search(start, start_measured, draws, launches),
+                optuna_search(start, start_measured, Launches(workload, opts.repeats, root / "optuna"), launches,
+                              opts.seed),
+                random_search(start, start_measured, draws, 4 * launches)]
+    searches[-1].method = "random 4x"
+    for search in searches[1:]:
+        console.print(f"  {search.method}: {len(search.launches)} launches, best {search.best}")
+    chosen = {"control": start.text()} | {s.method: s.best for s in searches}
+    configs = list(dict.fromkeys(c for c in chosen.values() if c is not None))
+    values = interleaved(configs, Launches(workload, opts.repeats, root / "check"), opts.rounds, console.print)
+    ratios = paired_ratios(values)
+    return {"name": name, "start": start.text(), "tune_launches": launches,
+            "searches": [s.record() for s in searches], "chosen": chosen, "check": ratios,
+            "result": {method: {"flags": flags, "launches": launches_of(method, searches),
+                                "seconds": seconds_of(method, searches),
+                                "ratio": ratios[flags]["median_ratio"] if flags in ratios else None,
+                                "spread": ratios[flags]["spread"] if flags in ratios else None}
+                       for method, flags in chosen.items()}}
+
+
+def launches_of(method: str, searches: list[Search]) -> int:
+    return 0 if method == "control" else next(len(s.launches) for s in searches if s.method == method)
+
+
+def seconds_of(method: str, searches: list[Search]) -> float:
+    return 0.0 if method == "control" else round(next(s.seconds for s in searches if s.method == method), 1)
+
+
+def table(console: Console, results: list[dict]) -> None:
+    from rich.table import Table
+
+    methods = ("control", "tune", "random", "optuna", "random 4x")
+    out = Table(title="tune vs search: each method's best re-measured, median ratio to the best found by anyone "
+                      "[spread] (launches, wall s)")
+    out.add_column("start")
+    for method in methods:
+        out.add_column(method)
+    for r in results:
+        cells = []
+        for method in methods:
+            res = r["result"][method]
+            ratio = "-" if res["ratio"] is None else f"{res['ratio']:.2f} {res['spread']}"
+            cells.append(ratio if method == "control" else f"{ratio} ({res['launches']}, {res['seconds']:.0f})")
+        out.add_row(r["name"], *cells)
+    console.print(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = build_parser().parse_args(argv)
+    console = Console(highlight=False)
+    workload = (Workload(8, 64, 8) if opts.quick else Workload()).options()
+    if opts.quick:
+        opts.max_steps, opts.rounds = min(opts.max_steps, 2), min(opts.rounds, 2)
+    starts = QUICK_STARTS if opts.quick else STARTS
+    if opts.starts:
+        starts = {name: STARTS[name] for name in opts.starts}
+    root = OUT / time.strftime("%Y%m%d-%H%M%S")
+    console.print(f"server logs go to {root}")
+    points: list[dict[str, str]] = []
+    draws: list[Measured] = []
+    draw_launch = Launches(workload, opts.repeats, root / "random")
+
+    def draw_more(count: int) -> None:
+        """Measures the shared random stream up to `count` draws (the start is not a draw)."""
+        points[:] = random_draws(count, opts.seed)
+        for point in points[len(draws):]:
+            measured = draw_launch(with_values(Flags(), point))
+            draws.append(measured)
+            console.print(f"  random draw {len(draws)}: {measured.flags or '(defaults)'} -> {show(measured.value)}")
+
+    results = []
+    for i, (name, start) in enumerate(starts.items()):
+        results.append(compare_start(name, Flags.parse(start), workload, opts, root / f"start-{i}", draws,
+                                     draw_more, console))
+    table(console, results)
+    if opts.save and not opts.quick:
+        record = {"workload": (Workload()).record(), "space": SPACE, "repeats": opts.repeats,
+                  "max_steps": opts.max_steps, "rounds": opts.rounds, "seed": opts.seed,
+                  "random_draws": [d.record() for d in draws], "starts": results,
+                  "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}
+        console.print(f"saved {write_result('tune_vs_search', record)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

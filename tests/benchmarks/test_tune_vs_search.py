@@ -1,0 +1,108 @@
+"""`benchmarks.tune_vs_search` with its launches faked by a known objective: the searches spend the budgets they are
+given, Optuna is told the start and every launch (failures as failures), random search shares one stream, and the
+bests are re-measured and paired round by round."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import benchmarks.tune_vs_search as tvs
+from toolkit.tune.flags import Flags
+
+START = Flags.parse("--max-running-requests 2 --max-total-tokens 1024")
+
+
+def objective(flags: Flags) -> float | None:
+    """Throughput that grows with the cap and the pool; a 768-token pool fails to launch."""
+    point = tvs.space_values(flags)
+    if point["--max-total-tokens"] == "768":
+        return None
+    cap = 16 if point["--max-running-requests"] == tvs.DEFAULT else int(point["--max-running-requests"])
+    pool = 8192 if point["--max-total-tokens"] == tvs.DEFAULT else int(point["--max-total-tokens"])
+    return float(min(cap, 8) * 10 + min(pool, 4096) / 256)
+
+
+def fake_measure(calls: list[str]):
+    def measure(flags: Flags) -> tvs.Measured:
+        calls.append(flags.text())
+        value = objective(flags)
+        return tvs.Measured(flags.text(), value, () if value is None else (value,),
+                            None if value is not None else "launch failed", 1.0)
+    return measure
+
+
+def test_space_points_round_trip_and_refuse_values_outside_the_space():
+    point = tvs.space_values(START)
+    assert point == {"--max-running-requests": "2", "--max-total-tokens": "1024",
+                     "--chunked-prefill-size": tvs.DEFAULT, "--schedule-conservativeness": tvs.DEFAULT}
+    assert tvs.with_values(Flags(), point).key == START.key
+    with pytest.raises(ValueError, match="--max-running-requests 5 is not in the search space"):
+        tvs.space_values(Flags.parse("--max-running-requests 5"))
+
+
+def test_random_draws_are_a_fixed_stream_of_distinct_points_in_the_space():
+    draws = tvs.random_draws(40, seed=3)
+    assert draws == tvs.random_draws(40, seed=3) and draws[:10] == tvs.random_draws(10, seed=3)
+    assert len({tuple(d.values()) for d in draws}) == 40
+    assert all(d[flag] in choices for d in draws for flag, choices in tvs.SPACE.items())
+    assert tvs.random_draws(5, seed=4) != draws[:5]
+
+
+def test_random_search_spends_its_launches_starting_from_the_start():
+    start = tvs.Measured(START.text(), 30.0)
+    draws = [tvs.Measured(f"--max-running-requests {n}", float(n)) for n in (1, 90, 3, 4, 5, 6, 7)]
+    equal = tvs.random_search(START, start, draws, 3)
+    assert [m.flags for m in equal.launches] == [START.text(), "--max-running-requests 1", "--max-running-requests 90"]
+    assert equal.best == "--max-running-requests 90" and tvs.random_search(START, start, draws, 2).best == START.text()
+    assert len(tvs.random_search(START, start, draws, 8).launches) == 8
+
+
+def test_optuna_is_told_the_start_and_every_launch_and_beats_the_start_on_a_smooth_objective():
+    calls: list[str] = []
+    start = tvs.Measured(START.text(), objective(START))
+    search = tvs.optuna_search(START, start, fake_measure(calls), launches=12, seed=0)
+    assert len(search.launches) == 12 and len(calls) == 11  # the start is told, not launched again
+    assert search.launches[0] is start
+    best = next(m for m in search.launches if m.flags == search.best)
+    assert best.value > start.value
+    assert all(m.value is None for m in search.launches if "--max-total-tokens 768" in m.flags)
+
+
+def test_paired_ratios_are_per_round_against_the_best_median():
+    values = {"a": [100.0, 90.0, 110.0], "b": [50.0, None, 60.0], "c": [101.0, 95.0, 99.0]}
+    ratios = tvs.paired_ratios(values)
+    assert ratios["a"]["is_best"] and ratios["a"]["median_ratio"] == 1.0
+    assert ratios["b"]["ratios"] == [0.5, 0.545] and ratios["b"]["median_ratio"] == 0.523
+    assert ratios["c"]["ratios"] == [1.01, 1.056, 0.9] and ratios["c"]["spread"] == [0.9, 1.056]
+
+
+def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypatch, tmp_path):
+    calls: list[str] = []
+    measure = fake_measure(calls)
+
+    def run_tuner(start, workload, folder, repeats, max_steps):
+        steps = [start, start.set("--max-running-requests", "8"), start.set("--max-running-requests", "8")
+                 .set("--max-total-tokens", "4096")]
+        return tvs.Search("tune", [measure(f) for f in steps], 3.0, steps[-1].text(), "nothing actionable left")
+
+    monkeypatch.setattr(tvs, "run_tuner", run_tuner)
+    monkeypatch.setattr(tvs, "Launches", lambda workload, repeats, root: measure)
+    opts = tvs.build_parser().parse_args(["--rounds", "2"])
+    draws: list[tvs.Measured] = []
+
+    def draw_more(count: int) -> None:
+        for point in tvs.random_draws(count, 0)[len(draws):]:
+            draws.append(measure(tvs.with_values(Flags(), point)))
+
+    result = tvs.compare_start("cap and pool low", START, tvs.Workload().options(), opts, tmp_path, draws,
+                               draw_more, tvs.Console(quiet=True))
+    assert result["tune_launches"] == 3 and len(draws) == 4 * 3 - 1
+    launches = {s["method"]: s["launches"] for s in result["searches"]}
+    assert launches == {"tune": 3, "random": 3, "optuna": 3, "random 4x": 12}
+    assert result["result"]["control"]["flags"] == START.text() and result["result"]["control"]["launches"] == 0
+    tuned = result["result"]["tune"]
+    assert tuned["flags"] == "--max-running-requests 8 --max-total-tokens 4096" and tuned["ratio"] == 1.0
+    assert result["result"]["control"]["ratio"] == pytest.approx(objective(START) / objective(Flags.parse(
+        tuned["flags"])), abs=1e-3)
+    assert json.loads(json.dumps(result)) == result  # saved as JSON as it is
