@@ -15,11 +15,12 @@ import numpy as np
 
 from toolkit.bench.metrics import distribution, itls, request_metrics
 from toolkit.bench.outcome import RequestOutcome
+from toolkit.runtime.io_struct import STATS_METRICS
 
 RAMP_FRACTION = 0.1
 DEFAULT_SLICE_SECONDS = 10.0
-RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
-QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
+RUNNING = (STATS_METRICS["num_running_reqs"].sample, "vllm:num_requests_running")
+QUEUED = (STATS_METRICS["num_queue_reqs"].sample, "vllm:num_requests_waiting")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,15 +4,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Metrics worth quoting, in report order; histograms are quoted by their mean (sum / count).
+from toolkit.runtime.io_struct import FRONT_END_METRICS, STATS_METRICS  # torch-free: the declared metric names
+
+_STATS, _FRONT = STATS_METRICS, FRONT_END_METRICS
+CACHE_HIT_RATE = _STATS["cache_hit_rate"].sample
+# Metrics worth quoting, in report order; histograms are quoted by their mean (sum / count). The kv_* and
+# time_per_output_token ones are SGLang's, not served by toolkit serve.
 KEY_METRICS = (
-    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:num_used_tokens",
+    _STATS["num_running_reqs"].sample, _STATS["num_queue_reqs"].sample, _STATS["token_usage"].sample,
+    _STATS["num_used_tokens"].sample,
     "sglang:kv_used_tokens", "sglang:kv_evictable_tokens", "sglang:kv_available_tokens",
-    "sglang:cache_hit_rate", "sglang:gen_throughput", "sglang:num_retracted_reqs",
-    "sglang:num_retracted_requests_total", "sglang:num_requests_total", "sglang:num_aborted_requests_total",
-    "sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:cached_tokens_total",
-    "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
-    "sglang:time_per_output_token_seconds", "sglang:e2e_request_latency_seconds",
+    CACHE_HIT_RATE, _STATS["gen_throughput"].sample, _STATS["num_retracted_reqs"].sample,
+    _STATS["total_retracted_reqs"].sample, _FRONT.num_requests.sample, _FRONT.num_aborted.sample,
+    _FRONT.prompt_tokens.sample, _FRONT.generation_tokens.sample, _FRONT.cached_tokens.sample,
+    _FRONT.ttft.sample, _FRONT.itl.sample, "sglang:time_per_output_token_seconds", _FRONT.e2e.sample,
 )
 TIMEOUT_S = 5.0
 

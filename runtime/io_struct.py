@@ -5,7 +5,7 @@ scheduler or the model, so the HTTP process stays light.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams
@@ -97,28 +97,98 @@ class SchedulerReady:
     tokenizer_folder: str  # a folder the front end's torch-free FastTokenizer loads (a GGUF's is converted once)
 
 
+# ---- Prometheus metrics (SGLang's names, docs/log-formats.md §13): each declared once, here ----
+
+MetricKind = Literal["gauge", "counter", "histogram"]
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4,
+               0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
+               800.0)
+
+
+class Metric(NamedTuple):
+    name: str
+    kind: MetricKind
+    help: str
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def sample(self) -> str:
+        """The name a scrape shows: prometheus-client adds `_total` to a counter's."""
+        return self.name + "_total" if self.kind == "counter" else self.name
+
+
+def _exported(default: Any, kind: MetricKind, name: str, help: str) -> Any:
+    """A stats field served on /metrics under `name`."""
+    return field(default=default, metadata={"metric": Metric(name, kind, help)})
+
+
 @dataclass
 class SchedulerStats:
     """The scheduler's live counters: the latest log-line values plus cumulative totals. The scheduler updates its
-    own in place and sends a copy with every step; the front end serves them (/get_server_info, /get_load, /metrics)."""
+    own in place and sends a copy with every step; the front end serves them (/get_server_info, /get_load, /metrics).
+    A field's metadata names the metric it is served as (`STATS_METRICS`)."""
 
-    num_running_reqs: int = 0
-    num_queue_reqs: int = 0
-    num_grammar_queue_reqs: int = 0  # requests waiting for their grammar to compile
-    num_used_tokens: int = 0
-    token_usage: float = 0.0
-    gen_throughput: float = 0.0
+    num_running_reqs: int = _exported(0, "gauge", "sglang:num_running_reqs", "The number of running requests.")
+    num_queue_reqs: int = _exported(0, "gauge", "sglang:num_queue_reqs", "The number of requests in the waiting queue.")
+    num_grammar_queue_reqs: int = _exported(0, "gauge", "sglang:num_grammar_queue_reqs",
+                                            "The number of requests whose grammar is compiling.")
+    num_used_tokens: int = _exported(0, "gauge", "sglang:num_used_tokens", "The number of used KV tokens.")
+    token_usage: float = _exported(0.0, "gauge", "sglang:token_usage",
+                                   "The KV token usage (used / max_total_num_tokens).")
+    gen_throughput: float = _exported(0.0, "gauge", "sglang:gen_throughput",
+                                      "The generation throughput (token/s) of the last decode log window.")
     input_throughput: float = 0.0
-    cache_hit_rate: float = 0.0
-    num_retracted_reqs: int = 0
-    total_retracted_reqs: int = 0
+    cache_hit_rate: float = _exported(0.0, "gauge", "sglang:cache_hit_rate", "The prefix cache hit rate.")
+    num_retracted_reqs: int = _exported(0, "gauge", "sglang:num_retracted_reqs",
+                                        "The number of requests retracted by the last retraction.")
+    total_retracted_reqs: int = _exported(0, "counter", "sglang:num_retracted_requests",
+                                          "Retracted requests, cumulative.")
     total_prefill_tokens: int = 0
     total_cached_tokens: int = 0
     total_generated_tokens: int = 0
     total_decode_steps: int = 0
     total_prefill_batches: int = 0
-    new_token_ratio: float = 0.0
+    new_token_ratio: float = _exported(0.0, "gauge", "sglang:new_token_ratio",
+                                       "The current new-token ratio of the admission budget.")
     memory_leak_detected: bool = False
+
+
+# SchedulerStats field → the metric it is served as
+STATS_METRICS: dict[str, Metric] = {f.name: f.metadata["metric"] for f in fields(SchedulerStats) if f.metadata}
+
+
+class FrontEndMetrics(NamedTuple):
+    """The metrics the front end observes itself, as tokens and refusals reach it."""
+
+    max_total_num_tokens: Metric
+    prompt_tokens: Metric
+    generation_tokens: Metric
+    cached_tokens: Metric
+    num_requests: Metric
+    num_aborted: Metric
+    queue_rejected: Metric
+    ttft: Metric
+    itl: Metric
+    e2e: Metric
+
+
+FRONT_END_METRICS = FrontEndMetrics(
+    max_total_num_tokens=Metric("sglang:max_total_num_tokens", "gauge", "The KV pool size in tokens."),
+    prompt_tokens=Metric("sglang:prompt_tokens", "counter", "Prompt tokens of finished requests."),
+    generation_tokens=Metric("sglang:generation_tokens", "counter", "Generated tokens of finished requests."),
+    cached_tokens=Metric("sglang:cached_tokens", "counter", "Prompt tokens served from the prefix cache."),
+    num_requests=Metric("sglang:num_requests", "counter", "Finished requests."),
+    num_aborted=Metric("sglang:num_aborted_requests", "counter", "Aborted requests."),
+    queue_rejected=Metric("sglang:num_queue_rejected_requests", "counter",
+                          "Requests shed by the waiting queue (503): reason queue_full (--max-queued-requests) or "
+                          "waiting_timeout (--queue-timeout)."),
+    ttft=Metric("sglang:time_to_first_token_seconds", "histogram", "Time to first token.", TTFT_BUCKETS),
+    itl=Metric("sglang:inter_token_latency_seconds", "histogram", "Time between tokens.", ITL_BUCKETS),
+    e2e=Metric("sglang:e2e_request_latency_seconds", "histogram", "End-to-end request latency.", E2E_BUCKETS),
+)
+METRICS: tuple[Metric, ...] = (*STATS_METRICS.values(), *FRONT_END_METRICS)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.diagnose.findings import Current, Finding, evidence
+from toolkit.diagnose.metrics_input import CACHE_HIT_RATE
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.vocabulary import Change
 
@@ -27,7 +28,7 @@ def hit_rate(ctx: Context) -> float | None:
     if len(pre) >= MIN_LINES and cached + new > 0:
         return float(cached / (cached + new))
     if ctx.metrics is not None:
-        return ctx.metrics.value("sglang:cache_hit_rate")
+        return ctx.metrics.value(CACHE_HIT_RATE)
     return None
 
 

@@ -1,33 +1,17 @@
 """Prometheus metrics under SGLang's names (docs/log-formats.md §13), so existing SGLang dashboards work.
 
-Gauges mirror the scheduler's live counters (sent with every step); counters and latency histograms are
-observed by the front end as tokens reach it.
+Every metric is declared in `io_struct` (`STATS_METRICS` on the scheduler's stats fields, `FRONT_END_METRICS`);
+this module builds the collectors from those declarations. Stats gauges mirror the scheduler's live counters (sent
+with every step) and stats counters grow by their cumulative field; the front end's counters and latency histograms
+are observed as tokens reach it.
 """
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from toolkit.runtime.io_struct import SchedulerStats, TokenOutput
+from toolkit.runtime.io_struct import FRONT_END_METRICS, STATS_METRICS, Metric, SchedulerStats, TokenOutput
 
-TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4,
-               0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
-E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
-               800.0)
-
-# SchedulerStats field → (gauge name, help)
-SCHEDULER_GAUGES: dict[str, tuple[str, str]] = {
-    "num_running_reqs": ("sglang:num_running_reqs", "The number of running requests."),
-    "num_used_tokens": ("sglang:num_used_tokens", "The number of used KV tokens."),
-    "token_usage": ("sglang:token_usage", "The KV token usage (used / max_total_num_tokens)."),
-    "gen_throughput": ("sglang:gen_throughput", "The generation throughput (token/s) of the last decode log window."),
-    "num_queue_reqs": ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
-    "num_grammar_queue_reqs": ("sglang:num_grammar_queue_reqs", "The number of requests whose grammar is compiling."),
-    "cache_hit_rate": ("sglang:cache_hit_rate", "The prefix cache hit rate."),
-    "num_retracted_reqs": ("sglang:num_retracted_reqs", "The number of requests retracted by the last retraction."),
-    "new_token_ratio": ("sglang:new_token_ratio", "The current new-token ratio of the admission budget."),
-}
-
+KINDS = {"gauge": Gauge, "counter": Counter, "histogram": Histogram}
 
 TOTAL = "all"  # the dp_rank label of the totals over every replica
 QUEUE_REJECT_REASONS = ("queue_full", "waiting_timeout")  # SGLang's `reason` label values
@@ -47,38 +31,34 @@ class RequestMetrics:
         if self.replicas == 1:
             self._series = [{"model_name": model_name}]
         self._names = names
-        self.gauges = {key: self._family(Gauge, name, doc, multiprocess_mode="mostrecent")
-                       for key, (name, doc) in SCHEDULER_GAUGES.items()}
-        pool_gauge = self._family(Gauge, "sglang:max_total_num_tokens", "The KV pool size in tokens.")
-        for child, value in zip(pool_gauge, [*pools, sum(pools)]):
+        self.gauges = {key: self._family(metric, multiprocess_mode="mostrecent")
+                       for key, metric in STATS_METRICS.items() if metric.kind == "gauge"}
+        self.counters = {key: self._family(metric) for key, metric in STATS_METRICS.items() if metric.kind == "counter"}
+        front = FRONT_END_METRICS
+        for child, value in zip(self._family(front.max_total_num_tokens), [*pools, sum(pools)]):
             child.set(value)
-        self.prompt_tokens = self._family(Counter, "sglang:prompt_tokens", "Prompt tokens of finished requests.")
-        self.generation_tokens = self._family(Counter, "sglang:generation_tokens", "Generated tokens of finished "
-                                              "requests.")
-        self.cached_tokens = self._family(Counter, "sglang:cached_tokens",
-                                          "Prompt tokens served from the prefix cache.")
-        self.num_requests = self._family(Counter, "sglang:num_requests", "Finished requests.")
-        self.num_aborted = self._family(Counter, "sglang:num_aborted_requests", "Aborted requests.")
-        self.retracted_total = self._family(Counter, "sglang:num_retracted_requests", "Retracted requests, cumulative.")
-        rejected = Counter("sglang:num_queue_rejected_requests", "Requests shed by the waiting queue (503): "
-                           "reason queue_full (--max-queued-requests) or waiting_timeout (--queue-timeout).",
-                           [*names, "reason"], registry=self.registry)
+        self.prompt_tokens = self._family(front.prompt_tokens)
+        self.generation_tokens = self._family(front.generation_tokens)
+        self.cached_tokens = self._family(front.cached_tokens)
+        self.num_requests = self._family(front.num_requests)
+        self.num_aborted = self._family(front.num_aborted)
+        rejected = Counter(front.queue_rejected.name, front.queue_rejected.help, [*names, "reason"],
+                           registry=self.registry)
         self.queue_rejected = {reason: [rejected.labels(**labels, reason=reason) for labels in self._series]
                                for reason in QUEUE_REJECT_REASONS}
-        self.ttft = self._family(Histogram, "sglang:time_to_first_token_seconds", "Time to first token.",
-                                 buckets=TTFT_BUCKETS)
-        self.itl = self._family(Histogram, "sglang:inter_token_latency_seconds", "Time between tokens.",
-                                buckets=ITL_BUCKETS)
-        self.e2e = self._family(Histogram, "sglang:e2e_request_latency_seconds", "End-to-end request latency.",
-                                buckets=E2E_BUCKETS)
-        self._retracted_seen = [0] * self.replicas
+        self.ttft = self._family(front.ttft)
+        self.itl = self._family(front.itl)
+        self.e2e = self._family(front.e2e)
+        self._counted = [dict.fromkeys(self.counters, 0) for _ in range(self.replicas)]  # the cumulative fields seen
         self._stats: list[SchedulerStats | None] = [None] * self.replicas  # None: not reported yet
         self._pools = pools
 
-    def _family(self, kind, name: str, doc: str, **options) -> list:
+    def _family(self, metric: Metric, **options) -> list:
         """The metric's series: one per replica, then the total (one series when there is one replica)."""
-        metric = kind(name, doc, self._names, registry=self.registry, **options)
-        return [metric.labels(**labels) for labels in self._series]
+        if metric.buckets:
+            options["buckets"] = metric.buckets
+        collector = KINDS[metric.kind](metric.name, metric.help, self._names, registry=self.registry, **options)
+        return [collector.labels(**labels) for labels in self._series]
 
     def _observed(self, family: list, dp_rank: int) -> list:
         """The replica's series and the total's (the same one series with one replica)."""
@@ -88,10 +68,13 @@ class RequestMetrics:
         self._stats[dp_rank] = stats
         for key, family in self.gauges.items():
             family[dp_rank].set(getattr(stats, key))
-        if stats.total_retracted_reqs > self._retracted_seen[dp_rank]:
-            for child in self._observed(self.retracted_total, dp_rank):
-                child.inc(stats.total_retracted_reqs - self._retracted_seen[dp_rank])
-            self._retracted_seen[dp_rank] = stats.total_retracted_reqs
+        counted = self._counted[dp_rank]
+        for key, family in self.counters.items():
+            grown = getattr(stats, key) - counted[key]
+            if grown > 0:
+                for child in self._observed(family, dp_rank):
+                    child.inc(grown)
+                counted[key] += grown
         if self.replicas > 1:
             total = summed_stats([s for s in self._stats if s is not None], self._pools)
             for key, family in self.gauges.items():
