@@ -12,7 +12,8 @@ Push-until-it-breaks knobs (the ideas that move by `push` in diagnose's table: `
 small increments until the server runs out of memory. Here each try moves the knob from the best value by
 `step * 2**k` (k = tries so far in that direction since the last kept change; a step below the noise is followed
 by a bigger one), never past the advice's own value, never to or past a value whose launch failed, at most
-`PUSH_TRIES` tries.
+`PUSH_TRIES` tries. Any other numeric knob advised only "higher" or "lower" (no value: the finding could not size
+it) is doubled or halved from its value now; a finding tried once is not tried again.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ MEMORY_FRACTION_PUSH = PushRule(0.01, 0.05, 0.99)
 PUSH_KNOBS = {found.flag: MEMORY_FRACTION_PUSH for idea in IDEAS.values() if idea.move == "push"
               for engine in ENGINES if (found := knob(idea.name, engine)) is not None}
 PUSH_TRIES = 4
+SCALE = 2.0  # "higher"/"lower" without a value, on a knob that is not pushed: double or halve the value now
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,22 @@ def _push(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memory) -> 
     return Push(proposal.flag, direction, value)
 
 
+def _scaled(proposal: Proposal, advice: Advice, flags: Flags, memory: _Memory, integer: bool) -> str | None:
+    """A "higher"/"lower" without a value, for a knob that is not pushed: the value now doubled or halved (an
+    integer knob stays an integer, at least 1); None where the value now is unknown, or the new one is no change or
+    at or past a value whose launch failed."""
+    current = numeric(flags.get(proposal.flag))
+    current = numeric(advice.current.value if advice.current else None) if current is None else current
+    if current is None or current <= 0:
+        return None
+    value = current * SCALE ** proposal.direction
+    value = max(1.0, float(round(value))) if integer else round(value, 4)
+    broken = memory.broken.get(proposal.flag, [])
+    if value == current or any((value - b) * proposal.direction >= 0 for b in broken):
+        return None
+    return f"{value:.0f}" if integer else f"{value:g}"
+
+
 def plan_for(advice: Advice, flags: Flags, engine: Engine, memory: _Memory) -> Plan | None:
     """The change this finding asks of `flags`; None when it is not actionable."""
     proposal = propose(advice, engine)
@@ -184,7 +202,11 @@ def plan_for(advice: Advice, flags: Flags, engine: Engine, memory: _Memory) -> P
         change = FlagChange(proposal.flag, f"{push.value:g}", proposal.companions)
         return Plan(change, (advice.id, proposal.flag, push.direction, push.value), push)
     if proposal.direction:
-        return None  # NOTE: "higher"/"lower" without a value is only actionable for a push knob
+        value = _scaled(proposal, advice, flags, memory, knob(advice.change.idea, engine).kind == "int")
+        if value is None:
+            return None
+        change = FlagChange(proposal.flag, value, proposal.companions)
+        return Plan(change, (advice.id, proposal.flag, value))
     change = FlagChange(proposal.flag, proposal.value, proposal.companions)
     if change.apply(flags).key == flags.key or (_runs_with(proposal.value, advice.current)
                                                 and flags.get(proposal.flag) is None):

@@ -9,7 +9,8 @@ divided over the ranks): info at low confidence, a chunk the log does not state.
 longer than C take several steps and everyone queued behind them waits.
 
 Where nearly every steady decode line (`DRAINED_FRACTION`) shows no queue, the prefill lines' queues were bursts
-admitted within a few steps (a closed-loop client whose requests end and arrive together): no finding.
+admitted within a few steps (a closed-loop client whose requests end and arrive together): no `too_small` (a tiny
+chunk is still one, below).
 
 `prefill_chunk.tiny` (SGLang): a `--chunked-prefill-size` below `TINY_CHUNK` in the log (sglang#3713 ran with 64):
 every prompt takes one forward pass per chunk, whatever the load; raise it to `TINY_CHUNK` x 4 (info; the
@@ -47,11 +48,11 @@ def check(ctx: Context) -> list[Finding]:
     if not chunk or chunk <= 0:
         seen = _chunk_in_the_lines(ctx)
         return _too_small(ctx, seen)[0] if seen else []
-    if _queue_never_stays(ctx):
-        return []  # NOTE: the prefill lines' queue is a burst being admitted, drained before the next decode line
-    found, why = _too_small(ctx, chunk)
-    if found:
-        return found
+    why = None
+    if not _queue_never_stays(ctx):  # NOTE: else the prefill lines' queue is a burst drained before decode resumed
+        found, why = _too_small(ctx, chunk)
+        if found:
+            return found
     tiny = _tiny(ctx, chunk) if chunk < TINY_CHUNK else None
     if tiny is not None:
         return [tiny]

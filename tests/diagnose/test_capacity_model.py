@@ -116,3 +116,16 @@ def test_shedding_on_a_cpu_server_asks_for_more_hosts_not_replicas_on_the_same_c
     log = Path(__file__).parent / "real_logs" / "recorded" / "toolkit-shedding-overload.log"
     (shed,) = [f for f in analyze([log]).findings if f.id == "shedding.too_much"]
     assert shed.change is None and shed.alternatives == () and "more hosts" in (shed.action or "")
+
+
+def test_a_pool_capped_by_hand_is_raised_to_hold_the_requests_that_wanted_to_run() -> None:
+    """A 1,024-token pool of ~224-token requests holds 4 while 8 wait: the cap grows to the 12 requests' tokens
+    (tune stopped at a bare "higher" before: benchmarks/tune_vs_search)."""
+    from tests.diagnose.test_rules import Startup, base
+
+    log = base(Startup(max_running=4, max_total=1024), max_total_tokens=1024).decode_series(
+        12, running=4, usage=[0.81, 0.88], queue=[8], max_total=1024)
+    finding = _ids(log.lines)["capacity.pool_bound"]
+    change = finding.change
+    assert change.idea == "kv_cap" and change.direction == 0
+    assert 2048 <= int(change.value) <= 3072, change.value  # 12 requests of ~220 tokens, in the cap's tokens

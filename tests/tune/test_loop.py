@@ -193,3 +193,30 @@ def test_knobs_limit_what_the_loop_may_move_and_it_goes_on_to_the_next_finding()
     result = Tuner(world, settings, clock=world.clock).run(START)
     # the cap is not among the knobs, nor is the joint change's companion: the admission finding drives the step
     assert result.steps[1].change.flag == "--schedule-conservativeness"
+
+
+def test_an_unsized_higher_on_a_plain_knob_doubles_it_until_it_stops_paying():
+    """`toolkit tune` against searches (benchmarks/tune_vs_search): a pool-bound finding said only "higher" for a
+    hand-set --max-total-tokens, and the loop stopped with the pool still binding; now it doubles the value."""
+    bigger_pool = Advice("capacity.pool_bound", "warning", Change("kv_cap", direction=1), Current.of(1024))
+
+    def objective(flags: Flags) -> tuple[float, ...]:
+        pool = int(flag(flags, "--max-total-tokens", "1024"))
+        return (100.0, 101.0) if pool < 2048 else (150.0, 151.0)
+
+    world = World(objective, lambda flags: (bigger_pool,), fails=lambda flags: int(
+        flag(flags, "--max-total-tokens", "1024")) >= 8192)
+    result = Tuner(world, clock=world.clock).run(Flags.parse("--max-total-tokens 1024"))
+    tried = [s.flags.get("--max-total-tokens") for s in result.steps]
+    assert tried == ["1024", "2048", "4096"]
+    assert [s.status for s in result.steps] == ["baseline", "kept", "reverted"]
+    assert result.best.flags.get("--max-total-tokens") == "2048" and result.reason.startswith("nothing")
+
+
+def test_an_unsized_lower_halves_the_value_and_a_failed_launch_is_not_retried():
+    smaller = Advice("x.y", "warning", Change("running_cap", direction=-1), Current.of(64))
+    world = World(lambda flags: (100.0, 101.0), lambda flags: (smaller,),
+                  fails=lambda flags: flags.get("--max-running-requests") == "32")
+    result = Tuner(world, clock=world.clock).run(Flags.parse("--max-running-requests 64"))
+    assert [s.flags.get("--max-running-requests") for s in result.steps] == ["64", "32"]
+    assert result.steps[1].status == "failed" and result.reason.startswith("nothing")
