@@ -66,12 +66,12 @@ def launch_scheduler(args: ServerArgs, rank: RankInfo | None = None,
     to its TPGroup."""
     rank = rank or RankInfo(gpu_id=args.base_gpu_id)
     device = place_rank(args, rank)
-    args = with_device_defaults(args)
+    source = model_source(args)
+    args = with_device_defaults(args, source.config)
     if args.random_seed is not None:
         torch.manual_seed(args.random_seed)
     if rank.is_leader and rank.dp_rank == 0:
         logger.info(f"server_args={args}")
-    source = model_source(args)
     check_tp_size(source.config, rank.tp_size)  # NOTE: every rank, before joining: a bad size never hangs a join
     tp = None
     if rank.tp_size > 1:

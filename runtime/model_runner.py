@@ -11,10 +11,10 @@ import torch
 
 from toolkit.runtime import cpu_capability
 from toolkit.runtime.attention.base import AttentionBackend
-from toolkit.runtime.attention.registry import create_backend, resolve_backend_name
+from toolkit.runtime.attention.registry import create_backend
 from toolkit.runtime.cuda_graph_runner import CompiledReplay, CudaGraphRunner, capture_batch_sizes
 from toolkit.runtime.cpu_threads import CpuThreadPolicy
-from toolkit.runtime.device_defaults import with_device_defaults
+from toolkit.runtime.device_defaults import TORCH_DTYPES, with_device_defaults
 from toolkit.runtime.memory.device import available_memory_gib, resolve_device
 from toolkit.runtime.forward_batch import ForwardBatch
 from toolkit.runtime.memory.allocator import TokenAllocator
@@ -43,23 +43,7 @@ class ForwardOutput(NamedTuple):
     used_cuda_graph: bool
 
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-SUPPORTED_QUANT_METHODS = ("fp8",)
-
-
-def resolve_dtype(name: str, config: ModelConfig, device: torch.device) -> torch.dtype:
-    """`--dtype`: auto is the checkpoint's float32, else on CUDA its float16 or bfloat16; on a CPU bfloat16 only
-    where oneDNN multiplies it natively (`cpu_capability`), float32 elsewhere."""
-    if name != "auto":
-        return _DTYPES[name]
-    if config.torch_dtype in ("float32", "torch.float32"):
-        return torch.float32
-    if device.type == "cpu":
-        return cpu_capability.probe().auto_dtype()
-    if config.torch_dtype in ("float16", "torch.float16") and device.type == "cuda":
-        return torch.float16
-    return torch.bfloat16
 
 
 @contextlib.contextmanager
@@ -87,21 +71,6 @@ def cuda_graph_disabled_reason(device: torch.device, args: ServerArgs, backend: 
     return None
 
 
-def resolve_quantization(flag: str | None, config: ModelConfig) -> str | None:
-    """`--quantization`, or the checkpoint's own `quantization_config.quant_method` (as SGLang reads it)."""
-    quant_config = config.extra.get("quantization_config") or {}
-    method = quant_config.get("quant_method")
-    if method is not None and method not in SUPPORTED_QUANT_METHODS:
-        raise ModelLoadError(f"the checkpoint's quantization_config.quant_method {method!r} is not supported; "
-                             f"supported: {', '.join(SUPPORTED_QUANT_METHODS)}")
-    if quant_config.get("weight_block_size"):
-        raise ModelLoadError(f"block-wise fp8 checkpoints (weight_block_size={quant_config['weight_block_size']}) "
-                             "are not supported; per-tensor or per-channel weight_scale only")
-    if flag is not None and method is not None and flag != method:
-        raise ModelLoadError(f"--quantization {flag} does not match the checkpoint's quant_method {method!r}")
-    return flag or method
-
-
 def check_tp_size(config: ModelConfig, tp_size: int) -> None:
     error = tp_size_error(config, tp_size)
     if error is not None:
@@ -121,21 +90,20 @@ def build_model(config: ModelConfig, max_positions: int, device: torch.device, d
 class ModelRunner:
     """`tp`: this rank's TP group (None for one device): the model holds this rank's shard and the KV pool its KV
     heads, sized from the smallest rank's memory. `host_processes`: scheduler processes sharing this host's CPU
-    RAM budget. Arguments not yet resolved get the device's defaults here (`device_defaults`)."""
+    RAM budget. Arguments not yet resolved are resolved here against the model (`device_defaults`)."""
 
     def __init__(self, args: ServerArgs, source: ModelSource | None = None,
                  tp: TPGroup | None = None, host_processes: int = 1) -> None:
-        self.args = args = with_device_defaults(args)
-        self.device = resolve_device(args.device)
-        self.tp = tp
-        self.host_processes = host_processes
-        self.cpu_threads = CpuThreadPolicy() if self.device.type == "cpu" else None
         self.source = source or resolve_model_source(
             args.model_path, args.load_format, args.tokenizer_path, args.context_length, args.model_overrides
         )
         self.config = self.source.config
-        self.quantization = resolve_quantization(args.quantization, self.config)
-        self.dtype = resolve_dtype(args.dtype, self.config, self.device)
+        self.args = args = with_device_defaults(args, self.config)
+        self.device = resolve_device(args.device)
+        self.tp = tp
+        self.host_processes = host_processes
+        self.cpu_threads = CpuThreadPolicy() if self.device.type == "cpu" else None
+        self.dtype = TORCH_DTYPES[args.dtype]
         if self.device.type == "cpu":
             cpu_capability.log_once(self.dtype)
         self.context_len = args.context_length or self.config.max_position_embeddings
@@ -144,7 +112,6 @@ class ModelRunner:
         self.plan = self._plan_pool()
         self.max_total_num_tokens = self.plan.max_total_num_tokens
         self._allocate_pools()
-        self.attention_backend_name = resolve_backend_name(args.attention_backend, self.device)
         self.attn_backend = create_backend(args.attention_backend, self.device)
         self.graph_runner = self._init_cuda_graphs()
 
@@ -173,6 +140,14 @@ class ModelRunner:
         )
         self.weight_load_seconds = time.perf_counter() - start
         return model
+
+    @property
+    def quantization(self) -> str | None:
+        return self.args.quantization
+
+    @property
+    def attention_backend_name(self) -> str:
+        return self.args.attention_backend
 
     @property
     def num_kv_heads(self) -> int:

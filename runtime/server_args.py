@@ -29,7 +29,8 @@ CONSTRAINED = "Constrained decoding"
 @dataclass(frozen=True)
 class Flag:
     """How a `ServerArgs` field appears on the command line. `from_device`: None here until the device fills it,
-    on any device or only with CUDA (`ResolvedArgs` checks it was)."""
+    on any device or only with CUDA (`ResolvedArgs` checks it was). `auto_resolved`: its `auto` is replaced by the
+    concrete value the device and the model decide (`ResolvedArgs` checks it was)."""
 
     group: str
     help: str
@@ -37,6 +38,7 @@ class Flag:
     aliases: tuple[str, ...] = ()
     minimum: int | None = None
     from_device: Literal["any", "cuda"] | None = None
+    auto_resolved: bool = False
     secret: bool = False
 
 
@@ -60,7 +62,7 @@ class ServerArgs:
     dtype: str = flag(
         "auto", MODEL, "Weight and activation dtype. auto: float32 for a float32 checkpoint; else on CUDA float16 "
         "for a float16 checkpoint and bfloat16 otherwise, on a CPU bfloat16 where oneDNN multiplies it natively and "
-        "float32 elsewhere.", choices=("auto", "float32", "bfloat16", "float16"))
+        "float32 elsewhere.", choices=("auto", "float32", "bfloat16", "float16"), auto_resolved=True)
     kv_cache_dtype: str = flag(
         "auto", MODEL, "KV cache dtype: auto (the model's), or fp8_e5m2 / fp8_e4m3 (one byte per value: twice the "
         "tokens per GB; scale 1.0, or the checkpoint's per-layer k_scale/v_scale).",
@@ -76,7 +78,7 @@ class ServerArgs:
     quantization: str | None = flag(
         None, MODEL, "fp8: linear weights in float8 e4m3 with per-channel scales (bf16/fp16 checkpoints are "
         "quantized at load; fp8 checkpoints load as they are). GEMMs run in fp8 on CUDA (sm89+), dequantized per "
-        "GEMM elsewhere.", choices=("fp8",))
+        "GEMM elsewhere; default: the checkpoint's quantization_config.quant_method, if any.", choices=("fp8",))
 
     host: str = flag("127.0.0.1", HTTP, "Bind address (default 127.0.0.1).")
     port: int = flag(30000, HTTP, "HTTP port.")
@@ -123,8 +125,9 @@ class ServerArgs:
     allow_auto_truncate: bool = flag(False, MEMORY, "Truncate prompts longer than the context instead of rejecting "
                                      "them.")
 
-    attention_backend: str = flag("auto", KERNELS, "auto, torch_native, triton or flashinfer.",
-                                  choices=("auto", "torch_native", "triton", "flashinfer"))
+    attention_backend: str = flag(
+        "auto", KERNELS, "auto, torch_native, triton or flashinfer. auto: flashinfer on CUDA where it can run, else "
+        "triton; torch_native on a CPU.", choices=("auto", "torch_native", "triton", "flashinfer"), auto_resolved=True)
     sampling_backend: str | None = flag(
         None, KERNELS, "pytorch (the only sampler here: torch ops on the device; SGLang's flashinfer sampling "
         "kernels are not implemented, so that value is refused).", choices=("pytorch",))
@@ -233,8 +236,9 @@ class ServerArgs:
 
 @dataclass(repr=False, frozen=True)
 class ResolvedArgs(ServerArgs):
-    """`ServerArgs` with the device's defaults filled (`device_defaults.with_device_defaults`): the device is `cpu`
-    or `cuda` and every `from_device` field the device fills holds a value."""
+    """`ServerArgs` with the device's defaults filled and the autos resolved against the device and the model
+    (`device_defaults.with_device_defaults`): the device is `cpu` or `cuda`, every `from_device` field the device
+    fills holds a value, and no `auto_resolved` field is `auto` (the quantization is the method, or None)."""
 
     def validate(self) -> None:
         super().validate()
@@ -244,6 +248,10 @@ class ResolvedArgs(ServerArgs):
                     and spec.from_device in ("any", self.device)]
         if unfilled:
             raise ValueError(f"the device's defaults were not filled: {', '.join(unfilled)}")
+        unresolved = [cli_flag(f.name) for f, spec in flag_fields()
+                      if spec.auto_resolved and getattr(self, f.name) == "auto"]
+        if unresolved:
+            raise ValueError(f"resolved arguments hold an unresolved auto: {', '.join(unresolved)}")
 
 
 def flag_fields() -> tuple[tuple[dataclasses.Field, Flag], ...]:

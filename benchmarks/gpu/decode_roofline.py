@@ -22,7 +22,6 @@ import torch
 from benchmarks.common import provenance, slug, write_result
 from benchmarks.gpu.roofline import decode_step_bytes, measure_copy_bandwidth, roofline_seconds, weight_bytes_read
 from toolkit.runtime.forward_batch import ForwardBatch, ForwardMode
-from toolkit.runtime.launch import with_device_defaults
 from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.server_args import ServerArgs
 
@@ -95,7 +94,7 @@ def server_args(opts: argparse.Namespace, device: torch.device) -> ServerArgs:
     )
     if opts.dry_run:
         settings = {**settings, **DRY_RUN_SETTINGS}
-    return with_device_defaults(ServerArgs(**{**settings, **opts.engine_args}))
+    return ServerArgs(**{**settings, **opts.engine_args})  # NOTE: the runner resolves them against the model
 
 
 def run(opts: argparse.Namespace, device: torch.device) -> dict:

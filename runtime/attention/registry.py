@@ -56,10 +56,9 @@ def resolve_backend_name(name: str, device: torch.device) -> str:
 
 
 def create_backend(name: str, device: torch.device) -> AttentionBackend:
-    resolved = resolve_backend_name(name, device)
-    if resolved not in _BACKENDS:
+    """`name`: a resolved backend (`resolve_backend_name`, run once when the arguments are resolved)."""
+    if name not in _BACKENDS:
         raise ValueError(f"--attention-backend {name}: unknown backend; available: {', '.join(sorted(_BACKENDS))}")
-    backend = _BACKENDS[resolved](torch.device(device))
-    chosen = f"{resolved} (auto)" if name == "auto" else resolved
-    logger.info(f"Attention backend: {chosen}, device={device}")
+    backend = _BACKENDS[name](torch.device(device))
+    logger.info(f"Attention backend: {name}, device={device}")
     return backend

@@ -9,6 +9,7 @@ import pytest
 
 from toolkit.runtime.cpu_threads import decode_threads
 from toolkit.runtime.device_defaults import with_device_defaults
+from toolkit.runtime.model_loader.config import load_preset
 from toolkit.runtime.server_args import ServerArgs, parse_server_args
 
 
@@ -31,7 +32,7 @@ def test_environment_overrides_the_decode_thread_count(monkeypatch):
     (["--enable-overlap-schedule"], False),    # asked for: on, even on a CPU
 ])
 def test_overlap_is_off_on_a_cpu_unless_asked_for(flags, disabled):
-    args = with_device_defaults(parse_server_args(["--device", "cpu", *flags]))
+    args = with_device_defaults(parse_server_args(["--device", "cpu", *flags]), load_preset("qwen3-0.6b"))
     assert args.disable_overlap_schedule is disabled
 
 
@@ -50,6 +51,6 @@ def test_the_runtime_leaves_openmp_wait_policy_alone():
 
 @pytest.mark.parametrize(("flags", "page_size"), [([], 16), (["--page-size", "1"], 1), (["--page-size", "64"], 64)])
 def test_a_cpu_pages_16_tokens_unless_told(flags, page_size):
-    args = with_device_defaults(parse_server_args(["--device", "cpu", *flags]))
+    args = with_device_defaults(parse_server_args(["--device", "cpu", *flags]), load_preset("qwen3-0.6b"))
     assert args.page_size == page_size
     assert parse_server_args(flags).page_size == (None if not flags else page_size)

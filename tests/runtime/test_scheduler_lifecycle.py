@@ -121,7 +121,10 @@ def test_startup_line_reports_the_resolved_limits(folder):
     match = STARTUP_RE.match(line)
     # a CPU's default 16-token pages: the pool is 1000 tokens rounded down to whole pages
     assert match and match.groups()[:5] == ("992", "48", "16384", "7", "512")
-    assert any(line.startswith("server_args=ServerArgs(") for line in log.lines)
+    (args_line,) = [line for line in log.lines if line.startswith("server_args=ServerArgs(")]
+    # NOTE: the autos resolved before the arguments froze: the line shows what runs
+    assert "attention_backend='torch_native'" in args_line and "page_size=16" in args_line
+    assert re.search(r" dtype='(float32|bfloat16)'", args_line)
     assert any(line.startswith("Load weight begin. avail mem=") for line in log.lines)
     assert any(re.match(r"KV Cache is allocated\. #tokens: 992, K size: [\d.]+ GB, V size: [\d.]+ GB$", line)
                for line in log.lines)

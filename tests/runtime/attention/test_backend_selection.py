@@ -35,10 +35,16 @@ def test_explicit_names_are_kept():
 
 
 def test_the_chosen_backend_is_logged(caplog):
+    cpu = torch.device("cpu")
     with caplog.at_level(logging.INFO, logger="runtime"):
-        backend = create_backend("auto", torch.device("cpu"))
+        backend = create_backend(resolve_backend_name("auto", cpu), cpu)
     assert backend.name == "torch_native"
-    assert "Attention backend: torch_native (auto)" in caplog.text
+    assert "Attention backend: torch_native, device=cpu" in caplog.text
+
+
+def test_an_unresolved_auto_is_no_backend():
+    with pytest.raises(ValueError, match="--attention-backend auto: unknown backend"):
+        create_backend("auto", torch.device("cpu"))
 
 
 def test_triton_runs_on_cpu_in_the_interpreter():
