@@ -4,7 +4,8 @@
   the next one (`rules.room`: usage >= 0.9, or what is left holds less than a running request's tokens: a pool of
   1,024 tokens 86 % used by two requests): the pool, not the scheduler, limits the batch. A pool capped by hand
   (`--max-total-tokens`, vLLM's `--num-gpu-blocks-override`) is raised to hold the demand: the running and waiting
-  requests of the median bound line at the size requests grow to (1.25x to 16x the cap). Else more KV memory (SGLang: raise `--mem-fraction-static` toward
+  requests of the median bound line at the size requests grow to (1.25x to 16x the cap), with a hand-set running
+  cap below what that pool holds raised alongside. Else more KV memory (SGLang: raise `--mem-fraction-static` toward
   6.5 GB left when more than 8 GB are left; vLLM: `--gpu-memory-utilization` up to 0.95), else an fp8 KV
   cache, else smaller outputs (the client's `max_tokens`). A short excerpt (fewer than 10 steady lines) gets the
   finding when >= 75% of its load lines are full with a queue, at `low` confidence (1-3 lines, `info`) or
@@ -160,7 +161,8 @@ def _pool_bound(ctx: Context) -> Finding | None:
     fraction = len(full) / len(steady)
     if fraction < BOUND_FRACTION:
         return None
-    change, current, tradeoff = _more_memory(ctx, _demand(full, request_size(steady, cfg.max_total_num_tokens)))
+    size = request_size(steady, cfg.max_total_num_tokens)
+    change, current, tradeoff = _more_memory(ctx, _demand(full, size), size)
     why = (f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines requests waited while the KV pool had "
            f"no room for the next one (median usage {full.median('usage'):.2f}, queue "
            f"{full.median('queue_req'):.0f}){_held(steady, cfg.max_total_num_tokens)}: memory, not the scheduler, "
@@ -183,7 +185,8 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
     if load is None or full is None or len(full) < SHORT_FRACTION * len(load):
         ctx.steady_enough()  # notes why the load could not be judged
         return None
-    change, current, tradeoff = _more_memory(ctx, _demand(full, request_size(load, tokens_in_pool)))
+    size = request_size(load, tokens_in_pool)
+    change, current, tradeoff = _more_memory(ctx, _demand(full, size), size)
     alternatives: tuple[Change, ...] = ()
     if change is not None and change.idea == "kv_dtype" and ctx.config.mem_fraction_static is None:
         change, alternatives, current = Change("kv_memory", direction=1), (change,), None
@@ -220,23 +223,30 @@ def _demand(bound: Rows, size: float | None) -> float | None:
     return wanted * size if wanted > 0 else None
 
 
-def _larger_cap(cap: int, pool: int | None, demand: float | None) -> Change:
+def _larger_cap(cfg, demand: float | None, size: float | None) -> Change:
     """A hand-set pool cap raised to hold the demand, in the cap's own unit (tokens, or vLLM's blocks): the pool
-    scaled by demand / pool, between MIN_GROWTH and MAX_GROWTH times; only "higher" where the demand is unknown."""
-    if not pool or demand is None:
+    scaled by demand / pool, between MIN_GROWTH and MAX_GROWTH times; only "higher" where the demand is unknown.
+    A running cap set by hand below what the larger pool holds comes along, raised to that many requests (the
+    pool's room is of no use while the cap keeps the batch where it is)."""
+    cap, pool = cfg.value("kv_cap"), cfg.max_total_num_tokens
+    if not pool or demand is None or size is None:
         return Change("kv_cap", direction=1)
     growth = min(MAX_GROWTH, max(MIN_GROWTH, demand / pool))
-    return Change("kv_cap", str(math.ceil(cap * growth)))
+    running_cap, holds = cfg.value("running_cap"), requests_held(int(pool * growth), size)
+    along = (Change("running_cap", str(holds)),) if isinstance(running_cap, int) and 0 < running_cap < holds else ()
+    return Change("kv_cap", str(math.ceil(cap * growth)), companions=along)
 
 
-def _more_memory(ctx: Context, demand: float | None = None) -> tuple[Change | None, Current | None, str]:
+def _more_memory(ctx: Context, demand: float | None = None, size: float | None = None
+                 ) -> tuple[Change | None, Current | None, str]:
     """(change, current, trade-off): more KV memory where there is some, else fp8 KV, else none (outputs).
-    `demand`: the tokens the waiting and running requests would hold (sizes a pool capped by hand)."""
+    `demand`: the tokens the waiting and running requests would hold, `size` one request's (they size a pool capped
+    by hand)."""
     cfg = ctx.config
     mfs = cfg.mem_fraction_static
     cap = cfg.value("kv_cap")
     if isinstance(cap, int) and cap > 0:  # NOTE: a pool sized by hand: that size binds, whatever memory is free
-        return (_larger_cap(cap, cfg.max_total_num_tokens, demand), Current.of(cap),
+        return (_larger_cap(cfg, demand, size), Current.of(cap),
                 "A larger pool takes memory from whatever the cap left it to; above what memory holds it fails to start.")
     if cfg.vllm:
         more = more_kv_memory(cfg)

@@ -125,7 +125,12 @@ def test_a_pool_capped_by_hand_is_raised_to_hold_the_requests_that_wanted_to_run
 
     log = base(Startup(max_running=4, max_total=1024), max_total_tokens=1024).decode_series(
         12, running=4, usage=[0.81, 0.88], queue=[8], max_total=1024)
-    finding = _ids(log.lines)["capacity.pool_bound"]
-    change = finding.change
-    assert change.idea == "kv_cap" and change.direction == 0
+    change = _ids(log.lines)["capacity.pool_bound"].change
+    assert change.idea == "kv_cap" and change.direction == 0 and change.companions == ()
     assert 2048 <= int(change.value) <= 3072, change.value  # 12 requests of ~220 tokens, in the cap's tokens
+    # a running cap set by hand at what the small pool held comes along: the larger pool alone would change nothing
+    capped = base(Startup(max_running=4, max_total=1024), max_total_tokens=1024, max_running_requests=4)
+    change = _ids(capped.decode_series(12, running=4, usage=[0.81, 0.88], queue=[8], max_total=1024).lines)[
+        "capacity.pool_bound"].change
+    (along,) = change.companions
+    assert along.idea == "running_cap" and 11 <= int(along.value) <= 12, along  # the 12 that wanted to run
