@@ -207,6 +207,16 @@ _OOM_NUMBERS = {
     "evictable_size": re.compile(r"evictable_size(?:\(\))?=(\d+)"),
 }
 _OOM_PHASE = re.compile(r"(Prefill|Decode) out of memory")
+# torch's own accounting in a CUDA OOM: before 2.1 `(GPU 0; 10.73 GiB total capacity; 9.85 GiB already allocated;
+# 46.44 MiB free; 9.86 GiB reserved in total by PyTorch)`; since `GPU 0 has a total capac(i)ty of 23.64 GiB of which
+# 1.42 GiB is free. [Including non-PyTorch memory, ]this process has 22.22 GiB memory in use.`
+_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes)"
+_TORCH_OOM = {
+    "device_total_gb": re.compile(_SIZE + r" total capacity|total capac(?:i)?ty of " + _SIZE),
+    "device_free_gb": re.compile(_SIZE + r" free\b|of which " + _SIZE + r" is free"),
+    "process_gb": re.compile(r"this process has " + _SIZE + r" memory in use|" + _SIZE + r" reserved in total by PyTorch"),
+}
+_GIB = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "bytes": 1 / 1024**3}
 
 
 def _oom(text: str) -> dict[str, Value]:
@@ -216,6 +226,11 @@ def _oom(text: str) -> dict[str, Value]:
         found = pattern.search(text)
         if found:
             out[key] = int(found.group(1))
+    for key, pattern in _TORCH_OOM.items():
+        found = pattern.search(text)
+        if found:
+            amount, unit = [g for g in found.groups() if g is not None][:2]
+            out[key] = round(float(amount) * _GIB[unit], 3)
     return out
 
 
@@ -268,7 +283,7 @@ def _not_enough_memory(text: str) -> dict[str, Value]:
 
 _MESSAGE = {"message": str}
 FIELDS: dict[str, Fields] = {
-    "oom": Fields(_oom, {"phase": str} | dict.fromkeys(_OOM_NUMBERS, int)),
+    "oom": Fields(_oom, {"phase": str} | dict.fromkeys(_OOM_NUMBERS, int) | dict.fromkeys(_TORCH_OOM, float)),
     "exception": Fields(_exception, {"component": str, "error": str, "oom_phase": str}),
     "not_enough_memory": Fields(_not_enough_memory, _MESSAGE | dict.fromkeys(_FREE_FIELDS, Number)),
     "leak": Fields(assignments, {}, open=True),  # `available_size=..., evictable_size=..., ...`

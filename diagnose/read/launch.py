@@ -15,7 +15,7 @@ from toolkit.diagnose.read.values import Fields, Value, value
 
 SGLANG_LAUNCHER = "python -m sglang.launch_server"  # how a corrected command starts, by engine
 VLLM_LAUNCHER = "vllm serve"
-_PYTHON = r"python3?(?:\.\d{1,2})? -m "
+_PYTHON = r"python3?(?:\.\d{1,2})? (?:-[bBdEiIOPqsSuvx]{1,4} ){0,4}-m "  # interpreter switches (`-u`, vllm#188)
 PROGRAMS = {
     "sglang": _PYTHON + r"sglang\.launch_server|sglang serve",
     # vLLM's image runs the api server: its arguments follow the image in `docker run ... vllm/vllm-openai:TAG ...`

@@ -175,8 +175,10 @@ STARTS: dict[str, str] = {
     "input_too_long": r"Input length \(\d+(?: tokens)?\) exceeds the maximum allowed length \(\d+(?: tokens)?\)",
     "client_gone": r"the client of [A-Z]{1,10} \S{1,2000} disconnected before the response"
                    r"|(?:\[http_server\] Error: )?Request is disconnected from the client side",
-    # PD disaggregation: a request's KV transfer between the prefill and the decode server failed
-    "kv_transfer_failed": r"(?:Prefill|Decode) transfer failed for request ",
+    # PD disaggregation: a request's KV transfer between the prefill and the decode server failed; vLLM V0's KV
+    # connectors (simple, Mooncake store) on the decode side, per rank, recomputing what did not arrive
+    "kv_transfer_failed": r"(?:Prefill|Decode) transfer failed for request "
+                          r"|(?:\[rank\d{1,5}\]: )?Failed to receive all KVs and hidden states",
     # vLLM
     "prefix_cache": r"Prefix cache hit rate: GPU: ",
     "spec_metrics": r"SpecDecoding metrics: |Speculative metrics: ",

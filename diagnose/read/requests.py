@@ -67,12 +67,17 @@ _TRANSFER = re.compile(r"(Prefill|Decode) transfer failed for request (?:rank=(\
                        r"(?: with exception (?:\w+\([^()]*\): )?(.*))?$")
 
 
+# vLLM V0's KV connectors on the decode side: `[rank0]: Failed to receive all KVs and hidden states, redo model
+# forwarding.` (no request named: the whole batch is recomputed)
+_NOT_RECEIVED = re.compile(r"(?:\[rank(\d+)\]: )?Failed to receive all KVs and hidden states,? ?(.*?)\.?$")
+
+
 def _transfer_failed(text: str) -> dict[str, Value]:
     """`Prefill transfer failed for request rank=4 req.rid='ab' req.bootstrap_room=9 with exception
     KVTransferError(bootstrap_room=9): Decode instance could be dead, ...`: the side, rank, request and why."""
     m = _TRANSFER.match(text)
     if m is None:
-        return {}
+        return _not_received(text)
     side, rank, rid, reason = m.groups()
     out: dict[str, Value] = {"side": side.lower()}
     if rank is not None:
@@ -81,6 +86,17 @@ def _transfer_failed(text: str) -> dict[str, Value]:
         out["rid"] = rid
     if reason:
         out["reason"] = reason.strip()
+    return out
+
+
+def _not_received(text: str) -> dict[str, Value]:
+    m = _NOT_RECEIVED.match(text)
+    if m is None:
+        return {}
+    rank, then = m.groups()
+    out: dict[str, Value] = {"side": "decode", "reason": "not all KV received" + (f", {then}" if then else "")}
+    if rank is not None:
+        out["transfer_rank"] = int(rank)
     return out
 
 

@@ -9,6 +9,12 @@
 - `oom.weights` (critical): a CUDA out-of-memory error while the model loaded (the traceback before or just after
   it names `load_model`, `load_weights`, the model loader): more tensor parallelism, or a quantized model; no
   memory fraction helps.
+- `oom.before_cache` (critical): a CUDA out-of-memory error whose own accounting (torch's: total capacity, what this
+  process held) shows a vLLM process holding `WHOLE_DEVICE` of the device or more after the engine was seen
+  starting (a launch command, its configuration, its weights loading) and before any KV cache was sized or it served
+  (vllm#188: 9.86 of 10.73 GiB): the weights and the profiling forward over the longest batch need more than the
+  device; more tensor parallelism or a quantized model, a shorter context where the weights fit. No memory
+  fraction helps (vLLM sizes the cache last, from what they left).
 - `oom.full_precision` (critical): a CUDA out-of-memory error (not in graph capture) while the model runs in float32
   (read from the log or the launch command pasted with it, vllm#2140): `--dtype auto`, the checkpoint's half
   precision, where float32 was asked for (`--dtype float`), else `--dtype bfloat16`; it replaces `oom.weights` and
@@ -73,6 +79,10 @@ def check(ctx: Context) -> list[Finding]:
     if loading:
         out.append(_loading(ctx, loading))
     other = [e for e in other if e not in loading]
+    early = [e for e in other if _before_cache(ctx, e)]
+    if early:
+        out.append(_outgrown(ctx, early))
+    other = [e for e in other if e not in early]
     if other:
         out.append(_other(ctx, other))
     start = sorted(ctx.timeline.kind("not_enough_memory") + _no_cache(ctx), key=lambda e: e.line)
@@ -169,6 +179,53 @@ def _other(ctx: Context, rows: list[Event]) -> Finding:
         evidence=evidence_events(rows), change=_kv_memory(ctx, -1), current=memory_fraction(ctx.config),
         tradeoff="A smaller KV cache holds fewer tokens: fewer concurrent requests.",
         alternatives=(Change("running_cap", direction=-1),) if sampler else ())
+
+
+WHOLE_DEVICE = 0.85  # an OOM where the process already holds this share of the device (torch's own accounting)
+# what shows a vLLM engine starting (a pasted launch command, its configuration, its weights loading), and what it
+# prints once a KV cache was sized or it serves: an OOM after the first and before all of the second came first
+STARTING = frozenset({"launch_command", "engine_config", "engine_args", "weights_loaded"})
+CACHE_SIZED = frozenset({"kv_capacity", "gpu_blocks", "kv_memory", "graph_captured"})
+SERVING = ("decode", "prefill", "stats")
+
+
+def _before_cache(ctx: Context, e: Event) -> bool:
+    """vLLM sizes its KV cache last, from what the weights and a profiling forward left of its share: an OOM with the
+    process holding nearly the whole device, after the engine was seen starting and before any cache was sized,
+    came before the cache (SGLang's pool is a fixed share taken at start-up: its OOMs there are the share's)."""
+    total, held = e.fields.get("device_total_gb"), e.fields.get("process_gb")
+    if not (ctx.config.vllm and _is_number(total) and _is_number(held) and total > 0
+            and held >= WHOLE_DEVICE * total):
+        return False
+    mine = [x for kind in STARTING | CACHE_SIZED for x in ctx.timeline.kind(kind) if x.source == e.source
+            and x.line < e.line]
+    started = [x.line for x in mine if x.kind in STARTING]
+    if not started:
+        return False
+    start = min(started)
+    sized = any(x.kind in CACHE_SIZED and x.line > start for x in mine)
+    return not sized and not any(
+        np.any((rows["source"] == e.source) & (rows["line"] > start) & (rows["line"] < e.line))
+        for rows in (ctx.timeline.series(kind) for kind in SERVING) if len(rows))
+
+
+def _outgrown(ctx: Context, rows: list[Event]) -> Finding:
+    """What comes before the KV cache (the weights, then the profiling forward over the longest batch) needs more
+    than the device: no memory fraction helps, it shares out what is left after them."""
+    e = rows[0]
+    total, held = e.fields["device_total_gb"], e.fields["process_gb"]
+    cfg = ctx.config
+    return Finding(
+        id="oom.before_cache", severity="critical", title=f"Out of memory before a KV cache was sized ({len(rows)}x)",
+        message=f"When the device ran out this process already held {held:.2f} of its {total:.2f} GiB, and nothing "
+        "before it sized a KV cache: what comes first (the weights, then the forward that profiles the longest "
+        "batch) needs more than the device has. A lower memory fraction does not help, it shares out what is left "
+        "after them.", evidence=evidence_events(rows, process_gb=held, device_total_gb=total),
+        change=Change("tp", direction=1), current=Current.of(cfg.tp_size) if cfg.parallelism_source != "default" else None,
+        tradeoff="More GPUs per replica (or a quantized model) make room for the weights; where the weights fit and the "
+        "profiling forward does not, a shorter context (a smaller longest batch) is enough.",
+        ranks=tuple(sorted({x.rank for x in rows if x.rank})),
+        alternatives=(Change("quantization"), Change("context", direction=-1)))
 
 
 def _capture(ctx: Context, rows: list[Event]) -> Finding:

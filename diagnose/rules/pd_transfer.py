@@ -2,7 +2,8 @@
 
 `pd_transfer.failed`: KV transfers between a PD-disaggregated prefill server and its decode server failed
 (SGLang's `Prefill transfer failed for request ...` / `Decode transfer failed for request ...`, one line per TP
-rank, docs/log-formats.md §6.3). Each failed transfer fails its request; nothing on this server's flags fixes it,
+rank, docs/log-formats.md §6.3; vLLM V0's KV connectors on the decode side: `[rankN]: Failed to receive all KVs and
+hidden states, redo model forwarding.`, no request named, the batch recomputed). Each failed transfer fails its request; nothing on this server's flags fixes it,
 so the finding says where the cause is, read from the reason the transfer backend gave:
 
 - the other side is gone (`could be dead`, `is not alive`, `might be dead`): critical; that server's own log
@@ -75,7 +76,9 @@ def _failed(ctx: Context) -> list[Finding]:
     sides = Counter(str(e.fields.get("side", "?")) for e in failed)
     side = sides.most_common(1)[0][0]
     other = OTHER_SIDE.get(side, "other")
-    requests = len({e.fields.get("rid") for e in failed if e.fields.get("rid")}) or len(failed)
+    # NOTE: a line per TP rank; without a request id (vLLM's connectors) one rank's lines count the failures
+    requests = (len({e.fields.get("rid") for e in failed if e.fields.get("rid")})
+                or max(Counter(e.fields.get("transfer_rank", e.rank) for e in failed).values()))
     ranks = tuple(sorted({e.rank for e in failed if e.rank}))
     gone = [r for r in reasons if any(word in r for word in GONE)]
     facts = {"requests": requests, "side": side, "reason": reason, "reasons": len(reasons)}

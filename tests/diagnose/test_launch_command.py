@@ -33,6 +33,10 @@ OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     ("python -m vllm.entrypoints.openai.api_server --model m --quantization awq --max-model-len 4096 --seed -1",
      "vllm", {"model": "m", "quantization": "awq", "max_model_len": 4096, "seed": -1}),
     ("vllm serve m --chat-template 'unclosed quote --max-num-seqs 8", "vllm", {"model": "m", "max_num_seqs": 8}),
+    # the interpreter's own switches before `-m` (unbuffered output, vllm#188)
+    ("python -u -m vllm.entrypoints.openai.api_server --model m --dtype half --gpu-memory-utilization 0.8  "
+     "--max-model-len 4096", "vllm", {"dtype": "half", "gpu_memory_utilization": 0.8, "max_model_len": 4096}),
+    ("python3 -u -B -m sglang.launch_server --model-path m --tp 2", "sglang", {"model_path": "m", "tp_size": 2}),
 ])
 def test_a_launch_command_is_read_with_its_flags(line: str, engine: str, fields: dict) -> None:
     (event,) = parse_lines([line])

@@ -47,9 +47,26 @@ def test_no_failed_transfer_no_finding_and_two_requests_are_counted() -> None:
     assert "prefill server" in (two.action or "")
 
 
+def not_received(rank: int, worker_pid: int | None) -> str:
+    """vLLM V0's KV connectors on the decode side (simple, Mooncake store): per rank, no request named."""
+    prefix = f"(VllmWorkerProcess pid={worker_pid}) " if worker_pid else ""
+    return (f"{prefix}WARNING 04-18 04:13:04 [simple_connector.py:196] [rank{rank}]: Failed to receive all KVs and "
+            "hidden states, redo model forwarding.")
+
+
+def test_vllms_connector_recomputing_what_it_did_not_receive_is_one_failure_seen_by_every_rank() -> None:
+    lines = [not_received(0, None)] + [not_received(rank, 22920 + rank) for rank in (1, 2, 3)]
+    f = finding(lines)
+    assert f is not None and f.severity == "warning" and f.change is None
+    assert f.title == "KV transfer failed for 1 request (decode side)" and f.evidence.count == 4
+    assert "redo model forwarding" in f.evidence.facts["reason"] and "prefill server" in (f.action or "")
+    assert finding([not_received(0, None), not_received(0, None)]).title.startswith("KV transfer failed for 2 ")
+
+
 @pytest.mark.parametrize(("path", "severity"), [
     ("sglang/sglang-12688-pd-decode-transfer-aborted.log", "warning"),
     ("downstream/mooncake-851-pd-decode-transfer-other-rank.log", "warning"),
+    ("downstream/mooncake-269-v0-store-kv-receive-redo-forwarding.log", "warning"),
 ])
 def test_the_real_excerpts_get_the_finding(path, severity) -> None:
     found = [f for f in analyze([REAL / path]).findings if f.id == "pd_transfer.failed"]
