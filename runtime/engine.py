@@ -48,6 +48,7 @@ class _Pending:
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    input_logprobs: list | None = None
     last: TokenOutput | None = None
 
 
@@ -97,8 +98,11 @@ class Engine:
         input_ids: InputIds = None,
         return_logprob: bool = False,
         top_logprobs_num: int = 0,
+        logprob_start_len: int = -1,
     ) -> dict | list[dict]:
-        """Greedy or sampled completions; a single prompt gives a dict, a list of prompts a list."""
+        """Greedy or sampled completions; a single prompt gives a dict, a list of prompts a list. With
+        `return_logprob` and `logprob_start_len` >= 0, also the prompt's logprobs from that position
+        (`meta_info.input_token_logprobs`, SGLang's: the first prompt token's is None)."""
         batch_ids, single = self._tokenize(prompt, input_ids)
         params_list = self._sampling_params(sampling_params, len(batch_ids))
         pending: list[_Pending] = []
@@ -108,7 +112,7 @@ class Engine:
             if error is not None:
                 raise ValueError(error)
             for _ in range(params.n):
-                pending.append(self._submit(ids, params, return_logprob, top_logprobs_num))
+                pending.append(self._submit(ids, params, return_logprob, top_logprobs_num, logprob_start_len))
         self._run_until_done(pending, budget=sum(len(ids) for ids in batch_ids) + sum(p.params.max_new_tokens for p in pending))
         results = [self._result(p) for p in pending]
         return results[0] if single and len(results) == 1 else results
@@ -131,9 +135,10 @@ class Engine:
             return [SamplingParams.from_dict(p) for p in sampling_params]
         return [SamplingParams.from_dict(sampling_params)] * count
 
-    def _submit(self, ids: list[int], params: SamplingParams, return_logprob: bool, top_logprobs_num: int) -> _Pending:
+    def _submit(self, ids: list[int], params: SamplingParams, return_logprob: bool, top_logprobs_num: int,
+                logprob_start_len: int = -1) -> _Pending:
         rid = uuid.uuid4().hex
-        self._inbox.append(GenerateInput(rid, ids, params, return_logprob, top_logprobs_num))
+        self._inbox.append(GenerateInput(rid, ids, params, return_logprob, top_logprobs_num, logprob_start_len))
         self._live.add(rid)
         return _Pending(rid, params, time.perf_counter(), return_logprob)
 
@@ -184,6 +189,8 @@ class Engine:
                 state.logprobs.append(out.logprob)
             if out.top_logprobs is not None:
                 state.top_logprobs.append(out.top_logprobs)
+        if out.input_logprobs is not None:
+            state.input_logprobs = out.input_logprobs
         state.last = out
 
     def _result(self, state: _Pending) -> dict:
@@ -201,6 +208,9 @@ class Engine:
             meta["output_token_logprobs"] = [(lp, tid) for lp, tid in zip(state.logprobs, state.output_ids)]
             if state.top_logprobs:
                 meta["output_top_logprobs"] = state.top_logprobs
+            if state.input_logprobs is not None:
+                meta["input_token_logprobs"] = [(lp, tid) for tid, lp, _ in state.input_logprobs]
+                meta["input_top_logprobs"] = [top for _, _, top in state.input_logprobs]
         return {"text": strip_stop_string(text, last.finished_reason), "output_ids": state.output_ids,
                 "meta_info": meta}
 

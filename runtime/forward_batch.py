@@ -36,7 +36,8 @@ class ForwardBatch:
     req_to_token: torch.Tensor  # [max_reqs, max_context] slot of each request's token
     kv_pool: KVPool
     attn_backend: AttentionBackend
-    # Rows of the flattened tokens whose logits are needed (each request's last token); None means all rows.
+    # Rows of the flattened tokens whose logits are needed (each request's last token, and the prompt positions
+    # whose logprobs are asked); None means all rows.
     logits_indices: torch.Tensor | None = None
     attn_metadata: Any = field(default=None, repr=False)
 
@@ -92,8 +93,10 @@ class ForwardBatch:
         req_to_token: torch.Tensor,
         kv_pool: KVPool,
         attn_backend: AttentionBackend,
+        logit_counts: list[int] | None = None,
     ) -> ForwardBatch:
-        """Lay out a batch from per-request prefix lengths and new tokens (host lists → device tensors)."""
+        """Lay out a batch from per-request prefix lengths and new tokens (host lists → device tensors). An extend
+        returns logits for the last `logit_counts[i]` tokens of request i (default: its last token only)."""
         device = req_to_token.device
         extend_lens = [len(ids) for ids in new_token_ids]
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
@@ -101,11 +104,12 @@ class ForwardBatch:
         positions = [p for prefix, ext in zip(prefix_lens, extend_lens) for p in range(prefix, prefix + ext)]
         logits_indices = None
         if mode is ForwardMode.EXTEND:
-            ends, total = [], 0
-            for ext in extend_lens:
+            rows, total = [], 0
+            for i, ext in enumerate(extend_lens):
                 total += ext
-                ends.append(total - 1)
-            logits_indices = torch.tensor(ends, dtype=torch.int64, device=device)
+                count = logit_counts[i] if logit_counts else 1
+                rows.extend(range(total - count, total))
+            logits_indices = torch.tensor(rows, dtype=torch.int64, device=device)
         batch = cls(
             mode=mode,
             input_ids=torch.tensor(flat_ids, dtype=torch.int64, device=device),

@@ -44,6 +44,8 @@ class GenerateInput:
     sampling_params: SamplingParams
     return_logprob: bool = False
     top_logprobs_num: int = 0
+    # SGLang's: the first prompt position whose logprob is returned (with `return_logprob`); -1 for none
+    logprob_start_len: int = -1
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,13 @@ class DrainRequest:
 
 # ---- scheduler → front end ----
 
+LogprobEntry = tuple[int, "float | None", "list[tuple[int, float]] | None"]  # (token, logprob, top alternatives)
+
+
 class TokenOutput(NamedTuple):
     """One request's progress in one step: a new token, a finish, or both (a tuple: one per request per step,
-    so cheap to build and to pickle)."""
+    so cheap to build and to pickle). `input_logprobs` rides on a request's first token only: one entry per prompt
+    token from its `logprob_start_len` (the first prompt token's logprob is None)."""
 
     rid: str
     token_id: int | None
@@ -80,6 +86,7 @@ class TokenOutput(NamedTuple):
     cached_tokens: int
     logprob: float | None = None
     top_logprobs: list[tuple[int, float]] | None = None
+    input_logprobs: list[LogprobEntry] | None = None
 
 
 @dataclass(frozen=True)

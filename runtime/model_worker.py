@@ -18,6 +18,7 @@ import torch
 
 from toolkit.runtime.forward_batch import ForwardBatch
 from toolkit.runtime.model_runner import ModelRunner
+from toolkit.runtime.sampling.prompt_logprobs import PromptRows, PromptScores, score
 from toolkit.runtime.sampling.sampler import SampledTokens, Sampler, SampleOutput, SamplingBatch, to_host
 
 logger = logging.getLogger("runtime")
@@ -38,6 +39,7 @@ class StepInput:
     sample_rows: torch.Tensor | None = None  # logits rows to sample, None for all
     # Where the input ids come from when `batch.input_ids` is None: earlier steps' tokens, in batch order.
     input_segments: list[InputSegment] = field(default_factory=list)
+    prompt_rows: PromptRows | None = None  # logits rows scoring prompt tokens (an extend's prompt logprobs)
 
 
 class LaunchedStep:
@@ -47,6 +49,7 @@ class LaunchedStep:
         self.step = step
         self.tokens: torch.Tensor | None = None
         self._sampled: SampledTokens | None = None
+        self._prompt_scores: PromptScores | None = None
         self._host_copy: torch.Tensor | None = None
         self._ready: torch.cuda.Event | None = None
         self._used_cuda_graph = False
@@ -62,9 +65,13 @@ class LaunchedStep:
             self._ready.synchronize()
         sampling = self.step.sampling
         if sampling is None or self._sampled is None:
-            return SampleOutput([]), self._used_cuda_graph
-        self._sampled.token_ids = self._host_copy
-        return to_host(self._sampled, sampling), self._used_cuda_graph
+            out = SampleOutput([])
+        else:
+            self._sampled.token_ids = self._host_copy
+            out = to_host(self._sampled, sampling)
+        if self._prompt_scores is not None:
+            out.prompt_logprobs = self._prompt_scores.to_host()
+        return out, self._used_cuda_graph
 
 
 class ModelWorker:
@@ -96,14 +103,16 @@ class ModelWorker:
         if step.input_segments:
             step.batch.input_ids = resolve_inputs(step.input_segments)
         logits, launched._used_cuda_graph = self.runner.forward(step.batch)
-        if step.sampling is None:
-            return
-        if step.sample_rows is not None:
-            logits = logits[step.sample_rows]
-        sampled = self._sample(logits, step.sampling)
-        launched.tokens, launched._sampled = sampled.token_ids, sampled
-        launched._host_copy = _to_host_async(sampled.token_ids)
-        if sampled.token_ids.is_cuda:
+        tp = self.runner.tp
+        if step.prompt_rows is not None and (tp is None or tp.is_leader):
+            launched._prompt_scores = score(logits, step.prompt_rows)
+        if step.sampling is not None:
+            if step.sample_rows is not None:
+                logits = logits[step.sample_rows]
+            sampled = self._sample(logits, step.sampling)
+            launched.tokens, launched._sampled = sampled.token_ids, sampled
+            launched._host_copy = _to_host_async(sampled.token_ids)
+        if logits.is_cuda:
             launched._ready = torch.cuda.Event()
             launched._ready.record()
 

@@ -110,6 +110,7 @@ class SampleOutput:
     token_ids: list[int]
     logprobs: list[float | None] | None = None
     top_logprobs: list[list[tuple[int, float]] | None] | None = None
+    prompt_logprobs: list[tuple[float, list[tuple[int, float]] | None]] | None = None  # an extend's `PromptRows`
 
 
 class Sampler:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from toolkit.runtime.io_struct import FinishReason
+from toolkit.runtime.io_struct import FinishReason, LogprobEntry
 from toolkit.runtime.memory.prefix_cache import MatchResult
 from toolkit.runtime.sampling.sampling_params import SamplingParams
 
@@ -46,6 +46,7 @@ class Req:
     eos_token_ids: frozenset[int] = frozenset()
     return_logprob: bool = False
     top_logprobs_num: int = 0
+    logprob_start_len: int = -1  # the first prompt position whose logprob is returned; -1 for none
     output_ids: list[int] = field(default_factory=list)
     # KV-cache state (scheduler/cache_manager.py draws the regions): fill_ids = the tokens this round makes resident;
     # prefix_indices = slots already resident; last_node = the prefix tree's lock handle for the leading slots it
@@ -64,6 +65,8 @@ class Req:
     # outputs
     output_logprobs: list[float] = field(default_factory=list)
     output_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # the prompt's logprobs from `logprob_start_len`, gathered chunk by chunk; sent with the first token
+    input_logprobs: list[LogprobEntry] = field(default_factory=list)
     created_time: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
     tail_text: Any = None  # decode(ids) → str, set by the scheduler for stop-string checks
@@ -114,9 +117,26 @@ class Req:
         self.extend_input_len = len(self.fill_ids) - len(self.prefix_indices)
 
     def max_prefix_ids(self) -> list[int]:
-        # NOTE: matching stops one token short of the input so at least one token is computed for the logits.
+        # NOTE: matching stops one token short of the input so at least one token is computed for the logits, and
+        # before the first position whose logits give a prompt logprob (a cached prefix has no logits).
         self.fill_ids = self.origin_input_ids + self.output_ids
-        return self.fill_ids[: max(len(self.fill_ids) - 1, 0)]
+        limit = len(self.fill_ids) - 1
+        if self.wants_prompt_logprobs:
+            limit = min(limit, max(self.logprob_start_len, 1) - 1)
+        return self.fill_ids[: max(limit, 0)]
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """The prompt's logprobs are asked for and not computed yet (a retracted request has them already)."""
+        return self.logprob_start_len >= 0 and not self.output_ids
+
+    def logit_count(self, prefix_len: int, extend_len: int) -> int:
+        """How many trailing positions of this round's extend need logits: the last one (the next token, or
+        nothing for a chunk with more to come) and those before it whose next prompt token's logprob is asked."""
+        if not self.wants_prompt_logprobs:
+            return 1
+        first = max(prefix_len, max(self.logprob_start_len, 1) - 1)
+        return max(prefix_len + extend_len - first, 1)
 
     def reset_for_retract(self) -> None:
         """Back to the queue with no KV: the next admission prefills every token so far again."""

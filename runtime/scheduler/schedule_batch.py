@@ -81,6 +81,7 @@ class ScheduleBatch:
     # the step's layout, set by prepare_for_extend / prepare_for_decode
     prefix_lens: list[int] = field(default_factory=list)
     new_token_ids: list[list[int]] = field(default_factory=list)
+    logit_counts: list[int] = field(default_factory=list)  # trailing positions of each extend that need logits
     out_cache_loc: torch.Tensor | None = None
     batch_is_full: bool = False
     decode_inputs: DecodeInputs | None = None  # kept across decode steps; None when it must be re-derived
@@ -97,6 +98,8 @@ class ScheduleBatch:
         self.mode = ForwardMode.EXTEND
         self.prefix_lens = [len(r.prefix_indices) for r in self.reqs]
         self.new_token_ids = [r.fill_ids[len(r.prefix_indices) :] for r in self.reqs]
+        self.logit_counts = [r.logit_count(p, len(ids)) for r, p, ids in zip(self.reqs, self.prefix_lens,
+                                                                              self.new_token_ids)]
         seq_lens = [len(r.fill_ids) for r in self.reqs]
         self.out_cache_loc = cache.alloc_extend(self.reqs, self.prefix_lens, seq_lens)
         for req, prefix_len, seq_len in zip(self.reqs, self.prefix_lens, seq_lens):
@@ -129,6 +132,7 @@ class ScheduleBatch:
         prefix_lens, new_token_ids = running.decode_lists()
         self.prefix_lens = self.prefix_lens + prefix_lens
         self.new_token_ids = self.new_token_ids + new_token_ids
+        self.logit_counts = self.logit_counts + [1] * len(new_token_ids)
         self.out_cache_loc = torch.cat([self.out_cache_loc, running.out_cache_loc])
         self.decoding_reqs = list(running.reqs)
         self.reqs = self.reqs + running.reqs
@@ -150,6 +154,14 @@ class ScheduleBatch:
         self.reqs = self.reqs + other.reqs
         self.decode_inputs = None
 
+    def logit_rows(self) -> list[int]:
+        """Where each request's last position sits among the extend's logits rows."""
+        ends, total = [], 0
+        for count in self.logit_counts:
+            total += count
+            ends.append(total - 1)
+        return ends
+
     def forward_batch(self, req_to_token: torch.Tensor, runner) -> ForwardBatch:
         if self.mode is ForwardMode.DECODE:
             inputs = self.decode_inputs
@@ -166,4 +178,5 @@ class ScheduleBatch:
             req_to_token,
             runner.kv_pool,
             runner.attn_backend,
+            self.logit_counts,
         )

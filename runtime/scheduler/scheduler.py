@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,6 +41,7 @@ from toolkit.runtime.io_struct import (
 from toolkit.runtime.memory.planning import default_max_running_requests
 from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.model_worker import LaunchedStep, ModelWorker, OverlapWorker, StepInput
+from toolkit.runtime.sampling.prompt_logprobs import PromptRows, PromptSpan, entries
 from toolkit.runtime.sampling.sampler import Sampler, SampleOutput, SamplingBatch, TokenHistory
 from toolkit.runtime.scheduler.cache_manager import CacheManager
 from toolkit.runtime.scheduler.new_token_ratio import NewTokenRatio
@@ -67,6 +68,7 @@ class _Launched:
     batch: ScheduleBatch
     reqs: list[Req]
     step: LaunchedStep
+    prompt_spans: list[PromptSpan] = field(default_factory=list)  # whose prompt tokens its `PromptRows` score
 
 
 class Scheduler:
@@ -131,6 +133,7 @@ class Scheduler:
             rid=inp.rid, origin_input_ids=list(inp.input_ids), sampling_params=inp.sampling_params,
             eos_token_ids=self.eos_token_ids, return_logprob=inp.return_logprob,
             top_logprobs_num=inp.top_logprobs_num, tail_text=self.decode_text,
+            logprob_start_len=inp.logprob_start_len if inp.return_logprob else -1,
         )
         vocab_size = self.runner.config.vocab_size
         error = token_id_error(req.origin_input_ids, vocab_size) or context_length_error(
@@ -266,9 +269,15 @@ class Scheduler:
             producing = [i for i, r in enumerate(batch.reqs) if r.is_chunked == 0]
             reqs = [batch.reqs[i] for i in producing]
             sampling = self._sampling(reqs) if reqs else None
-            rows = None if len(producing) == len(batch.reqs) else _rows(producing, forward_batch.input_ids.device)
-            step = StepInput(forward_batch, sampling, sample_rows=rows)
+            last_rows = batch.logit_rows()
+            rows = None
+            if len(producing) != len(batch.reqs) or len(last_rows) != sum(batch.logit_counts):
+                rows = _rows([last_rows[i] for i in producing], forward_batch.input_ids.device)
+            prompt_rows, spans = _prompt_rows(batch, last_rows, forward_batch.input_ids.device)
+            step = StepInput(forward_batch, sampling, sample_rows=rows, prompt_rows=prompt_rows)
         launched = _Launched(batch, list(batch.reqs), self.worker.launch(step))
+        if batch.mode is ForwardMode.EXTEND:
+            launched.prompt_spans = spans
         self._after_launch(launched)
         previous, self._inflight = self._inflight, launched
         if previous is not None:
@@ -295,6 +304,8 @@ class Scheduler:
     def _process(self, launched: _Launched) -> None:
         sample, used_cuda_graph = launched.step.wait()
         if launched.batch.mode is ForwardMode.EXTEND:
+            if sample.prompt_logprobs is not None:
+                _gather_prompt_logprobs(launched.prompt_spans, sample.prompt_logprobs)
             self._process_prefill(launched.batch, sample)
         else:
             self._process_decode(launched.reqs, sample, used_cuda_graph)
@@ -389,7 +400,10 @@ class Scheduler:
         decoding = set(map(id, batch.decoding_reqs))
         for row, req in enumerate(producing):
             req.inflight -= 1
-            self._append_token(req, sample, row)
+            if req.max_new_tokens == 0:
+                self._finish_scored(req)
+            else:
+                self._append_token(req, sample, row)
             if req.finished or id(req) not in decoding:
                 self.cache.cache_req(req, finished=req.finished)
         if self.chunked_req is not None:
@@ -500,14 +514,26 @@ class Scheduler:
             reason = req.finish_after(token)
         if reason is not None:
             req.finish(reason)
-        self._emit(req, token, logprob, top)
+        self._emit(req, token, logprob, top, self._prompt_logprobs(req) if len(req.output_ids) == 1 else None)
 
-    def _emit(self, req: Req, token: int | None, logprob: float | None = None, top=None) -> None:
+    def _finish_scored(self, req: Req) -> None:
+        """max_new_tokens 0 (a prompt scored, not continued): the prefill's token is dropped."""
+        req.finish(FinishReason("length", matched=0))
+        self._emit(req, None, prompt=self._prompt_logprobs(req))
+
+    @staticmethod
+    def _prompt_logprobs(req: Req) -> list | None:
+        if req.logprob_start_len < 0:
+            return None
+        head = [(req.origin_input_ids[0], None, None)] if req.logprob_start_len == 0 else []
+        return head + req.input_logprobs
+
+    def _emit(self, req: Req, token: int | None, logprob: float | None = None, top=None, prompt=None) -> None:
         if req.finished:
             self.sampler.forget(req.rid)
         self._outputs.append(TokenOutput(
             req.rid, token, req.finished_reason, len(req.origin_input_ids), len(req.output_ids), req.cached_tokens,
-            logprob, top,
+            logprob, top, prompt,
         ))
 
     # ---- aborts ----
@@ -603,3 +629,38 @@ class Scheduler:
 
 def _rows(indices: list[int], device: torch.device) -> torch.Tensor:
     return torch.tensor(indices, dtype=torch.int64, device=device)
+
+
+def _prompt_rows(batch: ScheduleBatch, last_rows: list[int],
+                 device: torch.device) -> tuple[PromptRows | None, list[PromptSpan]]:
+    """The extend's logits rows that score prompt tokens: request i's last `logit_counts[i]` positions, those
+    followed by a prompt token (its last position of the prompt only samples)."""
+    rows: list[int] = []
+    targets: list[int] = []
+    spans: list[PromptSpan] = []
+    for req, prefix_len, ids, count, last in zip(batch.reqs, batch.prefix_lens, batch.new_token_ids,
+                                                 batch.logit_counts, last_rows):
+        if count == 1 and not req.wants_prompt_logprobs:
+            continue
+        start = prefix_len + len(ids) - count  # the position of the request's first logits row
+        first = max(start, max(req.logprob_start_len, 1) - 1)
+        end = min(prefix_len + len(ids), len(req.origin_input_ids) - 1)  # positions [first, end) score a token
+        if end <= first:
+            continue
+        row0 = last - count + 1
+        rows += range(row0 + first - start, row0 + end - start)
+        targets += req.origin_input_ids[first + 1 : end + 1]
+        spans.append(PromptSpan(req, first + 1, end - first))
+    if not rows:
+        return None, []
+    top = max(s.req.top_logprobs_num for s in spans)
+    return PromptRows(_rows(rows, device), _rows(targets, device), top), spans
+
+
+def _gather_prompt_logprobs(spans: list[PromptSpan], scores: list) -> None:
+    offset = 0
+    for span in spans:
+        req = span.req
+        req.input_logprobs += entries(req.origin_input_ids, span.first, scores[offset : offset + span.count],
+                                      req.top_logprobs_num)
+        offset += span.count

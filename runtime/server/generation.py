@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from toolkit.runtime.sampling.sampling_params import SamplingParams
-from toolkit.runtime.io_struct import FinishReason
+from toolkit.runtime.io_struct import FinishReason, LogprobEntry
 from toolkit.runtime.server.protocol import GenerationPlan, RequestError, bad
 from toolkit.runtime.server.tokenizer_manager import Chunk, GrammarRejected, TokenizerManager
 
@@ -24,6 +24,7 @@ class Choice:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[tuple[int, float, list[tuple[int, float]] | None]] = field(default_factory=list)
+    prompt_logprobs: list[LogprobEntry] = field(default_factory=list)
     finished_reason: FinishReason | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -34,6 +35,7 @@ class Choice:
         self.text += chunk.text
         self.token_ids += chunk.token_ids
         self.logprobs += chunk.logprobs
+        self.prompt_logprobs += chunk.prompt_logprobs or []
         self.finished_reason = chunk.finished_reason
         self.prompt_tokens, self.completion_tokens = chunk.prompt_tokens, chunk.completion_tokens
         self.cached_tokens = chunk.cached_tokens
@@ -60,7 +62,8 @@ def _streams(manager: TokenizerManager, plan: GenerationPlan, stream: bool) -> l
         for sample in range(params.n):
             choice = Choice(index=len(streams), prompt_index=p, rid=uuid.uuid4().hex)
             chunks = manager.generate(ids, choice_params(params, sample), plan.return_logprob,
-                                      plan.top_logprobs_num, stream=stream, rid=choice.rid)
+                                      plan.top_logprobs_num, stream=stream, rid=choice.rid,
+                                      logprob_start_len=plan.logprob_start_len)
             streams.append((choice, chunks))
     return streams
 

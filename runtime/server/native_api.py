@@ -39,6 +39,8 @@ def _meta(choice: Choice, return_logprob: bool) -> dict[str, Any]:
         meta["output_token_logprobs"] = [[lp, token, None] for token, lp, _ in choice.logprobs]
         if any(top for _, _, top in choice.logprobs):
             meta["output_top_logprobs"] = [[[v, t, None] for t, v in top or []] for _, _, top in choice.logprobs]
+        if choice.prompt_logprobs:
+            meta["input_token_logprobs"] = [[lp, token, None] for token, lp, _ in choice.prompt_logprobs]
     return meta
 
 

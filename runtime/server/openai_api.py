@@ -40,16 +40,20 @@ def usage(state: ServerState, plan: GenerationPlan, choices: list[Choice]) -> di
 
 # ---- logprobs formats ----
 
-def completion_logprobs(state: ServerState, entries, offset: int = 0) -> dict[str, Any]:
-    tokens = [state.token_text(token) for token, _, _ in entries]
-    offsets, position = [], offset
-    for text in tokens:
+def completion_logprobs(state: ServerState, entries, offset: int = 0, prompt=()) -> dict[str, Any]:
+    """`logprobs` of a completion's tokens from `offset` in its text; with `echo`, the `prompt` tokens' lead (from
+    offset 0: the echoed prompt starts the text)."""
+    tokens = [state.token_text(token) for token, _, _ in prompt] + [state.token_text(token) for token, _, _ in entries]
+    offsets, position = [], 0
+    for i, text in enumerate(tokens):
+        position = offset if i == len(prompt) else position
         offsets.append(position)
         position += len(text)
+    both = [*prompt, *entries]
     return {
         "tokens": tokens,
-        "token_logprobs": [lp for _, lp, _ in entries],
-        "top_logprobs": [{state.token_text(t): v for t, v in top} if top else None for _, _, top in entries],
+        "token_logprobs": [lp for _, lp, _ in both],
+        "top_logprobs": [{state.token_text(t): v for t, v in top} if top else None for _, _, top in both],
         "text_offset": offsets,
     }
 
@@ -83,23 +87,33 @@ async def completions(request: web.Request) -> web.StreamResponse:
     choices = await generation.collect(state.manager, plan)
     return web.json_response({
         "id": rid, "object": "text_completion", "created": created, "model": state.served_model_name,
-        "choices": [{"index": c.index, "text": echoed(state, plan, c) + c.text, "finish_reason": finish_reason(c),
-                     "matched_stop": matched_stop(c),
-                     "logprobs": completion_logprobs(state, c.logprobs) if plan.return_logprob else None}
-                    for c in choices],
+        "choices": [_completion_choice(state, plan, c) for c in choices],
         "usage": usage(state, plan, choices),
     })
+
+
+def _completion_choice(state: ServerState, plan: GenerationPlan, choice: Choice) -> dict[str, Any]:
+    lead = echoed(state, plan, choice)
+    logprobs = None
+    if plan.return_logprob:
+        logprobs = completion_logprobs(state, choice.logprobs, len(lead), choice.prompt_logprobs)
+    return {"index": choice.index, "text": lead + choice.text, "finish_reason": finish_reason(choice),
+            "matched_stop": matched_stop(choice), "logprobs": logprobs}
 
 
 async def _stream_completion(request, state: ServerState, plan: GenerationPlan, rid: str, created: int):
     head = {"id": rid, "object": "text_completion", "created": created, "model": state.served_model_name}
     offsets: dict[int, int] = {}
 
+    leads: dict[int, int] = {}
+
     def event(choice: Choice, chunk: Chunk) -> dict[str, Any]:
+        lead = echoed(state, plan, choice) if choice.index not in offsets else ""
+        leads.setdefault(choice.index, len(lead))
         logprobs = None
         if plan.return_logprob:
-            logprobs = completion_logprobs(state, chunk.logprobs, offsets.get(choice.index, 0))
-        lead = echoed(state, plan, choice) if choice.index not in offsets else ""
+            logprobs = completion_logprobs(state, chunk.logprobs, leads[choice.index] + offsets.get(choice.index, 0),
+                                           chunk.prompt_logprobs or ())
         offsets[choice.index] = len(choice.text)
         return {**head, "choices": [{"index": choice.index, "text": lead + chunk.text, "logprobs": logprobs,
                                      "finish_reason": finish_reason(choice), "matched_stop": matched_stop(choice)}]}

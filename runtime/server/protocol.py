@@ -56,6 +56,7 @@ class GenerationPlan:
     grammar_param: str | None = None  # the field that constrains the output (a grammar error names it)
     tools: ToolPlan | None = None  # chat with tools: how calls are parsed out of each choice
     echo: bool = False  # completions: the prompt's text leads each choice's text
+    logprob_start_len: int = -1  # the first prompt position whose logprob is returned; -1 for none
     prompt_texts: list[str] = field(default_factory=list)  # the prompts as text, when they came as text
 
     def params_for(self, index: int) -> SamplingParams:
@@ -267,12 +268,11 @@ def parse_completion(body: dict, ctx: ValidationContext) -> GenerationPlan:
     stream = boolean(body, "stream", False)
     logprobs = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
     echo = boolean(body, "echo", False)
-    if echo and logprobs is not None:
-        raise bad("echo", "echo with logprobs (the prompt's logprobs) is not supported")
     prompts = [fit_context(ids, params, ctx, "prompt") for ids in prompts]
     plan = GenerationPlan(prompts, params, stream, _stream_options(body, stream), logprobs is not None,
                           logprobs or 0, single=False, grammar_param=grammar_param, echo=echo,
-                          prompt_texts=_prompt_texts(body))
+                          prompt_texts=_prompt_texts(body),
+                          logprob_start_len=0 if echo and logprobs is not None else -1)
     return _check_constrained(plan, ctx)
 
 
@@ -406,6 +406,9 @@ def parse_generate(body: dict, ctx: ValidationContext) -> GenerationPlan:
     stream = boolean(body, "stream", False)
     return_logprob = boolean(body, "return_logprob", False)
     top = _int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) or 0
+    start = _int(body, "logprob_start_len", -1, -1)
+    if start >= 0 and not return_logprob:
+        raise bad("logprob_start_len", "requires return_logprob to be true")
     prompts = [fit_context(ids, p, ctx, prompt_param, "sampling_params.max_new_tokens")
                for ids, p in zip(prompts, per_prompt)]
     if stream and not single:
@@ -416,7 +419,8 @@ def parse_generate(body: dict, ctx: ValidationContext) -> GenerationPlan:
             raise bad("sampling_params.logit_bias", bias_error)
     grammar = next((p.grammar for p in per_prompt if p.grammar is not None), None)
     plan = GenerationPlan(prompts, per_prompt[0], stream, False, return_logprob, top, single, per_prompt,
-                          grammar_param=f"sampling_params.{grammar.kind}" if grammar else None)
+                          grammar_param=f"sampling_params.{grammar.kind}" if grammar else None,
+                          logprob_start_len=start)
     return _check_constrained(plan, ctx)
 
 

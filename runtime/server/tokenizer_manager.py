@@ -24,6 +24,7 @@ from toolkit.runtime.io_struct import (
     FlushCacheRequest,
     FlushCacheResult,
     GenerateInput,
+    LogprobEntry,
     SchedulerFailed,
     SchedulerReady,
     SchedulerStats,
@@ -51,6 +52,7 @@ class Chunk:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    prompt_logprobs: list[LogprobEntry] | None = None  # with the first token, when the prompt's were asked
 
 
 @dataclass
@@ -207,13 +209,14 @@ class TokenizerManager:
             self.metrics.on_queue_rejected(reason, dp_rank)
 
     def generate(self, input_ids: list[int], params: SamplingParams, return_logprob: bool = False,
-                 top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None) -> AsyncIterator[Chunk]:
+                 top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None,
+                 logprob_start_len: int = -1) -> AsyncIterator[Chunk]:
         """Submit one generation; iterate its chunks (one per `stream_interval` tokens when streaming)."""
         if self.failure is not None:
             raise SchedulerGone(self.failure)
         rid = rid or uuid.uuid4().hex
         replica = self.replicas[self.balancer.choose([r.load for r in self.replicas])]
-        if not replica.send(GenerateInput(rid, input_ids, params, return_logprob, top_logprobs_num)):
+        if not replica.send(GenerateInput(rid, input_ids, params, return_logprob, top_logprobs_num, logprob_start_len)):
             raise SchedulerGone("the scheduler process is not accepting requests")
         state = _RequestState(
             rid, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, params.stop), asyncio.Queue(),
@@ -355,5 +358,6 @@ class TokenizerManager:
                             f"prompt_tokens={last.prompt_tokens}, completion_tokens={last.completion_tokens}, "
                             f"out={''.join(state.logged_text)!r}")
         logprobs = [(o.token_id, o.logprob, o.top_logprobs) for o in outputs if o.logprob is not None]
+        prompt = next((o.input_logprobs for o in outputs if o.input_logprobs is not None), None)
         state.queue.put_nowait(Chunk(text, ids, logprobs, last.finished_reason, last.prompt_tokens,
-                                     last.completion_tokens, last.cached_tokens))
+                                     last.completion_tokens, last.cached_tokens, prompt))
