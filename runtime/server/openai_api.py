@@ -13,7 +13,7 @@ from toolkit.runtime.server.protocol import GenerationPlan, parse_chat, parse_co
 from toolkit.runtime.server.sse import parse_request, sse_response
 from toolkit.runtime.server.state import STATE, ServerState
 from toolkit.runtime.server.tokenizer_manager import Chunk
-from toolkit.runtime.server.tool_calls import ToolStream, tool_call_deltas
+from toolkit.runtime.server.tool_stream import ToolStream
 
 
 def finish_reason(choice: Choice) -> str | None:
@@ -163,12 +163,11 @@ async def _stream_chat(request, state: ServerState, plan: GenerationPlan, rid: s
         text, deltas, reason = chunk.text, [], finish_reason(choice)
         if plan.tools is not None:
             stream = tool_streams.setdefault(choice.index, ToolStream(plan.tools))
-            text = stream.push(chunk.text)
+            text, deltas = stream.push(chunk.text)
             if choice.finished_reason is not None:
-                rest, calls = stream.finish()
-                text += rest
-                deltas = tool_call_deltas(calls)
-                reason = "tool_calls" if calls and reason == "stop" else reason
+                rest, more = stream.finish()
+                text, deltas = text + rest, deltas + more
+                reason = "tool_calls" if stream.called and reason == "stop" else reason
         first: dict[str, Any] = {"content": text}
         if choice.index not in started:
             started.add(choice.index)
@@ -179,7 +178,8 @@ async def _stream_chat(request, state: ServerState, plan: GenerationPlan, rid: s
             held = plan.tools is not None and not text and reason is None and "role" not in first and not logprobs
             return [] if held else [entry(choice, first, logprobs, reason)]
         events = [entry(choice, first, logprobs, None)] if text or "role" in first else []
-        events += [entry(choice, delta, None, None) for delta in deltas]
+        events += [entry(choice, delta, None if events else logprobs, None) for delta in deltas[:1]]
+        events += [entry(choice, delta, None, None) for delta in deltas[1:]]
         events[-1]["choices"][0].update(finish_reason=reason, matched_stop=matched_stop(choice))
         return events
 

@@ -16,8 +16,10 @@ import json
 import re
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from toolkit.runtime.server.call_scan import scan_calls
 
 ToolChoiceMode = Literal["auto", "none", "required", "named"]
 TOOL_CALL_PARSERS = ("llama3", "qwen25", "smollm2")
@@ -35,11 +37,15 @@ class Tool:
                                                  "parameters": self.parameters}}
 
 
+def call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str
-    arguments: str  # a JSON object's text
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    arguments: str  # a JSON object's text, as the model wrote it
+    id: str = field(default_factory=call_id)
 
     def openai(self, index: int | None = None) -> dict[str, Any]:
         call = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
@@ -51,6 +57,7 @@ class ToolFormat(ABC):
 
     name: str
     marker: str  # generated text from here on is a call (what the stream holds back)
+    block: tuple[str, str] | None = None  # the tags every call is wrapped in, if any
 
     @abstractmethod
     def call_tag(self, tool: Tool) -> dict[str, Any]:
@@ -70,10 +77,21 @@ class ToolFormat(ABC):
         if start < 0:
             return text, []
         calls = self.calls(text[start:])
-        return (text, []) if not calls else (text[:start].rstrip(), calls)
+        if not calls:
+            return text, []
+        # NOTE: the arguments as the model wrote them (what a stream sends), where every call's are found
+        raw = [span.arguments(text) for span in scan_calls(text, start, self.block)]
+        if len(raw) == len(calls) and all(raw):
+            calls = [replace(call, arguments=arguments) for call, arguments in zip(calls, raw)]
+        return text[:start].rstrip(), calls
 
     def start(self, text: str) -> int:
         return text.find(self.marker)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """What may open a call (a stream holds back a partial one)."""
+        return (self.marker,)
 
     def system_prompt(self, tools: list[Tool]) -> str:
         listed = json.dumps([t.openai()["function"] for t in tools], ensure_ascii=False)
@@ -108,6 +126,7 @@ TOOL_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 class QwenFormat(ToolFormat):
     name = "qwen25"
     marker = "<tool_call>"
+    block = ("<tool_call>", "</tool_call>")
 
     def call_tag(self, tool: Tool) -> dict[str, Any]:
         return {"type": "tag", "begin": f'<tool_call>\n{{"name": {json.dumps(tool.name)}, "arguments": ',
@@ -125,6 +144,7 @@ class QwenFormat(ToolFormat):
 class SmolFormat(ToolFormat):
     name = "smollm2"
     marker = "<tool_call>"
+    block = ("<tool_call>", "</tool_call>")
 
     def call_tag(self, tool: Tool) -> dict[str, Any]:
         return {"type": "tag", "begin": f'<tool_call>[{{"name": {json.dumps(tool.name)}, "arguments": ',
@@ -148,6 +168,10 @@ class LlamaFormat(ToolFormat):
     name = "llama3"
     marker = "{"
     _TAG = "<|python_tag|>"
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return (self.marker, self._TAG)
 
     def start(self, text: str) -> int:
         stripped = text.lstrip()
@@ -213,51 +237,3 @@ class ToolPlan:
             return text, []
         content, calls = self.format.split(text)
         return content, calls if self.parallel else calls[:1]
-
-
-class ToolStream:
-    """A streamed choice's text split into content (passed on at once) and a call (held back from its marker on,
-    parsed when the choice ends, then sent as OpenAI's tool_call deltas)."""
-
-    def __init__(self, plan: ToolPlan) -> None:
-        self.plan = plan
-        self.text = ""
-        self.sent = 0  # characters of `text` already passed on as content
-
-    def push(self, delta: str) -> str:
-        """The content the new text lets go of now."""
-        self.text += delta
-        held = self._held_from()
-        out = self.text[self.sent:held]
-        self.sent = max(self.sent, held)
-        return out
-
-    def _held_from(self) -> int:
-        """Text from here on may be (the start of) a call."""
-        if self.plan.mode == "none":
-            return len(self.text)
-        start = self.plan.format.start(self.text)
-        if start >= 0:
-            return start
-        marker = self.plan.format.marker
-        for keep in range(min(len(marker) - 1, len(self.text)), 0, -1):
-            if self.text.endswith(marker[:keep]):
-                return len(self.text) - keep
-        return len(self.text)
-
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        """The rest of the content and the calls, once the choice has ended."""
-        content, calls = self.plan.split(self.text)
-        if calls:
-            return content[self.sent:], calls
-        return self.text[self.sent:], []
-
-
-def tool_call_deltas(calls: list[ToolCall]) -> list[dict[str, Any]]:
-    """OpenAI's streamed shape: per call, one delta with its id, type and name, then one with its arguments."""
-    deltas = []
-    for index, call in enumerate(calls):
-        deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                       "function": {"name": call.name, "arguments": ""}}]})
-        deltas.append({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]})
-    return deltas

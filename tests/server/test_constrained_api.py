@@ -234,19 +234,47 @@ def test_tool_choice_none_and_auto_answer(api):
     assert auto["finish_reason"] in ("stop", "length", "tool_calls")
 
 
-def test_streamed_tool_call_arrives_as_openai_deltas(api):
-    response = requests.post(api.url + CHAT, json={"messages": WEATHER_ASK, "tools": [WEATHER], "max_tokens": 60,
-                                                   "temperature": 0, "tool_choice": "required", "stream": True},
-                             stream=True, timeout=900)
-    events = [json.loads(line[6:]) for line in response.iter_lines(decode_unicode=True)
-              if line.startswith("data: ") and line != "data: [DONE]"]
+def _streamed_chat(server, **body) -> tuple[list[dict], str, list[tuple[str, str]]]:
+    """(events, content, calls) of a streamed chat: the content deltas joined, each call's name and its arguments
+    fragments joined, checking OpenAI's shape (the first delta of a call opens it, the rest carry fragments only)."""
+    response = requests.post(server.url + CHAT, stream=True, timeout=900, json={
+        "messages": WEATHER_ASK, "tools": [WEATHER, ADD], "max_tokens": 60, "temperature": 0, "stream": True, **body})
+    # NOTE: SSE is UTF-8 (requests would guess Latin-1 for a text/* type without a charset)
+    lines = [line.decode("utf-8") for line in response.iter_lines()]
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ") and line != "data: [DONE]"]
     deltas = [e["choices"][0]["delta"] for e in events]
-    assert all(d.get("content") or d.get("role") or d.get("tool_calls") for d in deltas)
-    calls = [c for d in deltas for c in d.get("tool_calls", [])]
-    assert calls[0]["id"].startswith("call_") and calls[0]["function"]["name"] == "get_weather"
-    arguments = "".join(c["function"].get("arguments", "") for c in calls)
-    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
-    assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert all(d.get("content") or d.get("role") or d.get("tool_calls") for d in deltas[:-1])
+    calls: list[list[str]] = []
+    for call in (c for d in deltas for c in d.get("tool_calls", [])):
+        if call["index"] == len(calls):
+            assert call["id"].startswith("call_") and call["type"] == "function" and call["function"]["arguments"] == ""
+            calls.append([call["function"]["name"], ""])
+        else:
+            assert set(call) == {"index", "function"} and set(call["function"]) == {"arguments"}
+            calls[call["index"]][1] += call["function"]["arguments"]
+    return events, "".join(d.get("content") or "" for d in deltas), [tuple(c) for c in calls]
+
+
+TOOL_CHOICES = {"auto": {}, "required": {"tool_choice": "required"},
+                "named": {"tool_choice": {"type": "function", "function": {"name": "add"}}}}
+
+
+def _stream_equals_the_response(server, choice: str) -> None:
+    plain = _chat(server, **TOOL_CHOICES[choice])["choices"][0]
+    events, content, calls = _streamed_chat(server, **TOOL_CHOICES[choice])
+    assert content == (plain["message"]["content"] or "")
+    expected = plain["message"].get("tool_calls", [])
+    assert calls == [(c["function"]["name"], c["function"]["arguments"]) for c in expected]
+    assert events[-1]["choices"][0]["finish_reason"] == plain["finish_reason"]
+    if choice != "auto":
+        assert plain["finish_reason"] == "tool_calls" and len(calls) == 1
+        assert sum(1 for e in events for c in e["choices"][0]["delta"].get("tool_calls", [])) > 2  # in pieces
+        assert "<tool_call>" not in content and "arguments" not in calls[0][1]
+
+
+@pytest.mark.parametrize("choice", sorted(TOOL_CHOICES))
+def test_streamed_tool_calls_arrive_in_pieces_and_equal_the_response(api, choice):
+    _stream_equals_the_response(api, choice)
 
 
 def test_a_conversation_with_earlier_calls_and_their_results(api):
@@ -311,6 +339,11 @@ def test_qwen25_parser_with_a_template_that_renders_tools(qwen_api):
     messages = WEATHER_ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
                               {"role": "tool", "tool_call_id": call["id"], "content": "18 C"}]
     assert _ok(qwen_api, CHAT, {"messages": messages, "tools": [WEATHER], "max_tokens": 8})["choices"]
+
+
+@pytest.mark.parametrize("choice", sorted(TOOL_CHOICES))
+def test_qwen25_streamed_tool_calls_equal_the_response(qwen_api, choice):
+    _stream_equals_the_response(qwen_api, choice)
 
 
 # ---- 64 concurrent mixed requests ----

@@ -14,11 +14,10 @@ from toolkit.runtime.server.tool_calls import (
     Tool,
     ToolCall,
     ToolPlan,
-    ToolStream,
     detect_parser,
     renders_tools,
-    tool_call_deltas,
 )
+from toolkit.runtime.server.tool_stream import ToolStream
 
 WEATHER = Tool("get_weather", "Weather in a city", {"type": "object", "properties": {"city": {"type": "string"}},
                                                      "required": ["city"]})
@@ -66,18 +65,84 @@ def test_required_and_named_grammars_accept_exactly_a_written_call(compiler, nam
     assert ToolPlan(fmt, [WEATHER], "auto").structural_tag() is None
 
 
-def test_a_stream_holds_back_a_call_and_sends_it_as_deltas():
-    stream = ToolStream(ToolPlan(FORMATS["smollm2"], [WEATHER], "auto"))
-    sent = "".join(stream.push(piece) for piece in ["Sure. ", "<tool", '_call>[{"name": "get_weather", ',
-                                                    '"arguments": {"city": "Paris"}}]</tool_call>'])
-    assert sent == "Sure. "
-    rest, calls = stream.finish()
-    assert rest == "" and calls[0].name == "get_weather"
-    first, arguments = tool_call_deltas(calls)
-    assert first["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": ""}
-    assert json.loads(arguments["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
-    plain = ToolStream(ToolPlan(FORMATS["smollm2"], [WEATHER], "auto"))
-    assert plain.push("a <tool") == "a " and plain.finish() == ("<tool", [])
+def _streamed(plan: ToolPlan, pieces: list[str]) -> tuple[str, list[dict]]:
+    """(content, tool-call deltas) a stream sends for `pieces`, finish included."""
+    stream, content, deltas = ToolStream(plan), "", []
+    for piece in pieces:
+        text, more = stream.push(piece)
+        content, deltas = content + text, deltas + more
+    text, more = stream.finish()
+    return content + text, deltas + more
+
+
+def _assembled(deltas: list[dict]) -> list[tuple[str, str]]:
+    """(name, arguments) per call from OpenAI deltas, checking their shape: the first of a call opens it with its
+    index, id, type and name (arguments ""), the rest carry only the index and an arguments fragment."""
+    calls: list[list[str]] = []
+    for delta in deltas:
+        (call,) = delta["tool_calls"]
+        if call["index"] == len(calls):
+            assert call["id"].startswith("call_") and call["type"] == "function" and call["function"]["arguments"] == ""
+            calls.append([call["function"]["name"], ""])
+        else:
+            assert set(call) == {"index", "function"} and set(call["function"]) == {"arguments"}
+            assert call["function"]["arguments"] and call["index"] == len(calls) - 1
+            calls[call["index"]][1] += call["function"]["arguments"]
+    return [tuple(c) for c in calls]
+
+
+ADD_CALL = ToolCall("add", '{"a": 1, "b": {"nested": [2, "}"]}}')
+TEXTS = {
+    "qwen25": ["Let me check. \n" + FORMATS["qwen25"].written([CALL, ADD_CALL]) + '\n{"name": "x", "arguments": {}}',
+               '<tool_call>\n{"name":"get_weather","arguments":{"city":"P\\"aris"}}\n</tool_call>'],
+    "smollm2": ["Sure. " + FORMATS["smollm2"].written([CALL, ADD_CALL]) + ' Then {"name": "x"} is no call.',
+                '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'],
+    "llama3": [" " + FORMATS["llama3"].written([CALL, ADD_CALL]),
+               '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("size", [1, 3, 7, 1000])
+def test_a_stream_sends_calls_as_written_and_adds_up_to_the_whole_response(name, size):
+    for text in TEXTS[name] + ["No call here, just words { and braces }."]:
+        plan = ToolPlan(FORMATS[name], [WEATHER, ADD], "auto")
+        content, calls = plan.split(text)
+        streamed_content, deltas = _streamed(plan, [text[i : i + size] for i in range(0, len(text), size)])
+        assert streamed_content == content
+        assert _assembled(deltas) == [(c.name, c.arguments) for c in calls]
+        assert all(json.loads(c.arguments) for c in calls)
+        assert "<tool_call>" not in streamed_content or not calls
+
+
+def test_arguments_stream_as_the_model_writes_them():
+    plan = ToolPlan(FORMATS["qwen25"], [WEATHER], "required")
+    pieces = ["<tool_call>", '\n{"name": "get_weather"', ', "arguments": {"ci', 'ty": "Pa', 'ris"}', "}\n</tool_call>"]
+    stream = ToolStream(plan)
+    sent = [stream.push(piece) for piece in pieces]
+    assert [content for content, _ in sent] == [""] * len(pieces)
+    fragments = [[c["function"]["arguments"] for d in deltas for c in d["tool_calls"]] for _, deltas in sent]
+    assert fragments == [[], ["", ], ['{"ci'], ['ty": "Pa'], ['ris"}'], []]
+    assert stream.finish() == ("", []) and stream.called
+
+
+def test_a_single_call_stream_when_parallel_calls_are_off():
+    plan = ToolPlan(FORMATS["smollm2"], [WEATHER, ADD], "auto", parallel=False)
+    text = FORMATS["smollm2"].written([CALL, ADD_CALL])
+    assert _assembled(_streamed(plan, list(text))[1]) == [(CALL.name, CALL.arguments)] == \
+        [(c.name, c.arguments) for c in plan.split(text)[1]]
+
+
+def test_held_text_that_is_no_call_goes_out_as_content():
+    plan = ToolPlan(FORMATS["smollm2"], [WEATHER], "auto")
+    stream = ToolStream(plan)
+    assert stream.push("a <tool") == ("a", [])
+    assert stream.finish() == (" <tool", []) and not stream.called
+    assert _streamed(plan, ["Hi \n", "<tool_call>not json"]) == ("Hi \n<tool_call>not json", [])
+    assert plan.split("Hi \n<tool_call>not json") == ("Hi \n<tool_call>not json", [])
+    none = ToolPlan(FORMATS["smollm2"], [WEATHER], "none")
+    written = FORMATS["smollm2"].written([CALL])
+    assert _streamed(none, ["x ", written]) == ("x " + written, [])
 
 
 def test_the_format_is_read_from_the_chat_template():
