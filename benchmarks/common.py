@@ -1,5 +1,5 @@
 """What the project's own benchmarks share (one copy of each): provenance of a result (command, commit, device,
-date), where results go, a free port, and random token prompts.
+date), where results go, a free port, random token prompts and the tuning benchmarks' load.
 
 Run benchmarks from the repository root (`python -m benchmarks.<name>`); none of this is packaged.
 """
@@ -10,17 +10,20 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from toolkit.bench.command import BenchOptions
+from toolkit.bench.datasets import DatasetSpec
 from toolkit.bench.offline import random_requests
 from toolkit.tune.launcher import free_port, toolkit_command
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
-__all__ = ["REPO", "RESULTS", "cpu_model", "device_name", "free_port", "git_commit", "provenance", "random_requests",
+__all__ = ["REPO", "RESULTS", "RandomWorkload", "cpu_model", "device_name", "free_port", "git_commit", "provenance", "random_requests",
            "slug", "write_result"]
 
 
@@ -102,3 +105,23 @@ def bench_random_at_full_rate(url: str, prompts: int, input_len: int, output_len
         "--random-range-ratio", "1", "--warmup-requests", "2", "--no-progress", "--output-file", str(out)),
         check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text().splitlines()[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class RandomWorkload:
+    """`toolkit bench` at rate inf on `prompts` random prompts of exactly `input_len` tokens, `output_len` out (one
+    warm-up request): the tuning benchmarks' load."""
+
+    prompts: int
+    input_len: int
+    output_len: int
+
+    def options(self) -> BenchOptions:
+        spec = DatasetSpec(seed=1, random_input_len=self.input_len, random_output_len=self.output_len,
+                           random_range_ratio=1.0)
+        return BenchOptions(base_url="http://127.0.0.1:0", dataset=spec, num_prompts=self.prompts, rate="inf",
+                            warmup_requests=1, progress=False)
+
+    def record(self) -> dict:
+        return {"dataset": "random", "prompts": self.prompts, "input_len": self.input_len,
+                "output_len": self.output_len, "rate": "inf", "seed": 1}

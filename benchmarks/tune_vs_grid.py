@@ -24,14 +24,12 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.common import provenance, write_result
+from benchmarks.common import RandomWorkload, provenance, write_result
 from toolkit.bench.command import BenchOptions
-from toolkit.bench.datasets import DatasetSpec
 from toolkit.tune.experiment import Experiment
 from toolkit.tune.flags import Flags
 from toolkit.tune.launch import CommandLauncher
@@ -51,6 +49,7 @@ STARTS = {"too conservative": "--schedule-conservativeness 2.0", "cap too low": 
           "cap and chunk (the issue's)": "--max-running-requests 2 --chunked-prefill-size 96"}
 QUICK_GRID = {"--max-running-requests": ("4", "16"), "--chunked-prefill-size": ("96", "1024")}
 QUICK_STARTS = {"cap too low": "--max-running-requests 4"}
+WORKLOAD, QUICK_WORKLOAD = RandomWorkload(12, 128, 16), RandomWorkload(8, 64, 8)
 
 
 class NoDoctor:
@@ -58,19 +57,6 @@ class NoDoctor:
 
     def diagnose(self, log, records):
         return (), None
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    prompts: int = 12
-    input_len: int = 128
-    output_len: int = 16
-
-    def options(self) -> BenchOptions:
-        spec = DatasetSpec(seed=1, random_input_len=self.input_len, random_output_len=self.output_len,
-                           random_range_ratio=1.0)
-        return BenchOptions(base_url="http://127.0.0.1:0", dataset=spec, num_prompts=self.prompts, rate="inf",
-                            warmup_requests=1, progress=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,7 +143,7 @@ def recheck(opts: argparse.Namespace, argv: list[str] | None, console: Console) 
 
     run = json.loads((RESULTS / "tune_vs_grid.runs.jsonl").read_text().splitlines()[-1])
     w = run["workload"]
-    workload = Workload(w["prompts"], w["input_len"], w["output_len"]).options()
+    workload = RandomWorkload(w["prompts"], w["input_len"], w["output_len"]).options()
     grid_best = run["grid_best"]["flags"]
     configs = list({f.text(): f for f in [Flags.parse(grid_best)]
                     + [Flags.parse(s["tuner"]["best_flags"]) for s in run["starts"]]}.values())
@@ -187,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False)
     if opts.recheck:
         return recheck(opts, argv, console)
-    workload = (Workload(8, 64, 8) if opts.quick else Workload()).options()
+    workload = (QUICK_WORKLOAD if opts.quick else WORKLOAD).options()
     grid, starts = (QUICK_GRID, QUICK_STARTS) if opts.quick else (GRID, STARTS)
     knobs = tuple(grid)
     points = grid_points(grid)
@@ -212,18 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         r["check"] = paired(values[Flags.parse(r["tuner"]["best_flags"]).text()], values[grid_best["flags"]])
     table(console, results, grid_best, len(points), grid_seconds)
     if opts.save and not opts.quick:
-        record = {"workload": workload_record(workload), "base_flags": BASE_FLAGS, "grid": grid,
+        record = {"workload": WORKLOAD.record(), "base_flags": BASE_FLAGS, "grid": grid,
                   "grid_rows": rows, "grid_best": grid_best, "grid_runs": len(points),
                   "grid_seconds": round(grid_seconds, 1), "starts": results,
                   "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}
         console.print(f"saved {write_result('tune_vs_grid', record)}")
     return 0
-
-
-def workload_record(workload: BenchOptions) -> dict:
-    spec = workload.dataset
-    return {"dataset": spec.name, "prompts": workload.num_prompts, "input_len": spec.random_input_len,
-            "output_len": spec.random_output_len, "rate": workload.rate, "seed": spec.seed}
 
 
 def table(console: Console, results: list[dict], grid_best: dict, grid_runs: int, grid_seconds: float) -> None:

@@ -34,9 +34,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.common import provenance, write_result
+from benchmarks.common import RandomWorkload, provenance, write_result
 from toolkit.bench.command import BenchOptions
-from toolkit.bench.datasets import DatasetSpec
 from toolkit.tune.experiment import Experiment
 from toolkit.tune.flags import Flags
 from toolkit.tune.launch import CommandLauncher
@@ -62,25 +61,9 @@ STARTS = {
                     "--schedule-conservativeness 2.0",
 }
 QUICK_STARTS = {"cap and pool low": STARTS["cap and pool low"]}
+WORKLOAD, QUICK_WORKLOAD = RandomWorkload(16, 192, 32), RandomWorkload(8, 64, 8)
 
 Measure = Callable[[Flags], "Measured"]
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    prompts: int = 16
-    input_len: int = 192
-    output_len: int = 32
-
-    def options(self) -> BenchOptions:
-        spec = DatasetSpec(seed=1, random_input_len=self.input_len, random_output_len=self.output_len,
-                           random_range_ratio=1.0)
-        return BenchOptions(base_url="http://127.0.0.1:0", dataset=spec, num_prompts=self.prompts, rate="inf",
-                            warmup_requests=1, progress=False)
-
-    def record(self) -> dict:
-        return {"dataset": "random", "prompts": self.prompts, "input_len": self.input_len,
-                "output_len": self.output_len, "rate": "inf", "seed": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +305,7 @@ def table(console: Console, results: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     opts = build_parser().parse_args(argv)
     console = Console(highlight=False)
-    workload = (Workload(8, 64, 8) if opts.quick else Workload()).options()
+    workload = (QUICK_WORKLOAD if opts.quick else WORKLOAD).options()
     if opts.quick:
         opts.max_steps, opts.rounds = min(opts.max_steps, 2), min(opts.rounds, 2)
     starts = QUICK_STARTS if opts.quick else STARTS
@@ -348,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                                      draw_more, console))
     table(console, results)
     if opts.save and not opts.quick:
-        record = {"workload": (Workload()).record(), "space": SPACE, "repeats": opts.repeats,
+        record = {"workload": WORKLOAD.record(), "space": SPACE, "repeats": opts.repeats,
                   "max_steps": opts.max_steps, "rounds": opts.rounds, "seed": opts.seed,
                   "random_draws": [d.record() for d in draws], "starts": results,
                   "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}

@@ -95,7 +95,7 @@ def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypat
         for point in tvs.random_draws(count, 0)[len(draws):]:
             draws.append(measure(tvs.with_values(Flags(), point)))
 
-    result = tvs.compare_start("cap and pool low", START, tvs.Workload().options(), opts, tmp_path, draws,
+    result = tvs.compare_start("cap and pool low", START, tvs.WORKLOAD.options(), opts, tmp_path, draws,
                                draw_more, tvs.Console(quiet=True))
     assert result["tune_launches"] == 3 and len(draws) == 4 * 3 - 1
     launches = {s["method"]: s["launches"] for s in result["searches"]}
