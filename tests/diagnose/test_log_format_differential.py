@@ -335,7 +335,10 @@ def test_a_chunk_tells_its_vllm_lines_plain_only_where_surely_plain_does(tmp_pat
              prefix + b"Engine 000: Avg prompt throughput: 1.0 tokens/s", prefix + b"caf\xc3\xa9", prefix + b"x\x1b[0m",
              prefix.replace(b"11-11", b"13-11") + b"x", prefix.replace(b"11-11", b"02-31") + b"x",
              prefix.replace(b"11-11", b"00-11") + b"x", prefix.replace(b"[async", b"[0async") + b"x",
-             prefix.replace(b"(APIServer", b"(API[0m") + b"x", b"INFO 11-11 09:34:39 [a.py:1] x", prefix, prefix[:-1]]
+             prefix.replace(b"(APIServer", b"(API[0m") + b"x", b"INFO 11-11 09:34:39 [a.py:1] x", prefix, prefix[:-1],
+             # a layout learned without the optional space after `]` must not start the next line's message at it
+             b"INFO 04-14 08:14:07 [launcher.py:34]o Route: /v1/rerank",
+             b"INFO 01-19 13:55:01 [launcher.py:80] Shutting down FastAPI HTTP server."]
     shuffled = lines + mutated + edges * 50
     random.Random(2).shuffle(shuffled)
     told = 0

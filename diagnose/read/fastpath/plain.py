@@ -152,4 +152,7 @@ def _usable(prefix: bytes) -> bool:
     """Whether a layout's fixed bytes (its digits stand for any digit) can only begin a line `surely_plain` reads
     behind a vLLM prefix."""
     printable = len(prefix.translate(None, _NOT_PRINTABLE)) == len(prefix)
-    return printable and _PASTED_RESET not in prefix and re.search(rb"\[\d", prefix) is None
+    # NOTE: the grammar's optional space after `]`: a layout learned from a line without it would start another
+    # line's message at that space, where `surely_plain` (the regex) starts it after
+    complete = prefix.endswith(b" ")
+    return printable and complete and _PASTED_RESET not in prefix and re.search(rb"\[\d", prefix) is None
