@@ -23,7 +23,7 @@ from toolkit.tune.launcher import free_port, toolkit_command
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
-__all__ = ["REPO", "RESULTS", "RandomWorkload", "cpu_model", "device_name", "free_port", "git_commit", "provenance", "random_requests",
+__all__ = ["REPO", "RESULTS", "NoDoctor", "RandomWorkload", "cpu_model", "device_name", "free_port", "git_commit", "provenance", "random_requests",
            "slug", "write_result"]
 
 
@@ -125,3 +125,10 @@ class RandomWorkload:
     def record(self) -> dict:
         return {"dataset": "random", "prompts": self.prompts, "input_len": self.input_len,
                 "output_len": self.output_len, "rate": "inf", "seed": 1}
+
+
+class NoDoctor:
+    """A tuning benchmark's measurement that needs the objective only: no diagnosis of the server's log."""
+
+    def diagnose(self, log, records):
+        return (), None

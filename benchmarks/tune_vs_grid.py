@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.common import RandomWorkload, provenance, write_result
+from benchmarks.common import NoDoctor, RandomWorkload, provenance, write_result
 from toolkit.bench.command import BenchOptions
 from toolkit.tune.experiment import Experiment
 from toolkit.tune.flags import Flags
@@ -50,13 +50,6 @@ STARTS = {"too conservative": "--schedule-conservativeness 2.0", "cap too low": 
 QUICK_GRID = {"--max-running-requests": ("4", "16"), "--chunked-prefill-size": ("96", "1024")}
 QUICK_STARTS = {"cap too low": "--max-running-requests 4"}
 WORKLOAD, QUICK_WORKLOAD = RandomWorkload(12, 128, 16), RandomWorkload(8, 64, 8)
-
-
-class NoDoctor:
-    """The grid and the re-measurement need the objective only."""
-
-    def diagnose(self, log, records):
-        return (), None
 
 
 def build_parser() -> argparse.ArgumentParser:

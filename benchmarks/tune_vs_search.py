@@ -34,7 +34,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.common import RandomWorkload, provenance, write_result
+from benchmarks.common import NoDoctor, RandomWorkload, provenance, write_result
 from toolkit.bench.command import BenchOptions
 from toolkit.tune.experiment import Experiment
 from toolkit.tune.flags import Flags
@@ -138,10 +138,11 @@ def random_draws(count: int, seed: int, space: dict[str, tuple[str, ...]] = SPAC
     return draws
 
 
-def random_search(start: Flags, start_measured: Measured, draws: list[Measured], launches: int) -> Search:
+def random_search(start: Flags, start_measured: Measured, draws: list[Measured], launches: int,
+                  method: str = "random") -> Search:
     """Random search of `launches` launches: the start, then the first launches - 1 of the shared draws."""
     picked = [start_measured, *draws[:max(0, launches - 1)]]
-    return Search("random", picked, sum(m.seconds for m in picked))
+    return Search(method, picked, sum(m.seconds for m in picked))
 
 
 def optuna_search(start: Flags, start_measured: Measured, measure: Measure, launches: int, seed: int,
@@ -216,13 +217,6 @@ class Launches:
         return Measured(flags.text(), value, trial.values, trial.error, trial.seconds)
 
 
-class NoDoctor:
-    """Searches other than tune read the objective only."""
-
-    def diagnose(self, log, records):
-        return (), None
-
-
 def run_tuner(start: Flags, workload: BenchOptions, folder: Path, repeats: int, max_steps: int) -> Search:
     options = TuneOptions(workload, "throughput", start, repeats=repeats, max_steps=max_steps, out_dir=folder,
                           knobs=tuple(SPACE))
@@ -258,8 +252,7 @@ def compare_start(name: str, start: Flags, workload: BenchOptions, opts: argpars
     searches = [tuned, random_search(start, start_measured, draws, launches),
                 optuna_search(start, start_measured, Launches(workload, opts.repeats, root / "optuna"), launches,
                               opts.seed),
-                random_search(start, start_measured, draws, 4 * launches)]
-    searches[-1].method = "random 4x"
+                random_search(start, start_measured, draws, 4 * launches, "random 4x")]
     for search in searches[1:]:
         console.print(f"  {search.method}: {len(search.launches)} launches, best {search.best}")
     chosen = {"control": start.text()} | {s.method: s.best for s in searches}
@@ -313,14 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         starts = {name: STARTS[name] for name in opts.starts}
     root = OUT / time.strftime("%Y%m%d-%H%M%S")
     console.print(f"server logs go to {root}")
-    points: list[dict[str, str]] = []
     draws: list[Measured] = []
     draw_launch = Launches(workload, opts.repeats, root / "random")
 
     def draw_more(count: int) -> None:
         """Measures the shared random stream up to `count` draws (the start is not a draw)."""
-        points[:] = random_draws(count, opts.seed)
-        for point in points[len(draws):]:
+        for point in random_draws(count, opts.seed)[len(draws):]:
             measured = draw_launch(with_values(Flags(), point))
             draws.append(measured)
             console.print(f"  random draw {len(draws)}: {measured.flags or '(defaults)'} -> {show(measured.value)}")

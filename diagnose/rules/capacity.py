@@ -37,6 +37,7 @@ from collections import Counter
 
 import numpy as np
 
+from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, memory_fraction, more_kv_memory
@@ -223,7 +224,7 @@ def _demand(bound: Rows, size: float | None) -> float | None:
     return wanted * size if wanted > 0 else None
 
 
-def _larger_cap(cfg, demand: float | None, size: float | None) -> Change:
+def _larger_cap(cfg: ServerConfig, demand: float | None, size: float | None) -> Change:
     """A hand-set pool cap raised to hold the demand, in the cap's own unit (tokens, or vLLM's blocks): the pool
     scaled by demand / pool, between MIN_GROWTH and MAX_GROWTH times; only "higher" where the demand is unknown.
     A running cap set by hand below what the larger pool holds comes along, raised to that many requests (the
