@@ -16,6 +16,7 @@ import sys
 import pytest
 import requests
 
+from tests.conftest import SHARED_FOLDER_ENV, shared_folder
 from tests.machine_speed import scaled
 from tests.server.server_process import ServerProcess
 from toolkit.runtime import cpu_capability
@@ -45,9 +46,7 @@ def avx2_env(monkeypatch):
 
 
 def test_serve_with_default_flags_starts_on_avx2_says_so_and_matches_transformers(
-        avx2_env, tmp_path, chat_prompt_ids, embedded_reference):
-    from tests.conftest import reference_greedy
-
+        avx2_env, tmp_path, chat_prompt_ids, embedded_greedy):
     server = ServerProcess(log_file=tmp_path / "server.log").wait_healthy()
     try:
         answer = requests.post(f"{server.url}/generate", timeout=300, json={
@@ -60,7 +59,7 @@ def test_serve_with_default_flags_starts_on_avx2_says_so_and_matches_transformer
     assert "oneDNN bf16: no" in output and "-> dtype float32" in output
     assert "Traceback" not in output
     for prompt, result in zip(chat_prompt_ids, answer):
-        assert result["output_ids"] == reference_greedy(embedded_reference, prompt, NEW_TOKENS)
+        assert result["output_ids"] == embedded_greedy(prompt, NEW_TOKENS)
 
 
 def test_an_explicit_bfloat16_runs_unpacked_and_says_so_once(avx2_env, tmp_path):
@@ -77,12 +76,13 @@ def test_an_explicit_bfloat16_runs_unpacked_and_says_so_once(avx2_env, tmp_path)
 
 
 @same_as_the_main_suite
-def test_engine_parity_and_forced_retraction_tests_pass_on_the_avx2_path(avx2_env):
+def test_engine_parity_and_forced_retraction_tests_pass_on_the_avx2_path(avx2_env, tmp_path_factory):
     selection = ["tests/runtime/test_engine_embedded.py::test_greedy_chat_batch_equals_transformers",
                  "tests/runtime/test_engine_greedy.py::test_forced_retraction_keeps_greedy_output_identical",
                  "tests/runtime/test_model_parity.py"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
-                          capture_output=True, text=True, timeout=900, env=avx2_env)
+                          capture_output=True, text=True, timeout=900,
+                          env={**avx2_env, SHARED_FOLDER_ENV: str(shared_folder(tmp_path_factory))})
     assert done.returncode == 0, done.stdout[-4000:]
     assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout.splitlines()[-1]
 

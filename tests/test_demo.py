@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.machine_speed import scaled
 from tests.reports.page import Page
 from tests.server.server_process import alive, cmdline, run_to_the_end
+
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
 
 
 PNG = b"\x89PNG\r\n\x1a\n"

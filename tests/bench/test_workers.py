@@ -22,6 +22,8 @@ from toolkit.bench.split import split_cap, split_workload
 from toolkit.bench.workload import Workload
 from toolkit.cli import app
 
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
+
 SMALL = ["--dataset", "random", "--random-input-len", "16", "--random-output-len", "4", "--seed", "3",
          "--arrival", "constant", "--no-progress"]
 FAST = Script(ttft=0.005, chunks=((0.0, 1), (0.001, 1), (0.001, 1), (0.001, 1)))

@@ -5,7 +5,6 @@ import pytest
 
 from toolkit.runtime.model_runner import ModelRunner
 from toolkit.runtime.server_args import ServerArgs
-from tests.conftest import reference_greedy
 from tests.runtime.driver import KVDriver
 
 NEW_TOKENS = 32
@@ -22,7 +21,7 @@ def test_embedded_model_config_is_smollm2(runner):
     assert (config.num_attention_heads, config.num_key_value_heads, config.tie_word_embeddings) == (9, 3, True)
 
 
-def test_greedy_chat_continuations_equal_transformers(runner, chat_prompt_ids, embedded_reference):
+def test_greedy_chat_continuations_equal_transformers(runner, chat_prompt_ids, embedded_greedy):
     driver = KVDriver(runner)
     prompts = chat_prompt_ids[:3]
     seqs = [driver.new_sequence() for _ in prompts]
@@ -32,4 +31,4 @@ def test_greedy_chat_continuations_equal_transformers(runner, chat_prompt_ids, e
         for out, token in zip(outputs, next_tokens):
             out.append(token)
     for prompt, ours in zip(prompts, outputs):
-        assert ours == reference_greedy(embedded_reference, prompt, NEW_TOKENS)
+        assert ours == embedded_greedy(prompt, NEW_TOKENS)

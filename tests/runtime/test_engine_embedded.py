@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from toolkit.runtime import Engine
-from tests.conftest import reference_greedy
+
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
 
 NEW_TOKENS = 32
 
@@ -27,14 +28,14 @@ def overlap_engine() -> Engine:
 
 
 @pytest.mark.parametrize("mode", ["overlap", "no-overlap"])
-def test_greedy_chat_batch_equals_transformers(mode, request, chat_prompt_ids, embedded_reference):
+def test_greedy_chat_batch_equals_transformers(mode, request, chat_prompt_ids, embedded_greedy):
     # NOTE: the default engine on a CPU runs without overlap; disable_overlap_schedule=False asks for it
     engine = request.getfixturevalue("overlap_engine" if mode == "overlap" else "engine")
     assert engine.scheduler.overlap == (mode == "overlap")
     params = {"max_new_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True}
     results = engine.generate(input_ids=chat_prompt_ids, sampling_params=params)
     for prompt, result in zip(chat_prompt_ids, results):
-        assert result["output_ids"] == reference_greedy(embedded_reference, prompt, NEW_TOKENS)
+        assert result["output_ids"] == embedded_greedy(prompt, NEW_TOKENS)
         assert result["meta_info"]["completion_tokens"] == NEW_TOKENS
         assert result["meta_info"]["finish_reason"] == {"type": "length", "length": NEW_TOKENS}
     assert engine.check_memory()

@@ -15,6 +15,8 @@ import requests
 
 from tests.server.server_process import ServerProcess
 
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
+
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},

@@ -12,6 +12,8 @@ import requests
 from tests.server.server_process import ServerProcess
 from tests.server.test_constrained_api import _answer, _mixed_requests, _valid
 
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
+
 
 @pytest.fixture(scope="module")
 def dp_api():

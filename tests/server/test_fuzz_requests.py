@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import requests
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.server.server_process import alive
+
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
 
 MODEL = "SmolLM2-135M-Instruct"
 EXAMPLES = 100  # per endpoint; each example is a request or two against the real server

@@ -20,6 +20,8 @@ from tests.machine_speed import scaled
 from tests.server.conftest import API_KEY
 from tests.server.server_process import ServerProcess, alive, family
 
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
+
 TINY = ("--max-total-tokens", "4096")
 
 

@@ -23,6 +23,8 @@ from toolkit.runtime.distributed.topology import free_port
 from toolkit.runtime.model_loader.embedded import embedded_model_path
 from toolkit.tune import launcher
 
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
+
 NEW_TOKENS = 8
 EXIT_BOUND_S = 60.0  # a lost rank is named after a failed collective (~1 s) plus 2 s of heartbeat watching
 

@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.server.server_process import ServerProcess
 
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
+
 WORDS = ["sea", "sky", "forest", "desert", "river", "mountain", "city", "garden", "moon", "star"]
 PROMPTS = [f"Write item {i} of a long list about the {word}:" for i, word in enumerate(WORDS)]
 # NOTE: short requests finish first and free room that the long ones, reserved at a tiny new-token ratio

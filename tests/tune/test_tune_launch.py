@@ -15,6 +15,8 @@ from tests.tune.fake_sglang import SERVICE, SERVICE_S
 from toolkit.bench.max_rate import TOLERANCE
 from toolkit.cli import app
 
+pytestmark = pytest.mark.slow  # a long unit: it starts early (tests/xdist_units.py)
+
 MODULE = "tests.tune.fake_sglang"
 PROMPTS, TTFT_SLO_S, ATTAINMENT = 24, 0.1, 0.9
 
