@@ -23,7 +23,6 @@ from tests.solo import MARK as SOLO
 # session-scoped fixtures that start a server, by unit name
 SHARED_SERVERS = {"server": "shared-server", "keyed_server": "shared-keyed-server"}
 UNITS_FILE = "units.json"
-_UNITS = pytest.StashKey[dict[str, str]]()
 
 
 def unit_of(item: pytest.Item) -> str:
