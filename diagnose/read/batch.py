@@ -39,7 +39,7 @@ KEYS: dict[str, FieldType] = {
     "#pending-token": "count", ACCEPT_LENGTH: "rate", "accept rate": "ratio", "pre-allocated usage": "ratio",
     "#retracted-req": "count", "#prealloc-req": "count", "#transfer-req": "count", "#inflight-req": "count",
     "#bootstrap-req": "count", "#optimistic-req": "count", "#unbootstrapped-req": "count",
-    "#transferring-req": "count", "#replay-token": "count", "cap len": "count", "block accept len": "rate",
+    "#transferring-req": "count", "#replay-token": "count", "cap len": "rate", "block accept len": "rate",
     "#host-receive-req": "count", "waiting-image-req": "count",
     "#grammar-queue-req": "count",  # requests waiting for their grammar to compile (structured output)
 }

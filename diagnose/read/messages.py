@@ -98,7 +98,9 @@ TRACEBACK_FRAME = r'\s{1,8}File "[^"]{1,1000}", line \d{1,7}, in '
 PROGRESS_END = r"(?:it/s|s/it)\]"
 CONTINUATION = (r"\s|\w{0,80}(?:Error|Exception)\b|Try to allocate|Ava(?:ilable|liable) tokens|[\w.()]{0,80}available_size"
                 r"|[\w.()]{0,80}evictable_size|KV cache pool leak detected|During handling|The above exception"
-                r"|the current vLLM instance can use|model weights take|the rest of the memory|" + REFUSAL_WRAPPED)
+                r"|the current vLLM instance can use|model weights take|the rest of the memory"
+                r"|Failed to pickle inputs of failed execution|Completed writing input of failed execution|"
+                + REFUSAL_WRAPPED)
 SELF_CONTINUING = frozenset({"leak", "memory_profile"})  # records whose later lines start like their first
 
 UVICORN_ACCESS = "INFO:     "  # uvicorn's access line: `INFO:     CLIENT - "METHOD PATH HTTP/V" STATUS`
@@ -162,7 +164,9 @@ STARTS: dict[str, str] = {
     # NOTE: V0's `Error executing method ...` comes right before the traceback of the method a worker ran
     "exception": r"\w{1,40} hit an exception|Traceback \(most recent call last\)|EngineCore (?:encountered a fatal "
                  r"error|failed to start)|Engine core initialization failed"
-                 r"|Error executing method \w{1,80}\. This might cause deadlock",
+                 r"|Error executing method \w{1,80}\. This might cause deadlock"
+                 # V0's model runner, only where `execute_model` raised, before it re-raises (vllm#9342)
+                 r"|Writing input of failed execution to ",
     "sigquit": r"Received sigquit",
     # NOTE: what a stop on request (Ctrl-C, SIGTERM) prints before whatever the teardown raises: vLLM 0.2x+'s
     # `[shutdown]` trigger lines (not its other `[shutdown]` lines: `engine core exited unexpectedly` is a crash's), older V1's `Shutting down FastAPI HTTP server.`, uvicorn's own `Shutting down`

@@ -55,6 +55,11 @@ SGLANG_STAMP_YEAR_CUT = r"\d{0,3}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?Z?(
 SGLANG_STAMP_LAYOUT = b"[0000-00-00 00:00:00"
 VLLM_PROCESS_BODY = r"([^()\s]{1,64}(?: [^()\s]{1,32})?) pid=\d+(?:, ip=[^()\s]{1,64})?\)\s+"  # after its `(`
 VLLM_PROCESS = r"\(" + VLLM_PROCESS_BODY
+# the names only vLLM's own processes print (V1's engine core and its DP copies, the API server, the workers of
+# its multiprocessing executor): a line behind one of them is vLLM's even where it prints no logger stamp after it
+# (an error a process wrote to stderr: `(EngineCore pid=112) torch.OutOfMemoryError: ...`). Not a Ray actor's
+# name (verl's `WorkerDict`) nor a process named by any other program.
+VLLM_OWN_PROCESS = r"(?:EngineCore|APIServer|ApiServer|VllmWorker|Worker)(?:[_ ][^()\s]{1,40})?"
 VLLM_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 VLLM_STAMP = r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? \[?[\w./-]{1,200}:\d+\] ?"  # after the level
 VLLM_PREFIX = r"(?:" + VLLM_PROCESS + r")?" + VLLM_LEVELS + r" " + VLLM_STAMP
@@ -246,8 +251,9 @@ _TIME = re.compile(TIME)
 class Prefix(NamedTuple):
     """The prefix of one line: `time` (None when it prints none), `rank`, `start` of the message, `period`
     (seconds after which the clock wraps: a day for `HH:MM:SS`, a year for vLLM; None when dated), and `vllm`:
-    vLLM's own logger wrote it (`LEVEL MM-DD HH:MM:SS [file.py:N] `), which names the engine of a log whose
-    messages could be either's (an OOM, a traceback)."""
+    vLLM's own logger wrote it (`LEVEL MM-DD HH:MM:SS [file.py:N] `), or one of vLLM's own processes printed it
+    with no stamp after its name (`VLLM_OWN_PROCESS`), which names the engine of a log whose messages could be
+    either's (an OOM, a traceback)."""
 
     time: float | None
     rank: Rank
@@ -411,6 +417,7 @@ _AT_START_ANY = re.compile("|".join(f"(?P<f{i}>{f.form.pattern})" for i, f in en
 _AT_START_GROUPS = {f"f{i}": (f, _AT_START_ANY.groupindex[f"f{i}"]) for i, f in enumerate(_AT_START)}
 # a vLLM process name at the line's start, after stern's names if any; or without its `(` where a paste began right
 # after it (vLLM's process names are CamelCase: `EngineCore_0 pid=N) `)
+_VLLM_OWN_PROCESS = re.compile(VLLM_OWN_PROCESS)
 _PROCESS_FIRST = re.compile(r"(?:" + STERN + r"?\(|(?=[A-Z]))" + VLLM_PROCESS_BODY)
 _VLLM = _FORMS["vllm"].pattern
 _VLLM_CLOCK = _FORMS["vllm"].quick
@@ -427,7 +434,10 @@ def read_prefix(line: str) -> Prefix:
     at = process.end() if process else 0
     m = _AT_START_ANY.match(line, at)
     if m is None:
-        return Prefix(None, process_rank(process.group(1)) if process else NO_RANK, at, None)
+        if process is None:
+            return Prefix(None, NO_RANK, at, None)
+        own = _VLLM_OWN_PROCESS.fullmatch(process.group(1)) is not None
+        return Prefix(None, process_rank(process.group(1)), at, None, own)
     form, group = _AT_START_GROUPS[m.lastgroup]  # type: ignore[index]
     return form.prefix(line, m.groups()[group: group + form.groups], m.end())
 

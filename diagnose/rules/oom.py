@@ -239,7 +239,7 @@ def _capture(ctx: Context, rows: list[Event]) -> Finding:
         current=Current.of(cap) if cap else None,
         tradeoff="Batches above the new maximum decode without graphs (slower); a smaller KV cache instead holds fewer "
         "tokens; no graphs at all slows every decode step.",
-        ranks=tuple(sorted({e.rank for e in rows})), alternatives=(_kv_memory(ctx, -1), Change("graphs_off", True)))
+        ranks=tuple(sorted({e.rank for e in rows})), alternatives=(_kv_memory(ctx, -1, alternative=True), Change("graphs_off", True)))
 
 
 def _around(ctx: Context, e: Event, after: bool = False) -> list[Event]:
@@ -377,7 +377,7 @@ def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
         change=Change("context", str(fit.fits)), current=Current.of(context) if context else None,
         tradeoff=f"Requests longer than {fit.fits} tokens are rejected; more KV memory "
         f"({ctx.config.flag('kv_memory')}, or an fp8 KV cache) keeps more of the context instead.",
-        alternatives=(_kv_memory(ctx, 1),))
+        alternatives=(_kv_memory(ctx, 1, alternative=True),))
 
 
 def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
@@ -392,13 +392,16 @@ def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
         current=Current.of(asked),
         tradeoff=f"Requests longer than the shorter max model len are rejected; more KV memory "
         f"({ctx.config.flag('kv_memory')}, or an fp8 KV cache) keeps the context instead.",
-        alternatives=(_kv_memory(ctx, 1),))
+        alternatives=(_kv_memory(ctx, 1, alternative=True),))
 
 
-def _kv_memory(ctx: Context, direction: Literal[-1, 1]) -> Change:
-    """The static memory fraction 0.05 lower or higher (at most 0.98), or only the direction when it is unknown."""
+def _kv_memory(ctx: Context, direction: Literal[-1, 1], alternative: bool = False) -> Change:
+    """The static memory fraction 0.05 lower or higher (at most 0.98), or only the direction when it is unknown. An
+    `alternative` carries no current value of its own: it moves by a value only from a fraction the log states, not
+    from the engine's default (a wrapper that sets its own, QAnything's 0.33 or another's 0.98, would read `0.95` as
+    the wrong way), so from a default it says only which way."""
     now = memory_fraction(ctx.config)
-    if now is None or not now.value:
+    if now is None or not now.value or (alternative and ctx.config.mem_fraction_static is None):
         return Change("kv_memory", direction=direction)
     return Change("kv_memory", f"{min(0.98, now.value + 0.05 * direction):.2f}")  # type: ignore[operator]
 

@@ -8,6 +8,16 @@ them (else the median of the lines), on one line or more; the confidence grows w
 lines). Suggest drafting about what is accepted: SGLang `--speculative-num-draft-tokens` ceil(accept length) + 1
 (or fewer `--speculative-num-steps`, `--speculative-eagle-topk 1`); vLLM `num_speculative_tokens` of
 `--speculative-config` (V0: `--num-speculative-tokens`) ceil(accept length - 1), at least 1.
+
+`speculative.batch_compute_bound` (warning, vLLM V1): speculation on a batch so large that decode is compute-bound.
+A step verifies k drafts plus one token for each running sequence and emits the mean acceptance length L of them:
+while a step's time is set by reading the weights (a small batch) those extra tokens are nearly free and a step
+yields L tokens instead of one; once running x (k + 1) tokens per step pass `COMPUTE_BOUND_TOKENS` the step's time
+grows with its tokens, so throughput is about L / (k + 1) of what it is without speculation: slower whenever drafts
+are rejected. k is read from the records themselves (V1 counts accepted and drafted tokens per interval and prints
+the mean acceptance length: k = (L - 1) / rate), the batch from the stats line printed with each record. Trigger: at
+least `MIN_BIG_STEPS` records on such batches with L / (k + 1) below `NEAR_FULL` (near-perfect drafting loses
+little). Suggest drafting what is accepted (the low-acceptance rule's value) or no speculation at that concurrency.
 """
 from __future__ import annotations
 
@@ -16,12 +26,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from toolkit.diagnose.findings import Confidence, Evidence, Finding, confidence_of, evidence, evidence_events
+from toolkit.diagnose.findings import Confidence, Current, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.vocabulary import Change
 
 LOW_RATE = 0.3
+# tokens verified per decode step from which a GPU's matmuls are compute-bound, not weight-read-bound: dense bf16
+# weights turn at a few hundred tokens, fp8 at about twice that, MoE later; set high so only clear cases count
+COMPUTE_BOUND_TOKENS = 1024
+MIN_BIG_STEPS = 2     # speculative-decoding records on compute-bound batches before the batch rule judges
+NEAR_FULL = 0.75      # accepted over verified tokens per step (L / (k + 1)) from which speculation loses little
+PAIRED_SECONDS = 1.0  # a stats line and the SpecDecoding record printed with it are this close in time
 SOME_DRAFTS, MANY_DRAFTS = 100, 1000  # drafted tokens behind a rate: `medium`, `high` confidence from these on
 
 
@@ -43,7 +59,8 @@ def check(ctx: Context) -> list[Finding]:
         records = [e for e in ctx.timeline.kind("spec_metrics") if _number(e.fields.get("accept_rate")) is not None]
         rates = _vllm_rates(records)
         ranks = tuple(sorted({e.rank for e in records}))
-        return _judge(ctx, rates, ranks, "speculative-decoding metrics line") if rates is not None else []
+        low = _judge(ctx, rates, ranks, "speculative-decoding metrics line") if rates is not None else []
+        return low + _compute_bound(ctx, records)
     load = ctx.timeline.load()
     if "accept_rate" not in load:
         return []
@@ -134,3 +151,70 @@ def _alternatives(ctx: Context) -> tuple[Change, ...]:
 
 def _number(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+class BigStep(NamedTuple):
+    """A V1 SpecDecoding record on a compute-bound batch: the running batch of its stats line, the draft positions
+    k, the mean acceptance length, and the tokens a step verifies."""
+
+    record: Event
+    running: float
+    drafts: int
+    length: float
+    verified: float
+
+
+def _compute_bound(ctx: Context, records: list[Event]) -> list[Finding]:
+    big = [step for e in records if (step := _big_step(ctx, e)) is not None]
+    if len(big) < MIN_BIG_STEPS:
+        return []
+    drafts = max(s.drafts for s in big)
+    length = float(np.median([s.length for s in big]))
+    yield_ = length / (drafts + 1)
+    running = int(np.median([s.running for s in big]))
+    facts = {"running_req": running, "draft_tokens": drafts, "accept_len": round(length, 2),
+             "verified_tokens_per_step": int(np.median([s.verified for s in big])), "yield": round(yield_, 2)}
+    events = [s.record for s in big]
+    change = Change("spec_draft_tokens", str(max(1, math.ceil(length - 1)))) if math.ceil(length - 1) < drafts \
+        else Change("spec_draft_tokens", direction=-1)
+    return [Finding(
+        id="speculative.batch_compute_bound", severity="warning",
+        title=f"Speculative decoding on a {running}-request batch costs more than it saves",
+        message=f"{running} requests decode together, each verifying {drafts} drafted tokens and one more per step: "
+        f"about {facts['verified_tokens_per_step']:,} tokens a step, where decode is bound by compute, not by reading "
+        f"the weights. A step then takes time in proportion to its tokens and yields {length:.2f} of every "
+        f"{drafts + 1} ({yield_:.0%}): at this concurrency speculation slows decoding rather than speeding it.",
+        evidence=evidence_events(events, **facts), change=change, current=Current.of(drafts, "read from the metrics"),
+        tradeoff="Fewer drafts (or none) at this concurrency give up the speed-up a single user sees when the server "
+        "is quiet.", ranks=tuple(sorted({e.rank for e in events})), action="or run without speculative decoding "
+        "while the batch stays this large", confidence=confidence_of(len(big), MIN_LINES))]
+
+
+def _big_step(ctx: Context, record: Event) -> BigStep | None:
+    """`record` with its stats line's running batch, where it verifies at least `COMPUTE_BOUND_TOKENS` a step and
+    yields less than `NEAR_FULL` of them; None otherwise (or where k or the batch cannot be read)."""
+    rate, length = _number(record.fields.get("accept_rate")), _number(record.fields.get("accept_len"))
+    if not rate or length is None or length <= 1:
+        return None
+    drafts = round((length - 1) / rate)
+    running = _running_with(ctx, record)
+    if drafts < 1 or running is None:
+        return None
+    verified = running * (drafts + 1)
+    if verified < COMPUTE_BOUND_TOKENS or length / (drafts + 1) >= NEAR_FULL:
+        return None
+    return BigStep(record, running, drafts, length, verified)
+
+
+def _running_with(ctx: Context, record: Event) -> float | None:
+    """The running batch of the stats line printed with `record` (same rank, within `PAIRED_SECONDS`)."""
+    if record.time is None:
+        return None
+    load = ctx.timeline.load()
+    if "running_req" not in load:
+        return None
+    rows = load.of_rank(record.rank) if record.rank else load
+    times, running = rows["time"], rows["running_req"]
+    near = np.abs(times - record.time) <= PAIRED_SECONDS
+    values = running[near & np.isfinite(running)]
+    return float(values[-1]) if len(values) else None
