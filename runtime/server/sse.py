@@ -46,7 +46,8 @@ async def sse_response(
     its 503 before any header (Overloaded propagates); when the scheduler goes away, the server shuts down or the
     request times out in the queue, the stream still ends properly: an error event, then [DONE]."""
     chunks = Stream(state.manager, plan)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-cache"})
     try:
         if plan.grammar_param is not None:
             await chunks.wait_first()

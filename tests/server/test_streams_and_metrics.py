@@ -132,3 +132,18 @@ def test_server_info_reports_arguments_and_live_counters(server):
     assert model["is_generation"] is True and model["model_class"] == "LlamaForCausalLM"
     assert requests.get(f"{server.url}/health_generate", timeout=30).status_code == 200
     assert requests.post(f"{server.url}/flush_cache", timeout=30).status_code == 200
+
+
+def test_a_stream_names_its_charset_and_its_non_ascii_text_arrives_whole(server):
+    """`text/event-stream; charset=utf-8`, as vLLM and SGLang send it (FastAPI names the charset): a client that
+    would guess Latin-1 for a bare text type reads `°` right."""
+    body = {"model": SERVER_MODEL, "prompt": "Water boils at 100°C and freezes at 0°", "max_tokens": 1,
+            "stream": True, "echo": True, "temperature": 0}
+    with requests.post(f"{server.url}/v1/completions", json=body, stream=True, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+        assert response.encoding == "utf-8"
+        text = "".join(json.loads(line[len("data: "):])["choices"][0]["text"]
+                       for line in response.iter_lines(decode_unicode=True)
+                       if line.startswith("data: ") and line != "data: [DONE]")
+    assert text.startswith("Water boils at 100°C and freezes at 0°"), text
