@@ -289,6 +289,7 @@ FIELDS: dict[str, Fields] = {
     "leak": Fields(assignments, {}, open=True),  # `available_size=..., evictable_size=..., ...`
     "watchdog": Fields(_watchdog, {"watchdog_timeout": Number, "component": str, "soft": bool}),
     "sigquit": Fields(message, _MESSAGE),
+    "engine_dead": Fields(message, _MESSAGE),
     "stop": Fields(message, _MESSAGE),
     "graph_failed": Fields(message, _MESSAGE),
 }

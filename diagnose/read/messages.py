@@ -42,6 +42,7 @@ Kind = Literal[
     "watchdog",          # Watchdog timeout
     "exception",         # Scheduler hit an exception / Traceback / EngineCore fatal error (multi-line)
     "sigquit",           # Received sigquit from a child process
+    "engine_dead",       # V0: MQLLMEngine is already dead, terminating server process (a request found the engine dead)
     "stop",              # an orderly stop asked for: a signal received, the HTTP server shutting down (either engine)
     "input_too_long",    # Input length (N tokens) exceeds the maximum allowed length (M tokens). ... (rejected)
     # load shedding and clients giving up (docs/log-formats.md §6.4)
@@ -79,7 +80,7 @@ SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end",
                           "client_gone", "kv_transfer_failed", "input_too_long"})
 VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
                         "gpu_blocks", "kv_memory", "memory_profile", "mm_profile", "weights_loaded", "graph_captured",
-                        "engine_config", "engine_args", "scheduler_config"})
+                        "engine_config", "engine_args", "scheduler_config", "engine_dead"})
 
 # Facts a line's prefix tells, as events (one per source, at the first line that tells it; no message: counted in no
 # statistic, exported nowhere): vLLM's own logger wrote a line the parser read (`vllm_logger`: the log is vLLM's
@@ -168,6 +169,7 @@ STARTS: dict[str, str] = {
                  # V0's model runner, only where `execute_model` raised, before it re-raises (vllm#9342)
                  r"|Writing input of failed execution to ",
     "sigquit": r"Received sigquit",
+    "engine_dead": r"MQLLMEngine is already dead",
     # NOTE: what a stop on request (Ctrl-C, SIGTERM) prints before whatever the teardown raises: vLLM 0.2x+'s
     # `[shutdown]` trigger lines (not its other `[shutdown]` lines: `engine core exited unexpectedly` is a crash's), older V1's `Shutting down FastAPI HTTP server.`, uvicorn's own `Shutting down`
     # (either engine's front end), `toolkit serve`'s `Received SIGTERM; shutting down`

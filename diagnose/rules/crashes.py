@@ -3,7 +3,8 @@
 - `crash.exception`: `... hit an exception` / tracebacks / vLLM's `EngineCore encountered a fatal error` (not the
   OOMs, memory errors, leaks and graph captures their rules explain: named by the traceback's error line, an
   error record right after it, or, for a traceback cut before its error line, an OOM printed just before it)
-  and SGLang's parent's `Received sigquit`; with the workaround to try first when the traceback names its cause
+  and SGLang's parent's `Received sigquit`, vLLM V0's `MQLLMEngine is already dead` (a request found the engine
+  dead: whatever killed it, an OOM its own rule explains included, the server is down); with the workaround to try first when the traceback names its cause
   (`rules.workarounds`). An error printed after a stop was asked for (`stop`: a signal received, the HTTP server
   shutting down) is the teardown's, not a crash: every vLLM V1 log that ends with Ctrl-C or SIGTERM may end in the
   output handler's `EngineDeadError`.
@@ -27,7 +28,7 @@ CAUSES = ("oom", "not_enough_memory", "leak", "graph_failed")  # errors whose ow
 
 def check(ctx: Context) -> list[Finding]:
     tl, out = ctx.timeline, []
-    errors = [e for e in tl.kind("exception") if not _explained(e, ctx)] + tl.kind("sigquit")
+    errors = [e for e in tl.kind("exception") if not _explained(e, ctx)] + tl.kind("sigquit") + tl.kind("engine_dead")
     stopped = _stop_lines(ctx)
     exceptions = [e for e in errors if e.line < stopped.get(e.source, e.line + 1)]
     teardown = [e for e in errors if e.line >= stopped.get(e.source, e.line + 1)]
@@ -35,7 +36,8 @@ def check(ctx: Context) -> list[Finding]:
         out.append(_stopped(ctx, teardown))
     if exceptions:
         errors = [str(e.fields.get("error", "")) for e in exceptions if e.kind == "exception"]
-        last = errors[-1] if errors else "a child process failed"
+        dead = any(e.kind == "engine_dead" for e in exceptions)
+        last = errors[-1] if errors else "the engine died (its server says so)" if dead else "a child process failed"
         fix = workaround(ctx.config, [e for e in exceptions if e.kind == "exception"])
         advice = "Read the traceback at the quoted line; the scheduler does not recover from it."
         if fix is None:

@@ -139,3 +139,20 @@ def test_sglang_cap_len_with_decimals_is_read_as_a_number() -> None:
             "True, gen throughput (token/s): 3.08, #queue-req: 0")
     d = analyze(lines=[line])
     assert d.stats.kinds.get("decode") == 1
+
+
+DEAD = "CRITICAL 02-10 18:06:30 launcher.py:101] MQLLMEngine is already dead, terminating server process"
+OOM_REPR = ("ERROR 02-10 18:06:30 engine.py:139] OutOfMemoryError('CUDA out of memory. Tried to allocate 1.27 GiB. GPU 0 "
+            "has a total capacity of 79.33 GiB of which 109.81 MiB is free.')")
+
+
+def test_v0_engine_dead_is_a_crash_even_where_an_oom_explains_it() -> None:
+    d = analyze(lines=["INFO 02-10 18:06:30 engine.py:275] Added request cmpl-1.", DEAD,
+                       'INFO:     10.25.164.34:57224 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error', OOM_REPR])
+    ids = {f.id: f for f in d.findings}
+    assert ids["crash.exception"].severity == "critical" and ids["crash.exception"].change is None
+    assert ids["oom.other"].flag == "--gpu-memory-utilization"  # the OOM's own rule still advises
+
+
+def test_an_oom_alone_is_no_crash_finding() -> None:
+    assert not any(f.id.startswith("crash.") for f in analyze(lines=[OOM_REPR]).findings)
