@@ -419,10 +419,11 @@ def _name(process) -> str:
 def _command(argv: list[str]) -> dict:
     """Run a command (stdout to /dev/null): its wall time, the CPU time of all its processes, the peak RSS of its
     process tree (sampled every ~5 ms), each process's peak, and the largest process's by getrusage."""
-    with tempfile.TemporaryFile("w+") as err:
+    with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory() as empty:
         start = time.perf_counter()
-        # NOTE: run outside the repository: there `-m toolkit.cli` would import its `toolkit/` before PYTHONPATH's
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=tempfile.gettempdir())
+        # NOTE: run in an empty folder: `-m` puts the working directory first on sys.path, so in the repository
+        # `toolkit/` would shadow PYTHONPATH's, and a stray `bisect.py` in /tmp once shadowed the standard library
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=empty)
         tree = _TreeMemory(proc.pid)
         while proc.poll() is None:
             tree.sample()
@@ -431,7 +432,8 @@ def _command(argv: list[str]) -> dict:
         err.seek(0)
         stderr = err.read().strip()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode not in (0, 1):
+    # NOTE: no --fail-on is given, so any exit but 0 is a failed run (a traceback exits 1)
+    if proc.returncode != 0:
         raise RuntimeError(stderr.splitlines()[-1] if stderr else f"exit {proc.returncode}")
     return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "tree_rss_mb": tree.peak / 2**20,
             "largest_process_rss_mb": usage.ru_maxrss / 1024, "process_peaks_mb": tree.process_peaks_mb(),
