@@ -4,10 +4,10 @@
   OOMs, memory errors, leaks and graph captures their rules explain: named by the traceback's error line, an
   error record right after it, or, for a traceback cut before its error line, an OOM printed just before it)
   and SGLang's parent's `Received sigquit`, vLLM V0's `MQLLMEngine is already dead` (a request found the engine
-  dead: whatever killed it, an OOM its own rule explains included, the server is down); with the workaround to try first when the traceback names its cause
-  (`rules.workarounds`). An error printed after a stop was asked for (`stop`: a signal received, the HTTP server
-  shutting down) is the teardown's, not a crash: every vLLM V1 log that ends with Ctrl-C or SIGTERM may end in the
-  output handler's `EngineDeadError`.
+  dead: whatever killed it, an OOM its own rule explains included, the server is down); with the workaround to try
+  first when the traceback names its cause (`rules.workarounds`). An error printed after a stop was asked for
+  (`stop`: a signal received, the HTTP server shutting down) is the teardown's, not a crash: every vLLM V1 log that
+  ends with Ctrl-C or SIGTERM may end in the output handler's `EngineDeadError`.
 - `crash.stopped` (info): the server was stopped on request and printed errors while it tore down; no flag.
 - `crash.watchdog`: a forward pass exceeded `--watchdog-timeout` (default 300 s).
 - `crash.leak`: the idle integrity check found KV slots neither free, cached nor in use.

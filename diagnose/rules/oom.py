@@ -239,7 +239,8 @@ def _capture(ctx: Context, rows: list[Event]) -> Finding:
         current=Current.of(cap) if cap else None,
         tradeoff="Batches above the new maximum decode without graphs (slower); a smaller KV cache instead holds fewer "
         "tokens; no graphs at all slows every decode step.",
-        ranks=tuple(sorted({e.rank for e in rows})), alternatives=(_kv_memory(ctx, -1, alternative=True), Change("graphs_off", True)))
+        ranks=tuple(sorted({e.rank for e in rows})),
+        alternatives=(_kv_memory(ctx, -1, alternative=True), Change("graphs_off", True)))
 
 
 def _around(ctx: Context, e: Event, after: bool = False) -> list[Event]:
