@@ -124,8 +124,12 @@ def test_tp2_aborts_and_shutdown_reach_every_rank(tiny, tmp_path):
         time.sleep(0.2)
     assert state["num_running_reqs"] == 0, state
     kept = requests.post(f"{server.url}/generate", json=body, stream=True, timeout=60)
-    next(kept.iter_lines())
+    # NOTE: hold the line iterator until the server has stopped: a dropped one closes the connection (urllib3 reads
+    # chunked bodies inside its error catcher), and the server would abort the request as a disconnect first
+    kept_lines = kept.iter_lines()
+    next(kept_lines)
     assert server.stop() == 0
+    kept_lines.close()
     kept.close()
     text = log.read_text()
     for tag in ("TP0", "TP1"):
