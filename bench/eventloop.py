@@ -23,6 +23,7 @@ def on_ctrl_c(callback: Callable[[], None]) -> Iterator[None]:
     """While inside, SIGINT calls `callback` on the running loop instead of raising KeyboardInterrupt; outside the
     main thread (or without signal support) SIGINT is left as it is."""
     loop = asyncio.get_running_loop()
+    previous = signal.getsignal(signal.SIGINT)
     try:
         loop.add_signal_handler(signal.SIGINT, callback)
     except (NotImplementedError, RuntimeError, ValueError):
@@ -32,3 +33,8 @@ def on_ctrl_c(callback: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        # NOTE: the loop puts back Python's default (KeyboardInterrupt), not what was there: a worker that ignored
+        # Ctrl-C before its run ignores it again, so a second Ctrl-C (a terminal's to the group, and the parent's
+        # pass-on) after its run cannot lose its samples.
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)

@@ -86,6 +86,16 @@ def worker_ready(_: int = 0) -> int:
     return os.getpid()
 
 
+_everyone = None  # the process pool's barrier, in each of its processes (set by the pool's initializer)
+
+
+def _process_ready(_: int = 0) -> int:
+    """`worker_ready` in a process pool, after waiting at the barrier of all N: the N ready tasks run in N
+    different processes (none can take two), so their pids are every worker's, the ones Ctrl-C is passed on to."""
+    _everyone.wait(timeout=_STARTUP_TIMEOUT_S)
+    return worker_ready()
+
+
 class Launcher(Protocol):
     backend: WorkerBackend
 
@@ -139,17 +149,20 @@ class RayLauncher:
 def process_launcher(workers: int) -> Iterator[ProcessLauncher]:
     # NOTE: spawn, not fork: a forked child would inherit the parent's loaded tokenizer, threads and event loop.
     context = multiprocessing.get_context("spawn")
-    # NOTE: every process waits at the barrier as it starts, so no ready task finishes until all N are up; the N
-    # run jobs then find N idle processes and each takes one.
+    # NOTE: each ready task waits at the barrier, so no ready task finishes until all N processes are up and each
+    # runs one (a barrier in the initializer let one process run both ready tasks while the other was slow to take
+    # one: the parent then sent Ctrl-C twice to one worker and never to the other); the N run jobs then find N idle
+    # processes and each takes one.
     everyone = context.Barrier(workers)
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_wait_for_all, initargs=(everyone,)) as pool:
-        pids = list(pool.map(worker_ready, range(workers)))
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_join, initargs=(everyone,)) as pool:
+        pids = list(pool.map(_process_ready, range(workers)))
         yield ProcessLauncher(pool, pids)
 
 
-def _wait_for_all(everyone) -> None:
+def _join(everyone) -> None:
+    global _everyone
     _ignore_ctrl_c()
-    everyone.wait(timeout=_STARTUP_TIMEOUT_S)
+    _everyone = everyone
 
 
 def import_ray():

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 from tests.bench.stub import Script
 from tests.server.server_process import children_of, cmdline
+from toolkit.bench import eventloop
 from toolkit.bench.arrivals import schedule
 from toolkit.bench.split import split_cap, split_workload
 from toolkit.bench.workload import Workload
@@ -175,6 +177,38 @@ def test_ctrl_c_to_the_parent_alone_reaches_the_workers_and_keeps_their_samples(
     # what finished is kept, what was in flight is counted as cancelled, the rest was never sent
     assert 0 < record["completed"] < 400 and record["cancelled"] > 0 and record["duration"] < 30
     assert all(w["sent"] > 0 for w in record["per_worker"])
+
+
+def test_a_terminals_ctrl_c_to_the_whole_group_keeps_the_samples(tmp_path, threaded_stub):
+    """Each worker gets the terminal's SIGINT and the parent's pass-on, one after the other: the second must not
+    find Python's KeyboardInterrupt waiting once the first has ended the worker's run."""
+    out, slow = tmp_path / "runs.jsonl", Script(ttft=0.005, chunks=((0.0, 1), (0.2, 1), (0.2, 1), (0.2, 1)))
+    with threaded_stub(default=slow) as stub:
+        process = _bench_process(stub.base_url, out, "--num-prompts", "400", "--rate", "20")
+        _wait_for(lambda: len(stub.served) >= 20, timeout=60)
+        os.killpg(process.pid, signal.SIGINT)
+        code, output = _finish(process)
+    assert code == 130, output[-3000:]
+    assert "Traceback" not in output
+    [record] = records(out)
+    assert record["interrupted"] and 0 < record["completed"] < 400
+
+
+def test_on_ctrl_c_puts_back_the_handler_it_found():
+    """A worker ignores Ctrl-C outside its run; after the run's handler it ignores it again (the loop alone would
+    leave Python's default, which raises KeyboardInterrupt)."""
+    assert threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's
+
+    async def one_run() -> None:
+        with eventloop.on_ctrl_c(lambda: None):
+            assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+    found = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        eventloop.run(one_run())
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, found)
 
 
 def test_a_worker_that_dies_ends_the_run_with_one_clear_line(tmp_path, threaded_stub):
