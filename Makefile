@@ -37,7 +37,9 @@ browser:
 
 # Two pytest-xdist workers: tests that wait overlap; a file (or a shared server's group) is one unit of work, tests
 # marked `solo` get the machine to themselves, and the suite fails itself past its time budget (tests/conftest.py).
-test: $(STAMP) browser
+# NOTE: the Python install and the browser's (pip's downloads, apt's) overlap: two jobs, these two only.
+test:
+	@$(MAKE) --no-print-directory -j2 install browser
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 demo: $(STAMP)
