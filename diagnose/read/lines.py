@@ -20,9 +20,9 @@ import numpy as np
 from toolkit.diagnose.read.batch import ACCEPT_LENGTH, QUEUE
 from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.read.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
-from toolkit.diagnose.read.messages import (BATCH_KINDS, CONTINUATION, LINE_CONTINUES, OPENERS, PROGRESS_END,
-                                            REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME, TRACEBACK_HEAD,
-                                            kind_of, line_kind)
+from toolkit.diagnose.read.messages import (BATCH_KINDS, CONTINUATION, ERROR_KINDS, LINE_CONTINUES, OPENERS,
+                                            PROGRESS_END, REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME,
+                                            TRACEBACK_HEAD, kind_of, line_kind, lone_exception)
 from toolkit.diagnose.read.errors import error_kinds, error_line
 from toolkit.diagnose.read.prefix import (PASTE_FENCE, PASTE_QUOTE, Prefix, colocated_actor,
                                           glued_records, read_prefix, stamped_message_start)
@@ -34,6 +34,7 @@ _READ_HOT = frozenset({*BATCH_KINDS, "access"})
 MAX_RECORD_LINES = 200
 MAX_RECORD_CHARS = 64 * 1024
 MAX_EXAMPLES = 20
+FAILURES = ERROR_KINDS | {"exception"}  # the records of a failure: a lone exception line counts only without one
 _CONTINUATION = re.compile(CONTINUATION)
 
 
@@ -67,6 +68,7 @@ class PendingRecord:
     chars: int = 0
     quoted: bool = False
     headless: bool = False  # opened at a traceback's frame (the excerpt cut its head): only its error line's kinds
+    lone: bool = False  # opened at an exception's last line on its own (`messages.lone_exception`)
 
     def add(self, text: str) -> bool:
         if len(self.parts) >= MAX_RECORD_LINES or self.chars >= MAX_RECORD_CHARS:
@@ -89,6 +91,9 @@ class LineParser:
         self._wraps, self._last = 0.0, None  # clock wraps added, last time read (clocks without a date)
         self.facts: list[Event] = []  # what the lines' prefixes told (`FACT_KINDS`), each fact once
         self._told: set[str] = set()
+        # lone exception lines held until the source ends: they count only where it holds no error record
+        self._lone: list[Event] = []
+        self._failed = False  # an error record was read (an exception's, or one of `ERROR_KINDS`)
 
     @property
     def open_record(self) -> bool:
@@ -104,10 +109,11 @@ class LineParser:
                 if record is not None:
                     if self._continues(record, part):
                         continue
-                    events += self._close()
+                    events += self._close(cut_off=_bare_head(record) and _opens_exception(part))
                 event = self._event(part, no, glued=i > 0)
                 if event is not None:
                     events.append(event)
+        self._failed = self._failed or any(e.kind in FAILURES for e in events)
         self.stats.kinds.update(map(attrgetter("kind"), events))
         self.stats.lines = max(self.stats.lines, no)
         return events
@@ -123,6 +129,10 @@ class LineParser:
     def finish(self) -> list[Event]:
         """The events of a multi-line record left open at the end of the source."""
         events = self._close() if self._record is not None else []
+        self._failed = self._failed or any(e.kind in FAILURES for e in events)
+        if not self._failed:
+            events = sorted(self._lone + events, key=attrgetter("line"))
+        self._lone = []
         self.stats.kinds.update(map(attrgetter("kind"), events))
         return events
 
@@ -153,7 +163,8 @@ class LineParser:
         self.begun = True
         if kind in OPENERS:
             quoted = prefix.start == 0 and ">" in line[:start]
-            self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text), quoted, headless)
+            self._record = PendingRecord(kind, no, time, prefix.rank, [text], len(text), quoted, headless,
+                                         lone=kind == "exception" and lone_exception(line, start))
             return None
         if (kind in ("decode", "prefill") and not _readable_batch(kind, text)) or (glued and kind == "stats" and
                                                                                   "Running" not in text):
@@ -208,6 +219,8 @@ class LineParser:
             message = line[prefix.start:].lstrip()
             return _REFUSAL_WRAPPED.match(message) is not None and record.add(message)
         message = line[prefix.start:]
+        if record.lone and (message.startswith(TRACEBACK_HEAD) or line_kind(line, prefix.start) is not None):
+            return False  # NOTE: an exception's last line on its own ends before another record begins
         if prefix.time is not None:
             # vLLM prints every line of a multi-line message with its prefix (a traceback line by line).
             looks_new = _CONTINUATION.match(message) is None and not (
@@ -225,19 +238,42 @@ class LineParser:
             looks_new = looks_new or not (kind == record.kind and kind in SELF_CONTINUING)
         return not looks_new and record.add(message)
 
-    def _close(self) -> list[Event]:
+    def _close(self, cut_off: bool = False) -> list[Event]:
+        """The events of the open record; none of a traceback's bare head that another exception cut off at once
+        (`cut_off`: its own header printed into it, sglang#1304)."""
         record = self._record
         assert record is not None
         self._record = None
         text = "\n".join(record.parts)
-        kinds = [] if record.headless else [record.kind]  # NOTE: a tail counts by its error line alone (trl#3310)
+        kinds = [] if record.headless or cut_off else [record.kind]  # NOTE: a tail counts by its error line alone
+        # (trl#3310)
         if record.kind in ("exception", "oom"):  # NOTE: a chained OOM record can end in a graph capture's failure
             kinds += [kind for kind in error_kinds(text) if kind not in kinds]
         if record.kind == "leak" and "leak detected" not in text and "Warning: available_size" in text:
             kinds = []
         if not kinds:
             self.stats.other += 1
-        return [Event(kind, record.line, record.time, record.rank, text, self.source) for kind in kinds]
+        events = [Event(kind, record.line, record.time, record.rank, text, self.source) for kind in kinds]
+        if record.lone and kinds == ["exception"]:
+            # NOTE: an exception's last line on its own is its record only where the source holds no error record:
+            # there it is a fragment of a failure read whole (the paste's repeat, another rank's copy: sglang#4048)
+            if not self._failed:
+                self._lone += events
+            return []
+        return events
+
+
+def _bare_head(record: PendingRecord) -> bool:
+    """A traceback's head with nothing of its own after it: `Traceback (most recent call last):`, no frame and no
+    error line (at most a line that names no error, such as another process's header printed into it)."""
+    return (record.kind == "exception" and record.parts[0].startswith(TRACEBACK_HEAD)
+            and not any(_FRAME.match(part) or error_line(part) is not None for part in record.parts[1:]))
+
+
+def _opens_exception(line: str) -> bool:
+    """Whether `line` opens an exception record: then a bare traceback head before it was cut off by it, and is
+    no record (a bare head the excerpt ends with is one: its traceback was left out)."""
+    return message_kind(line, read_prefix(line))[0] == "exception"
 
 
 def records_of(line: str) -> list[str]:

@@ -45,6 +45,7 @@ Kind = Literal[
     "engine_dead",       # V0: MQLLMEngine is already dead, terminating server process (a request found the engine dead)
     "stop",              # an orderly stop asked for: a signal received, the HTTP server shutting down (either engine)
     "input_too_long",    # Input length (N tokens) exceeds the maximum allowed length (M tokens). ... (rejected)
+    "prompt_too_long",   # V0: Input prompt (N tokens) is too long and exceeds limit of M (the scheduler drops it)
     # load shedding and clients giving up (docs/log-formats.md §6.4)
     "shed",              # Shed N requests[ in the last S s] (503, Retry-After 1 s): queue_full: a, waiting_timeout: b
     "queue_timeout",     # Queue timeout: aborted N requests that waited more than S s, #queue-req: Q
@@ -80,7 +81,8 @@ SGLANG_KINDS = frozenset({"decode", "prefill", "pool", "load_begin", "load_end",
                           "client_gone", "kv_transfer_failed", "input_too_long"})
 VLLM_KINDS = frozenset({"stats", "prefix_cache", "spec_metrics", "preempt", "kv_capacity", "max_concurrency",
                         "gpu_blocks", "kv_memory", "memory_profile", "mm_profile", "weights_loaded", "graph_captured",
-                        "engine_config", "engine_args", "scheduler_config", "engine_dead"})
+                        "engine_config", "engine_args", "scheduler_config", "engine_dead",
+                        "prompt_too_long"})
 
 # Facts a line's prefix tells, as events (one per source, at the first line that tells it; no message: counted in no
 # statistic, exported nowhere): vLLM's own logger wrote a line the parser read (`vllm_logger`: the log is vLLM's
@@ -187,6 +189,8 @@ STARTS: dict[str, str] = {
                           r"|(?:\[rank\d{1,5}\]: )?Failed to receive all KVs and hidden states",
     # vLLM
     "prefix_cache": r"Prefix cache hit rate: GPU: ",
+    # V0's scheduler, dropping a prompt longer than its prompt limit (the request finishes with no output)
+    "prompt_too_long": r"Input prompt \(\d+ tokens\) is too long and exceeds limit of \d",
     "spec_metrics": r"SpecDecoding metrics: |Speculative metrics: ",
     "preempt": r"Sequence group \S{1,200} is preempted (?:by|in) "
                r"|Preempted request \S{1,200} has been resumed",
@@ -216,6 +220,12 @@ ERROR_KINDS = frozenset({"oom", "leak", "not_enough_memory", "graph_failed"})
 # An error line on its own (no traceback open): `ValueError: ...`, in backticks, or a repr `Error('...`.
 ERROR_START = r"`?[\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])"
 _ERROR_START = re.compile(ERROR_START)
+# The last line Python prints of an uncaught exception, `Name: message`, read on its own as the exception's record
+# (the scheduler's traceback pasted as its error line alone, sglang#10408): the class's name ends in `Error` (some
+# name before it: a bare `Error: ` is any program's message) or `Exception`; not a repr `Error('...')` (a value
+# logged inside another message), not a warning
+EXCEPTION_LINE = r"`?(?:[\w.]{0,80}\wError|[\w.]{0,80}Exception): \S"
+_EXCEPTION_LINE = re.compile(EXCEPTION_LINE)
 # NOTE: a lookahead that fails at a message `line_kind` may read as an event: one `kind_of` reads, or any error
 # line (`line_kind` reads only some as events: it errs toward "maybe an event"), or a traceback's frame (the first
 # line of a log that begins inside a traceback opens one)
@@ -319,10 +329,19 @@ def start_in(kind: str, text: str) -> int | None:
 
 def line_kind(line: str, start: int = 0) -> str | None:
     """The kind of a line that opens no record: `kind_of`, else the error kind (`ERROR_KINDS`) of an error line
-    (`ValueError: No available memory ...`) read on its own."""
+    (`ValueError: No available memory ...`) read on its own, else `exception` for the last line of a Python
+    exception on its own (`EXCEPTION_LINE`: a traceback whose head and frames the paste left out)."""
     kind = kind_of(line, start)
     if kind is not None:
         return kind
     m = _ERROR_START.match(line, start)
     named = kind_of(line, m.end()) if m is not None else None
-    return named if named in ERROR_KINDS else None
+    if named in ERROR_KINDS:
+        return named
+    return "exception" if m is not None and _EXCEPTION_LINE.match(line, start) is not None else None
+
+
+def lone_exception(line: str, start: int = 0) -> bool:
+    """Whether the message at `start` is an exception's last line on its own (`line_kind` reads it as `exception`
+    by `EXCEPTION_LINE`), not a message that opens an exception record."""
+    return kind_of(line, start) is None and line_kind(line, start) == "exception"

@@ -110,10 +110,11 @@ RANK_LABEL = r"(?:Rank (\d+)|\[rank(\d+)\]): ?"  # SGLang 0.1's `Rank N: `, torc
 EARLY_RANK = r"\[rank=(\d+)\] "  # SGLang 0.1's process rank before its start-up lines (sglang#485)
 PYTHON_WARNING = r"[^\s:]{1,300}:\d+: \w{0,40}Warning: "
 MARKDOWN_BOLD = r"\*\*(?=\S)"  # a line pasted into an issue
-# vLLM's source tag, pasted from after its time (vllm#25350), or its process in brackets before it
-# (`[Worker_TP1] [model_runner.py:411] `, rtx6kpro#103)
-VLLM_SOURCE = r"\[[\w.-]{1,200}\.py:\d+\] "
-BRACKETED_PROCESS = r"\[([A-Za-z][\w-]{0,63})\] " + VLLM_SOURCE
+# vLLM's source tag, pasted from after its time (vllm#25350; before 0.7 without its `[`: `scheduler.py:648] `,
+# vllm#10440), or its process in brackets before it (`[Worker_TP1] [model_runner.py:411] `, rtx6kpro#103)
+VLLM_SOURCE_TAG = r"\[[\w.-]{1,200}\.py:\d+\] "
+VLLM_SOURCE = r"\[?[\w.-]{1,200}\.py:\d+\] "
+BRACKETED_PROCESS = r"\[([A-Za-z][\w-]{0,63})\] " + VLLM_SOURCE_TAG
 # SGLang's rank tags without the stamp's time, a paste trimmed by hand (`[DP0 TP0] `, sglang#16974)
 BARE_RANK_TAGS = r"\[([A-Z]{2,4}\d{1,4}(?: [A-Z]{2,4}\d{1,4}){0,3})\] "
 ISO_STAMP = (TASK_LABEL + r"?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"

@@ -48,6 +48,16 @@ def _input_too_long(text: str) -> dict[str, Value]:
     return {"input_len": int(m.group(1)), "max_input_len": int(m.group(2))} if m else {}
 
 
+# vLLM V0's scheduler: `Input prompt (N tokens) is too long and exceeds limit of M` (a warning; the request is
+# dropped: it finishes with no output). M is V0's prompt limit (docs/log-formats.md §9).
+_PROMPT_TOO_LONG = re.compile(r"Input prompt \((\d{1,12}) tokens\) is too long and exceeds limit of (\d{1,12})")
+
+
+def _prompt_too_long(text: str) -> dict[str, Value]:
+    m = _PROMPT_TOO_LONG.match(text)
+    return {"prompt_len": int(m.group(1)), "prompt_limit": int(m.group(2))} if m else {}
+
+
 def _queue_timeout(text: str) -> dict[str, Value]:
     m = _QUEUE_TIMEOUT.match(text)
     if m is None:
@@ -127,6 +137,7 @@ FIELDS: dict[str, Fields] = {
     "shed": Fields(_shed, {"shed": int, "retry_after": int, "seconds": int}, open=True),  # and a count per reason
     "queue_timeout": Fields(_queue_timeout, {"aborted": int, "waited_s": Number, "queue_req": int}),
     "input_too_long": Fields(_input_too_long, {"input_len": int, "max_input_len": int}),
+    "prompt_too_long": Fields(_prompt_too_long, {"prompt_len": int, "prompt_limit": int}),
     "client_gone": Fields(_client_gone, {"method": str, "path": str, "message": str}),
     "kv_transfer_failed": Fields(_transfer_failed, {"side": str, "transfer_rank": int, "rid": str, "reason": str}),
     "preempt": Fields(_preempt, {"request": str, "mode": str, "resumed": bool, "cumulative_preemptions": int}),
