@@ -44,13 +44,17 @@ import numpy as np
 
 from toolkit.diagnose.findings import Current, Finding, evidence_events
 from toolkit.diagnose.read.events import Event
-from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, capturing_at, first_load_after, memory_fraction
+from toolkit.diagnose.rules.context import (SAME_FAILURE_LINES, STEP, Context, capturing_at, first_load_after,
+                                            memory_fraction)
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 from toolkit.diagnose.vocabulary import Change
 
 PREFILL_TARGET = 4096
 MIN_CHUNK = 1024
 NEAR = 200  # lines: an error record this close before an OOM line is its traceback
+# NOTE: an OOM's advice may take the static fraction past the load rules' MAX_FRACTION (rules.context): the
+# pool sizing it fixes failed at start-up or in a rare peak, not under the steady load those rules read
+OOM_MAX_FRACTION = 0.98
 BLOCK_SIZE = 16  # vLLM's KV block on GPUs (tokens), where the log does not print `block_size`
 FULL_PRECISION = ("float", "float32", "fp32")  # as `--dtype` and the logs (after `torch.`) spell float32
 _MEMORY_FACTS = ("device_blocks", "kv_cache_gb", "total_gpu_memory_gb", "gpu_memory_utilization", "activation_peak_gb")
@@ -126,7 +130,7 @@ def _no_pool_left(ctx: Context, rows: list[Event], left: float, before: float) -
     quoted = memory_fraction(ctx.config)
     fraction = quoted.value if quoted is not None else None
     needed = 1 - left / before  # NOTE: the static fraction above which anything is left for the pool
-    change = Change("kv_memory", f"{min(0.98, max(needed + 0.02, (fraction or 0) + 0.05)):.2f}")
+    change = Change("kv_memory", f"{min(OOM_MAX_FRACTION, max(needed + 0.02, (fraction or 0) + STEP)):.2f}")
     return Finding(
         id="oom.startup", severity="critical", title="The weights left no room for a KV cache at start-up",
         message=f"After the weights only {left:.2f} of {before:.2f} GB were free ({left / before:.0%}), and start-up "
@@ -397,14 +401,14 @@ def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
 
 
 def _kv_memory(ctx: Context, direction: Literal[-1, 1], alternative: bool = False) -> Change:
-    """The static memory fraction 0.05 lower or higher (at most 0.98), or only the direction when it is unknown. An
-    `alternative` carries no current value of its own: it moves by a value only from a fraction the log states, not
-    from the engine's default (a wrapper that sets its own, QAnything's 0.33 or another's 0.98, would read `0.95` as
+    """The static memory fraction STEP lower or higher (at most OOM_MAX_FRACTION), or only the direction when it is
+    unknown. An `alternative` carries no current value of its own: it moves by a value only from a fraction the log
+    states, not from the engine's default (a wrapper that sets its own, QAnything's 0.33 or another's 0.98, would read `0.95` as
     the wrong way), so from a default it says only which way."""
     now = memory_fraction(ctx.config)
     if now is None or not now.value or (alternative and ctx.config.mem_fraction_static is None):
         return Change("kv_memory", direction=direction)
-    return Change("kv_memory", f"{min(0.98, now.value + 0.05 * direction):.2f}")  # type: ignore[operator]
+    return Change("kv_memory", f"{min(OOM_MAX_FRACTION, now.value + STEP * direction):.2f}")  # type: ignore[operator]
 
 
 def _no_cache(ctx: Context) -> list[Event]:
