@@ -403,8 +403,8 @@ def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:
 def _kv_memory(ctx: Context, direction: Literal[-1, 1], alternative: bool = False) -> Change:
     """The static memory fraction STEP lower or higher (at most OOM_MAX_FRACTION), or only the direction when it is
     unknown. An `alternative` carries no current value of its own: it moves by a value only from a fraction the log
-    states, not from the engine's default (a wrapper that sets its own, QAnything's 0.33 or another's 0.98, would read `0.95` as
-    the wrong way), so from a default it says only which way."""
+    states, not from the engine's default (a wrapper that sets its own, QAnything's 0.33 or another's 0.98, would
+    read `0.95` as the wrong way), so from a default it says only which way."""
     now = memory_fraction(ctx.config)
     if now is None or not now.value or (alternative and ctx.config.mem_fraction_static is None):
         return Change("kv_memory", direction=direction)
