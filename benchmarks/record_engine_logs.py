@@ -183,6 +183,37 @@ SITUATIONS = (
               what="defaults under 1 req/s; the EngineCore process is SIGKILLed halfway",
               load=Load(rate="1"), ending="kill-worker", verdict="crash",
               notes="A killed engine core: the API server reports the engine dead; no flag helps."),
+    # -- recorded batch 2 (2026-12-02): the healthy loads batch 1 lacked, and batch 1's mistunings at other sizes --
+    Situation(name="toolkit-healthy-medium", engine="toolkit", kind="healthy",
+              what="defaults, 2 req/s of 256/128: about a quarter of what the server decodes at saturation here",
+              load=Load(rate="2"), verdict="healthy", nothing_to_advise=True,
+              notes="Medium load on a default server: several requests running, any queue short-lived, token "
+                    "usage low."),
+    Situation(name="toolkit-running-cap-6", engine="toolkit", kind="running-cap",
+              what="--max-running-requests 6 at 6 req/s of 128/128: six run, arrivals outpace them, the pool is idle",
+              flags=("--max-running-requests", "6"), load=Load(rate="6", input_len=128, timeout=90.0),
+              advice=("--max-running-requests",), direction={"--max-running-requests": "raise"},
+              notes="Six requests run in every decode line while the queue grows and token usage stays low."),
+    Situation(name="toolkit-kv-pool-2048-long", engine="toolkit", kind="kv-small",
+              what="--max-total-tokens 2048 at 2 req/s of 512/384: the pool holds two requests of this size",
+              flags=("--max-total-tokens", "2048"), load=Load(rate="2", input_len=512, output_len=384, timeout=90.0),
+              advice=("--max-total-tokens|--mem-fraction-static",),
+              direction={"--max-total-tokens": "raise", "--mem-fraction-static": "raise"},
+              notes="A pool of 2,048 tokens holds two requests of up to 896; the rest queue with usage high."),
+    Situation(name="vllm-healthy-medium", engine="vllm", kind="healthy",
+              what="defaults (4 GiB KV), 3 req/s of 128/64 (about a third of its saturated decode here), then SIGTERM",
+              load=Load(rate="3", input_len=128, output_len=64), verdict="healthy", nothing_to_advise=True,
+              notes="Medium load: a few requests running, Waiting at or near 0, KV usage low; a clean stop."),
+    Situation(name="vllm-healthy-saturated", engine="vllm", kind="healthy",
+              what="defaults, a closed loop of 16 clients sending 256/128 back to back, then SIGTERM",
+              load=Load(rate="32", concurrency=16, timeout=120.0), verdict="healthy", nothing_to_advise=True,
+              notes="Saturated by design: Running near 16 on every line, Waiting within what the clients hold, KV "
+                    "usage with room; no flag serves these clients faster."),
+    Situation(name="vllm-max-num-seqs-4", engine="vllm", kind="running-cap",
+              what="--max-num-seqs 4 at 3 req/s of 128/128: four run, the rest wait, KV usage is low",
+              flags=("--max-num-seqs", "4"), load=Load(rate="3", input_len=128, timeout=90.0),
+              advice=("--max-num-seqs",), direction={"--max-num-seqs": "raise"},
+              notes="Running: 4 reqs on every stats line, Waiting grows, KV cache usage low."),
 )
 
 
