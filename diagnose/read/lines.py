@@ -355,6 +355,10 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     never on a line with time, the engine's own (the fast path counts those plain from their message's start,
     where neither is looked for)."""
     kind = line_kind(line, prefix.start)
+    if kind == "exception" and prefix.time is not None and lone_exception(line, prefix.start):
+        # NOTE: Python prints an uncaught exception's last line without a stamp; a stamped `ValueError: ...` is a
+        # logger's message about a request (vLLM's 400s), and the server serves on
+        return None, prefix.start
     if kind is not None or prefix.time is not None:
         return kind, prefix.start
     start = prefix.start

@@ -178,6 +178,22 @@ def test_lines_that_are_no_exception_s_last_line_are_not_read(line: str) -> None
     assert not analyze(lines=[line]).stats.kinds.get("exception")
 
 
+@pytest.mark.parametrize("line", [
+    "ERROR 12-02 10:00:05 [serving_chat.py:200] ValueError: This model's maximum context length is 2048 tokens. "
+    "However, you requested 3000 tokens.",  # vLLM's logger about a request it answered 400
+    "[2026-12-02 10:00:05 TP0] KeyError: 'rid-7'",  # SGLang's
+])
+def test_a_stamped_error_message_of_a_server_that_serves_on_is_no_crash(line: str) -> None:
+    """Python prints an uncaught exception's last line without a stamp; a logger's stamped `ValueError: ...` is a
+    message about one request, and the stats lines after it show the server serving on."""
+    stats = ("INFO 12-02 10:00:{:02d} [loggers.py:335] Engine 000: Avg prompt throughput: 100.0 tokens/s, Avg "
+             "generation throughput: 50.0 tokens/s, Running: 2 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+             "Prefix cache hit rate: 0.0%")
+    d = analyze(lines=[stats.format(0), line, stats.format(10)])
+    assert not d.stats.kinds.get("exception")
+    assert not any(f.id.startswith("crash") for f in d.findings)
+
+
 def test_a_lone_error_line_beside_a_whole_traceback_is_a_fragment_of_it() -> None:
     tail = "TypeError: '>' not supported between instances of 'NoneType' and 'int'"
     before = ["if x > 0:", tail, "[2025-03-03 06:49:28 TP5] Scheduler hit an exception: Traceback (most recent "
