@@ -145,6 +145,16 @@ class ServerConfig:
         return self.vllm or bool(self.value("torch_compile") or False)
 
     @property
+    def chunked_prefill(self) -> bool | None:
+        """Whether the log's arguments turn vLLM's chunked prefill on (V0's engine config `chunked_prefill_enabled`,
+        an `--enable-chunked-prefill` argument), None where they say nothing."""
+        for key in ("chunked_prefill_enabled", "enable_chunked_prefill"):
+            said = self.args.get(key)
+            if isinstance(said, bool):
+                return said
+        return None
+
+    @property
     def kv_cache_dtype(self) -> str:
         return str(self.value("kv_dtype") or "auto")
 

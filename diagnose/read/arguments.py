@@ -22,9 +22,8 @@ def _engine_config(text: str) -> dict[str, Value]:
         out["version"] = version.group(1)
     body = text.partition("with config: ")[2]
     for item in _top_level_items(body):
-        key, sep, raw = item.partition("=")
-        if sep and key.strip().isidentifier():
-            out[key.strip()] = _literal(raw.strip())
+        for key, raw in _items_of(item):
+            out[key] = _literal(raw)
     size = _CAPTURE_SIZE.search(body)
     sizes = _CAPTURE_SIZES.search(body)
     if size is not None:
@@ -32,6 +31,23 @@ def _engine_config(text: str) -> dict[str, Value]:
     elif sizes is not None and sizes.group(1).strip():
         out["max_cudagraph_capture_size"] = max(int(x) for x in sizes.group(1).split(",") if x.strip())
     return out
+
+
+# NOTE: V0 (0.6) prints two items with no comma between them: `chunked_prefill_enabled=False
+# multi_step_stream_outputs=True`; an unquoted value ends where a blank and the next `key=` begin
+_GLUED_ITEM = re.compile(r"\s+(?=[A-Za-z_]\w*=)")
+
+
+def _items_of(item: str) -> list[tuple[str, str]]:
+    """The `key=value` pairs of one comma-separated item of the engine config (one, or more glued by a blank)."""
+    key, sep, raw = item.partition("=")
+    if not (sep and key.strip().isidentifier()):
+        return []
+    raw = raw.strip()
+    if raw[:1] in "'\"([{":
+        return [(key.strip(), raw)]
+    value, *glued = _GLUED_ITEM.split(raw, maxsplit=1)
+    return [(key.strip(), value)] + (_items_of(glued[0]) if glued else [])
 
 
 def _engine_args(text: str) -> dict[str, Value]:

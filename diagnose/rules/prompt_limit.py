@@ -21,15 +21,11 @@ a budget limit. A dropped request is a problem to fix, not a crash: the engine s
 """
 from __future__ import annotations
 
-from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.findings import Current, Finding, evidence_events
 from toolkit.diagnose.rules.context import Context
 from toolkit.diagnose.vocabulary import Change
 
 KIND = "prompt_too_long"
-# where the config says whether chunked prefill is on: V0's engine config line, the arguments and launch command
-CHUNKED_KEYS = ("chunked_prefill_enabled", "enable_chunked_prefill")
-TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -100,23 +96,11 @@ def limit_setters(limit: int, model_len: int | None, budget: int | None, chunked
 
 
 def chunked_prefill(ctx: Context) -> bool | None:
-    """Whether the log says chunked prefill is on (V0's `Chunked prefill is enabled ...`, the engine config's
-    `chunked_prefill_enabled`, an `--enable-chunked-prefill` argument), None where it says nothing."""
+    """Whether the log says chunked prefill is on (V0's `Chunked prefill is enabled ...`, else the arguments:
+    `ServerConfig.chunked_prefill`), None where it says nothing."""
     if ctx.timeline.kind("scheduler_config"):
         return True
-    return chunked_arg(ctx.config)
-
-
-def chunked_arg(cfg: ServerConfig) -> bool | None:
-    for key in CHUNKED_KEYS:
-        said = cfg.args.get(key)
-        if isinstance(said, bool):
-            return said
-        words = str(said).split() if isinstance(said, str) else []
-        # NOTE: V0's config line runs `chunked_prefill_enabled=False multi_step_stream_outputs=True` (no comma)
-        if words and words[0].lower() in TRUE_WORDS + FALSE_WORDS:
-            return words[0].lower() in TRUE_WORDS
-    return None
+    return ctx.config.chunked_prefill
 
 
 def _chunk_note(chunked: bool | None) -> str:

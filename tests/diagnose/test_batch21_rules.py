@@ -224,3 +224,10 @@ def test_lone_lines_are_held_until_the_source_ends_and_kept_in_line_order() -> N
     assert parser.feed(["RuntimeError: first", "INFO 03-01 10:00:00 a.py:1] between"]) == []
     events = parser.finish()
     assert [(e.kind, e.line) for e in events] == [("exception", 1)]
+
+
+def test_v0_engine_config_items_glued_without_a_comma_are_read_apart() -> None:
+    from toolkit.diagnose.read.arguments import _engine_config
+
+    fields = _engine_config(_v0_config(4096, chunked=False).partition("] ")[2])
+    assert fields["chunked_prefill_enabled"] is False and fields["multi_step_stream_outputs"] is True
