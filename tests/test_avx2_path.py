@@ -1,12 +1,13 @@
 """The machine most users have: an x86-64 CPU with AVX2 and no AVX-512 (AMD EPYC, client CPUs). On any x86 machine
 these tests run the product in fresh processes as such a CPU would: oneDNN capped at AVX2 (`ONEDNN_MAX_CPU_ISA`,
 so no bf16 GEMMs, no AMX), ATen and MKL at AVX2, the native kernels built for the x86-64-v3 tier. With default
-flags the server starts, says what it chose, and answers exactly as transformers does in float32; a short demo
-runs to its page; the engine's parity and forced-retraction tests pass.
+flags the server starts, says what it chose, and answers exactly as transformers does in float32; the engine's
+parity and forced-retraction tests pass. The demo runs on this path in tests/test_demo.py (where the cap adds
+coverage), so it runs once a session.
 
 On a CPU that is itself such a machine (kernel tier x86-64-v3, no native bf16, nothing capped) the capped
-environment changes nothing, so the parity run and the demo here would repeat, to the byte, tests the rest of the
-suite runs in the same session; those two run where they add coverage (AVX-512 and AMX machines) only."""
+environment changes nothing, so the parity run here would repeat, to the byte, tests the rest of the suite runs in
+the same session; it runs where it adds coverage (AVX-512 and AMX machines) only."""
 from __future__ import annotations
 
 import os
@@ -16,33 +17,25 @@ import sys
 import pytest
 import requests
 
+from tests.avx2_machine import AVX2_ENV, HAS_AVX2, IS_AVX2_HOST
 from tests.conftest import SHARED_FOLDER_ENV, shared_folder
-from tests.machine_speed import scaled
 from tests.server.server_process import ServerProcess
-from toolkit.runtime import cpu_capability
 
-AVX2 = cpu_capability.AVX2_MACHINE_ENV
 NEW_TOKENS = 16
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not cpu_capability.tier_named("x86-64-v3").requires <= cpu_capability.probe().features,
-                       reason="needs an x86-64 CPU with AVX2 (x86-64-v3) to run its AVX2 path"),
+    pytest.mark.skipif(not HAS_AVX2, reason="needs an x86-64 CPU with AVX2 (x86-64-v3) to run its AVX2 path"),
 ]
-
-
-_HOST = cpu_capability.probe()
-AVX2_HOST = (_HOST.tier is not None and _HOST.tier.name == "x86-64-v3" and not _HOST.onednn_bf16
-             and _HOST.onednn_isa_cap is None)
 same_as_the_main_suite = pytest.mark.skipif(
-    AVX2_HOST, reason="this CPU is an AVX2 machine: the main suite ran these tests on the AVX2 path already")
+    IS_AVX2_HOST, reason="this CPU is an AVX2 machine: the main suite ran these tests on the AVX2 path already")
 
 
 @pytest.fixture
 def avx2_env(monkeypatch):
-    for name, value in AVX2.items():
+    for name, value in AVX2_ENV.items():
         monkeypatch.setenv(name, value)
-    return {**os.environ, **AVX2}
+    return {**os.environ, **AVX2_ENV}
 
 
 def test_serve_with_default_flags_starts_on_avx2_says_so_and_matches_transformers(
@@ -85,16 +78,3 @@ def test_engine_parity_and_forced_retraction_tests_pass_on_the_avx2_path(avx2_en
                           env={**avx2_env, SHARED_FOLDER_ENV: str(shared_folder(tmp_path_factory))})
     assert done.returncode == 0, done.stdout[-4000:]
     assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout.splitlines()[-1]
-
-
-@same_as_the_main_suite
-def test_a_short_demo_runs_to_its_page_on_the_avx2_path(avx2_env, tmp_path):
-    out = tmp_path / "demo"
-    done = subprocess.run(
-        [sys.executable, "-m", "toolkit.cli", "demo", "--out", str(out), "--num-prompts", "8", "--repeats", "1",
-         "--max-steps", "1", "--max-time", f"{scaled(180):.0f}", "--device", "cpu"],
-        capture_output=True, text=True, timeout=scaled(600), env=avx2_env)
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert "toolkit demo done" in done.stdout and (out / "tune.html").is_file()
-    start_log = next((out / "step-00").glob("*.log")).read_text()
-    assert "ISA avx2 (kernel tier x86-64-v3" in start_log and "-> dtype float32" in start_log

@@ -1,5 +1,6 @@
 """`toolkit demo` end to end (short settings): the tuning story from a mistuned start, its pages — and no server
-left behind."""
+left behind. Where the host can run the AVX2 path and the rest of the suite runs another (AVX-512, bf16, AMX), the
+demo runs on the AVX2 path (tests/avx2_machine.py): the machine most users have, covered once a session."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.avx2_machine import AVX2_ENV, CAP_ADDS_COVERAGE
 from tests.machine_speed import scaled
 from tests.reports.page import Page
 from tests.server.server_process import alive, cmdline, run_to_the_end
@@ -38,7 +40,8 @@ def test_demo_tunes_from_the_mistuned_start_writes_its_pages_and_stops_every_ser
     # tests/tune/test_tune_e2e.py keeps a change over 3 repeats)
     proc = run_to_the_end(
         [sys.executable, "-m", "toolkit.cli", "demo", "--out", str(out), "--num-prompts", "21", "--repeats", "1",
-         "--max-steps", "1", "--max-time", f"{scaled(300):.0f}", "--device", "cpu"], timeout=scaled(600))
+         "--max-steps", "1", "--max-time", f"{scaled(300):.0f}", "--device", "cpu"], timeout=scaled(600),
+        env={**os.environ, **AVX2_ENV} if CAP_ADDS_COVERAGE else None)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert not _processes_mentioning(str(out)), "a server of the demo outlived it"
@@ -68,7 +71,10 @@ def test_demo_tunes_from_the_mistuned_start_writes_its_pages_and_stops_every_ser
     assert all(f"{r['completed']} / {r['num_requests']}" in report.sections["tables"] for r in best["records"])
     (timeline,) = _section_images(out / "report.html", "timeline")  # the tuned server's log, plotted
     assert timeline.startswith(PNG) and len(timeline) > 10_000
-    assert "Decode batch." in (out / "step-00" / "server.log").read_text()
+    start_log = (out / "step-00" / "server.log").read_text()
+    assert "Decode batch." in start_log
+    if CAP_ADDS_COVERAGE:
+        assert "ISA avx2 (kernel tier x86-64-v3" in start_log and "-> dtype float32" in start_log, start_log[:3000]
 
 
 def test_a_demo_whose_server_cannot_start_here_exits_non_zero_with_one_clear_line(tmp_path):

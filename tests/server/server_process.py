@@ -100,12 +100,13 @@ class ServerProcess(launcher.ServerProcess):
         return statuses
 
 
-def run_to_the_end(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+def run_to_the_end(command: list[str], timeout: float,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Runs a `toolkit` command that starts servers (tune, demo); past `timeout` it gets SIGTERM (their Ctrl-C: they
     stop their servers and write what they have), then its whole process group is killed, so no server outlives a
     slow run."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, env=env)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
