@@ -15,6 +15,12 @@ are re-measured together: `--rounds` interleaved rounds (a fresh launch each, or
 is reported as the median over rounds of its ratio to the round's value of the best re-measured configuration.
 
     python -m benchmarks.tune_vs_search [--quick] [--rounds 3] [--save]
+    python -m benchmarks.tune_vs_search --engine vllm --peers-root /work/peers [--save]
+
+`--engine vllm` runs the same comparison against vLLM-CPU (the `../shared/peers` recipe: $PEERS_ROOT/peer_vllm and
+the embedded model's Hugging Face folder) over its own flags (VLLM_SPACE: `--max-num-seqs`,
+`--max-num-batched-tokens`, and the KV pool in blocks, `--num-gpu-blocks-override`, its CPU equivalent of
+`--gpu-memory-utilization`), launched by `toolkit tune --launch` as a user would; each launch costs a vLLM start-up.
 
 `--quick` shrinks the workload, the budgets and the starts to check the script (numbers mean nothing). `--save`
 writes benchmarks/results/tune_vs_search.json (every run kept in tune_vs_search.runs.jsonl, see `write_result`).
@@ -24,6 +30,8 @@ at equal budget on most starts, never below the control.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import random
 import statistics
 import sys
@@ -35,6 +43,7 @@ from pathlib import Path
 from rich.console import Console
 
 from benchmarks.common import NoDoctor, RandomWorkload, provenance, write_result
+from benchmarks.vs_vllm import SERVED_NAME, Peers
 from toolkit.bench.command import BenchOptions
 from toolkit.tune.experiment import Experiment
 from toolkit.tune.flags import Flags
@@ -60,8 +69,56 @@ STARTS = {
     "all four off": "--max-running-requests 3 --max-total-tokens 768 --chunked-prefill-size 96 "
                     "--schedule-conservativeness 2.0",
 }
-QUICK_STARTS = {"cap and pool low": STARTS["cap and pool low"]}
 WORKLOAD, QUICK_WORKLOAD = RandomWorkload(16, 192, 32), RandomWorkload(8, 64, 8)
+
+# vLLM-CPU's flags for the same ideas: the running cap, the step budget, the KV pool in blocks (128 tokens a block on
+# a CPU; a request of the workload takes 2; 9 blocks are the least that hold one max-model-len request of 1,024,
+# below that vLLM refuses to start). vLLM has no admission-conservativeness flag.
+VLLM_SPACE: dict[str, tuple[str, ...]] = {
+    "--max-num-seqs": (DEFAULT, "1", "2", "4", "8", "16", "32", "64"),
+    "--max-num-batched-tokens": (DEFAULT, "128", "256", "512", "1024", "2048", "4096", "8192"),
+    "--num-gpu-blocks-override": (DEFAULT, "9", "12", "16", "24", "32", "64"),
+}
+VLLM_STARTS = {
+    "vllm: cap, budget and pool low": "--max-num-seqs 2 --max-num-batched-tokens 128 --num-gpu-blocks-override 12",
+}
+VLLM_WORKLOAD = RandomWorkload(16, 192, 32)
+VLLM_HEALTH_TIMEOUT = 600.0  # a vLLM-CPU start-up takes minutes on 2 cores
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What is tuned: the engine (tune's vocabulary), its launch template (None: `toolkit serve`), its flag space and
+    starts, and the workload as the client sends it."""
+
+    engine: str
+    space: dict[str, tuple[str, ...]]
+    starts: dict[str, str]
+    launch: str | None = None
+    backend: str = "sglang"
+    model: str | None = None
+    health_timeout: float = 600.0
+
+    def workload(self, workload: RandomWorkload) -> BenchOptions:
+        return dataclasses.replace(workload.options(), backend=self.backend, model=self.model)
+
+    def launcher(self) -> CommandLauncher:
+        return CommandLauncher(self.launch, self.health_timeout)
+
+
+TOOLKIT = Target("sglang", SPACE, STARTS)
+
+
+def vllm_target(peers: Peers) -> Target:
+    """vLLM-CPU as ../shared/peers starts it, float32, its stats line every second (diagnose's steady lines within a
+    one-minute run) and /reset_prefix_cache on (each repeat starts from an empty prefix cache). `--enforce-eager`:
+    a start-up without torch.compile's warm-up takes 37 s here against 113 s (AMD EPYC, 2 cores), the same for
+    every method."""
+    env = (f"env VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0-{os.cpu_count() - 1} "
+           "HF_HUB_OFFLINE=1 VLLM_SERVER_DEV_MODE=1 VLLM_LOG_STATS_INTERVAL=1")
+    launch = (f"{env} {peers.vllm} serve {peers.model} --host 127.0.0.1 --port {{port}} --dtype float32 "
+              f"--max-model-len 1024 --enforce-eager --served-model-name {SERVED_NAME} {{flags}}")
+    return Target("vllm", VLLM_SPACE, VLLM_STARTS, launch, "openai", SERVED_NAME, VLLM_HEALTH_TIMEOUT)
 
 Measure = Callable[[Flags], "Measured"]
 
@@ -202,14 +259,14 @@ def show(value: float | None) -> str:
 
 
 class Launches:
-    """Cold launches of `toolkit serve`, each in its own folder, R repeats each."""
+    """Cold launches of the target's server, each in its own folder, R repeats each."""
 
-    def __init__(self, workload: BenchOptions, repeats: int, root: Path):
-        self.workload, self.repeats, self.root = workload, repeats, root
+    def __init__(self, target: Target, workload: BenchOptions, repeats: int, root: Path):
+        self.target, self.workload, self.repeats, self.root = target, workload, repeats, root
         self.count = 0
 
     def __call__(self, flags: Flags) -> Measured:
-        experiment = Experiment(CommandLauncher(), BenchWorkload(self.workload, "throughput"), NoDoctor(),
+        experiment = Experiment(self.target.launcher(), BenchWorkload(self.workload, "throughput"), NoDoctor(),
                                 self.repeats, self.root)
         trial = experiment(flags, self.count)
         self.count += 1
@@ -217,9 +274,11 @@ class Launches:
         return Measured(flags.text(), value, trial.values, trial.error, trial.seconds)
 
 
-def run_tuner(start: Flags, workload: BenchOptions, folder: Path, repeats: int, max_steps: int) -> Search:
-    options = TuneOptions(workload, "throughput", start, repeats=repeats, max_steps=max_steps, out_dir=folder,
-                          knobs=tuple(SPACE))
+def run_tuner(target: Target, start: Flags, workload: BenchOptions, folder: Path, repeats: int,
+              max_steps: int) -> Search:
+    options = TuneOptions(workload, "throughput", start, launch=target.launch, engine=target.engine,
+                          repeats=repeats, max_steps=max_steps, health_timeout=target.health_timeout,
+                          out_dir=folder, knobs=tuple(target.space))
     result = run_tune(options, Console(quiet=True)).result
     launches = [Measured(step.flags.text(), statistics.median(step.trial.values) if step.trial.ok else None,
                          step.trial.values, step.trial.error, step.trial.seconds) for step in result.steps]
@@ -235,29 +294,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, default=4, help="tune's step budget (launches: at most 1 + this)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved re-measurements of the bests")
     parser.add_argument("--seed", type=int, default=0, help="random search's and Optuna's seed")
-    parser.add_argument("--starts", nargs="*", help="only these starts (names of STARTS)")
+    parser.add_argument("--starts", nargs="*", help="only these starts (names of STARTS or VLLM_STARTS)")
+    parser.add_argument("--engine", choices=("toolkit", "vllm"), default="toolkit",
+                        help="the server tuned: toolkit serve, or vLLM-CPU from the peers recipe")
+    parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")),
+                        help="with --engine vllm: where ../shared/peers/cpu_peers.sh installed vLLM and the model")
     parser.add_argument("--save", action="store_true")
     return parser
 
 
-def compare_start(name: str, start: Flags, workload: BenchOptions, opts: argparse.Namespace, root: Path,
-                  draws: list[Measured], draw_more: Callable[[int], None], console: Console) -> dict:
+def compare_start(target: Target, name: str, start: Flags, workload: BenchOptions, opts: argparse.Namespace,
+                  root: Path, draws: list[Measured], draw_more: Callable[[int], None], console: Console) -> dict:
     """One start: tune, random and Optuna at tune's launches, random 4x; the bests re-measured interleaved."""
-    tuned = run_tuner(start, workload, root / "tune", opts.repeats, opts.max_steps)
+    tuned = run_tuner(target, start, workload, root / "tune", opts.repeats, opts.max_steps)
     launches = len(tuned.launches)
     console.print(f"[bold]{name}[/]: tune {launches} launches, best {tuned.best} ({tuned.seconds:.0f} s; "
                   f"{tuned.reason})")
     start_measured = tuned.launches[0]
     draw_more(4 * launches - 1)
     searches = [tuned, random_search(start, start_measured, draws, launches),
-                optuna_search(start, start_measured, Launches(workload, opts.repeats, root / "optuna"), launches,
-                              opts.seed),
+                optuna_search(start, start_measured, Launches(target, workload, opts.repeats, root / "optuna"),
+                              launches, opts.seed, target.space),
                 random_search(start, start_measured, draws, 4 * launches, "random 4x")]
     for search in searches[1:]:
         console.print(f"  {search.method}: {len(search.launches)} launches, best {search.best}")
     chosen = {"control": start.text()} | {s.method: s.best for s in searches}
     configs = list(dict.fromkeys(c for c in chosen.values() if c is not None))
-    values = interleaved(configs, Launches(workload, opts.repeats, root / "check"), opts.rounds, console.print)
+    values = interleaved(configs, Launches(target, workload, opts.repeats, root / "check"), opts.rounds,
+                         console.print)
     ratios = paired_ratios(values)
     return {"name": name, "start": start.text(), "tune_launches": launches,
             "searches": [s.record() for s in searches], "chosen": chosen, "check": ratios,
@@ -298,35 +362,46 @@ def table(console: Console, results: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     opts = build_parser().parse_args(argv)
     console = Console(highlight=False)
-    workload = (QUICK_WORKLOAD if opts.quick else WORKLOAD).options()
+    if opts.engine == "vllm":
+        peers = Peers(opts.peers_root)
+        if peers.missing():
+            console.print(f"missing: {', '.join(peers.missing())}; run ../shared/peers/cpu_peers.sh install-hf, "
+                          "convert and install-vllm with PEERS_ROOT set (or pass --peers-root)")
+            return 2
+        target, shape = vllm_target(peers), VLLM_WORKLOAD
+    else:
+        target, shape = TOOLKIT, WORKLOAD
     if opts.quick:
+        shape = QUICK_WORKLOAD
         opts.max_steps, opts.rounds = min(opts.max_steps, 2), min(opts.rounds, 2)
-    starts = QUICK_STARTS if opts.quick else STARTS
+    workload = target.workload(shape)
+    starts = dict(list(target.starts.items())[:1]) if opts.quick else target.starts
     if opts.starts:
-        starts = {name: STARTS[name] for name in opts.starts}
+        starts = {name: target.starts[name] for name in opts.starts}
     root = OUT / time.strftime("%Y%m%d-%H%M%S")
     console.print(f"server logs go to {root}")
     draws: list[Measured] = []
-    draw_launch = Launches(workload, opts.repeats, root / "random")
+    draw_launch = Launches(target, workload, opts.repeats, root / "random")
 
     def draw_more(count: int) -> None:
         """Measures the shared random stream up to `count` draws (the start is not a draw)."""
-        for point in random_draws(count, opts.seed)[len(draws):]:
+        for point in random_draws(count, opts.seed, target.space)[len(draws):]:
             measured = draw_launch(with_values(Flags(), point))
             draws.append(measured)
             console.print(f"  random draw {len(draws)}: {measured.flags or '(defaults)'} -> {show(measured.value)}")
 
     results = []
     for i, (name, start) in enumerate(starts.items()):
-        results.append(compare_start(name, Flags.parse(start), workload, opts, root / f"start-{i}", draws,
+        results.append(compare_start(target, name, Flags.parse(start), workload, opts, root / f"start-{i}", draws,
                                      draw_more, console))
     table(console, results)
     if opts.save and not opts.quick:
-        record = {"workload": WORKLOAD.record(), "space": SPACE, "repeats": opts.repeats,
-                  "max_steps": opts.max_steps, "rounds": opts.rounds, "seed": opts.seed,
+        record = {"engine": opts.engine, "launch": target.launch, "workload": shape.record(), "space": target.space,
+                  "repeats": opts.repeats, "max_steps": opts.max_steps, "rounds": opts.rounds, "seed": opts.seed,
                   "random_draws": [d.record() for d in draws], "starts": results,
                   "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}
-        console.print(f"saved {write_result('tune_vs_search', record)}")
+        name = "tune_vs_search" if opts.engine == "toolkit" else "tune_vs_search_vllm"
+        console.print(f"saved {write_result(name, record)}")
     return 0
 
 

@@ -81,13 +81,13 @@ def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypat
     calls: list[str] = []
     measure = fake_measure(calls)
 
-    def run_tuner(start, workload, folder, repeats, max_steps):
+    def run_tuner(target, start, workload, folder, repeats, max_steps):
         steps = [start, start.set("--max-running-requests", "8"), start.set("--max-running-requests", "8")
                  .set("--max-total-tokens", "4096")]
         return tvs.Search("tune", [measure(f) for f in steps], 3.0, steps[-1].text(), "nothing actionable left")
 
     monkeypatch.setattr(tvs, "run_tuner", run_tuner)
-    monkeypatch.setattr(tvs, "Launches", lambda workload, repeats, root: measure)
+    monkeypatch.setattr(tvs, "Launches", lambda target, workload, repeats, root: measure)
     opts = tvs.build_parser().parse_args(["--rounds", "2"])
     draws: list[tvs.Measured] = []
 
@@ -95,7 +95,7 @@ def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypat
         for point in tvs.random_draws(count, 0)[len(draws):]:
             draws.append(measure(tvs.with_values(Flags(), point)))
 
-    result = tvs.compare_start("cap and pool low", START, tvs.WORKLOAD.options(), opts, tmp_path, draws,
+    result = tvs.compare_start(tvs.TOOLKIT, "cap and pool low", START, tvs.WORKLOAD.options(), opts, tmp_path, draws,
                                draw_more, tvs.Console(quiet=True))
     assert result["tune_launches"] == 3 and len(draws) == 4 * 3 - 1
     launches = {s["method"]: s["launches"] for s in result["searches"]}
@@ -106,3 +106,20 @@ def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypat
     assert result["result"]["control"]["ratio"] == pytest.approx(objective(START) / objective(Flags.parse(
         tuned["flags"])), abs=1e-3)
     assert json.loads(json.dumps(result)) == result  # saved as JSON as it is
+
+
+def test_the_vllm_target_launches_vllm_serve_with_the_flags_and_sends_openai_requests(tmp_path):
+    from benchmarks.vs_vllm import SERVED_NAME, Peers
+
+    target = tvs.vllm_target(Peers(tmp_path))
+    start = Flags.parse(next(iter(target.starts.values())))
+    assert tvs.space_values(start, target.space)  # every start lies in its engine's space
+    command = target.launcher().command(start.set("--max-num-seqs", "8"), 8123, tmp_path)
+    assert command[0] == "env" and "VLLM_SERVER_DEV_MODE=1" in command  # /reset_prefix_cache between repeats
+    serve = command.index(str(tmp_path / "peer_vllm" / "bin" / "vllm"))
+    assert command[serve + 1:serve + 3] == ["serve", str(tmp_path / "models" / "smollm2-135m-instruct-bf16")]
+    assert command[command.index("--port") + 1] == "8123" and command[-6:-4] == ["--max-num-seqs", "8"]
+    workload = target.workload(tvs.VLLM_WORKLOAD)
+    assert (workload.backend, workload.model) == ("openai", SERVED_NAME)
+    assert all(d[flag] in choices for d in tvs.random_draws(10, 0, target.space)
+               for flag, choices in target.space.items())
