@@ -8,7 +8,11 @@ size) at a median usage below 0.8. Evidence is counted in seconds of load: fewer
 `SHORT_SECONDS` (vLLM prints a line every 10 s: 40 s of a pinned cap with a queue is evidence), at `low`
 confidence (`info`) below `MEDIUM_SECONDS`, `medium` below `HIGH_SECONDS`. The suggestion is sized by the evidence, not a fixed doubling: the cap the KV pool supports at a
 0.9 usage (cap x 0.9 / usage, since usage grows with the running requests), no more than the requests that wanted
-to run (the largest running + queued seen while pinned), at most `MAX_STEP` x the cap, and always above it.
+to run (the largest running + queued seen while pinned), at most `MAX_STEP` x the cap, and always above it. Where
+the pool is capped by hand (`--max-total-tokens`, vLLM `--num-gpu-blocks-override`) and it is what keeps that cap
+below the demand, the pool is not a limit of the machine: the cap the demand wants comes with the pool raised to
+hold that many requests of the size this log's requests grow to (`rules.room`) at 0.9 usage (a cap raised only to
+what a hand-set pool holds pins the batch at the pool next, and then neither rule has a step left).
 
 `running_cap.tiny` (info, low confidence: a start-up alone shows no load): a cap of at most `TINY_CAP` requests
 while the KV pool holds `ROOM_FACTOR` x as many requests of the whole context length or more (ktransformers#1870:
@@ -16,12 +20,15 @@ while the KV pool holds `ROOM_FACTOR` x as many requests of the whole context le
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, pow2_at_most
-from toolkit.diagnose.rules.room import has_room, request_size
+from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.rules.room import has_room, request_size, requests_held
 from toolkit.diagnose.vocabulary import Change
 
 PINNED = 0.98
@@ -60,7 +67,8 @@ def check(ctx: Context) -> list[Finding]:
         return []
     wanting = pinned["running_req"] + pinned["queue_req"]
     demand = int(np.nanmax(wanting)) if np.isfinite(wanting).any() else None
-    suggested = supported_cap(cap, usage, demand)
+    change = Change("running_cap", str(supported_cap(cap, usage, demand)))
+    change, pool_note = _with_a_larger_pool(ctx.config, change, cap, demand, request_size(steady, pool))
     name = ctx.config.flag("running_cap")
     seconds = _seconds(steady)
     short = "" if confidence == "high" else f" Only {seconds:.0f} s of load: confirm on a longer log."
@@ -69,11 +77,28 @@ def check(ctx: Context) -> list[Finding]:
         title=f"Running batch pinned at {name.lstrip('-').replace('-', '_')}",
         message=f"{len(pinned) / len(steady):.0%} of {len(steady)} steady {ctx.load_word} lines ran {cap} requests "
         f"(the cap) with a queue waiting, while the KV pool had room for more (usage {usage:.2f}): the cap, not "
-        f"memory, limited the batch.{short}",
+        f"memory, limited the batch.{pool_note}{short}",
         evidence=evidence(pinned, len(steady), max_running_requests=cap, median_usage=round(usage, 3),
-                 peak_demand=demand, load_seconds=round(seconds)), change=Change("running_cap", str(suggested)),
+                 peak_demand=demand, load_seconds=round(seconds)), change=change,
         current=Current.of(cap), tradeoff="Larger batches raise inter-token latency and KV pressure (watch "
         "retractions).", ranks=pinned.ranks, confidence=confidence)]
+
+
+def _with_a_larger_pool(cfg: ServerConfig, change: Change, cap: int, demand: int | None,
+                        size: float | None) -> tuple[Change, str]:
+    """`change` (the cap the pool supports), or, where a hand-set pool keeps it below the demand, the cap the demand
+    wants (at most MAX_STEP x cap) with the pool cap raised, in its own unit (tokens, or vLLM's blocks), to hold
+    that many requests of `size` at TARGET_USAGE; and the sentence that says so."""
+    pool, pool_cap = cfg.max_total_num_tokens, cfg.value("kv_cap")
+    supported = int(str(change.value))
+    if not (isinstance(pool_cap, int) and pool_cap > 0 and pool and size and demand and demand > supported):
+        return change, ""
+    wanted = min(demand, cap * MAX_STEP)
+    larger = math.ceil(pool_cap * wanted * size / TARGET_USAGE / pool)
+    note = (f" The pool is capped by hand ({cfg.flag('kv_cap')} {pool_cap}: {pool:,} tokens, "
+            f"{requests_held(pool, size)} requests of the ~{size:,.0f} tokens these grow to), which would pin the "
+            f"batch next: raised to {larger} alongside, for {wanted} requests.")
+    return Change("running_cap", str(wanted), companions=(Change("kv_cap", str(larger)),)), note
 
 
 def _seconds(rows: Rows) -> float:

@@ -321,10 +321,13 @@ class VllmLog:
 
     def start(self, *, kv_tokens: int = 447088, max_model_len: int = 32768, tp: int = 1, max_num_seqs: int | None = None,
               gpu_memory_utilization: float | None = None, graph_gb: float = 0.33, kv_gb: float = 54.62,
-              enforce_eager: bool = False, capture: int = 512) -> VllmLog:
+              enforce_eager: bool = False, capture: int = 512,
+              num_gpu_blocks_override: int | None = None) -> VllmLog:
         args = {"model": "Qwen/Qwen3-8B"}
         if max_num_seqs is not None:
             args["max_num_seqs"] = max_num_seqs
+        if num_gpu_blocks_override is not None:
+            args["num_gpu_blocks_override"] = num_gpu_blocks_override
         if gpu_memory_utilization is not None:
             args["gpu_memory_utilization"] = gpu_memory_utilization
         self.add(f"non-default args: {args!r}", file="utils.py:233")

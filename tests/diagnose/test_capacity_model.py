@@ -39,6 +39,24 @@ def test_forty_seconds_of_a_pinned_running_cap_is_evidence_at_low_confidence() -
     assert two_minutes.confidence == "high" and two_minutes.severity == "warning"  # type: ignore[attr-defined]
 
 
+def test_a_cap_pinned_below_a_hand_set_pool_raises_the_pool_alongside() -> None:
+    """benchmarks/tune_vs_search on vLLM-CPU: 2 running (the cap) with 14 waiting at 36 % of a pool capped by hand
+    at 12 blocks (1,536 tokens). The pool holds 5 requests of the ~280 tokens these grow to: a cap raised to what it
+    supports alone (4, then 5) pins the batch at the pool next (tune stopped there, at 0.75x of random search's
+    best); the 16 requests that wanted
+    to run get a cap of 16 and a pool that holds them (ceil(12 x 16 x 279.6 / 0.9 / 1,536) = 39 blocks)."""
+    def pinned(**start: object):
+        log = VllmLog().start(kv_tokens=1536, max_model_len=1024, max_num_seqs=2, **start)  # type: ignore[arg-type]
+        return _ids(log.stats_series(12, every=1.0, running=2, waiting=14, usage=0.364, gen=50.0).lines)[
+            "running_cap.pinned"]
+
+    hand_set = pinned(num_gpu_blocks_override=12).change  # type: ignore[attr-defined]
+    assert (hand_set.idea, hand_set.value) == ("running_cap", "16")
+    assert [(c.idea, c.value) for c in hand_set.companions] == [("kv_cap", "39")]
+    machine_sized = pinned().change  # type: ignore[attr-defined]
+    assert (machine_sized.value, machine_sized.companions) == ("4", ())  # 2 x 0.9 / 0.364: the pool's support
+
+
 def test_two_stats_lines_are_not_enough_to_judge_a_cap() -> None:
     log = VllmLog().start(max_num_seqs=2).stats_series(2, running=2, waiting=30, usage=0.004, gen=40.0)
     assert "running_cap.pinned" not in _ids(log.lines)
