@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import random
 import statistics
@@ -154,6 +155,13 @@ class Search:
             return self.chosen
         measured = [m for m in self.launches if m.value is not None]
         return max(measured, key=lambda m: m.value).flags if measured else None
+
+    @classmethod
+    def from_record(cls, record: dict) -> Search:
+        """A search as `record` saved it (its best: the highest of its launches, as it picked)."""
+        launches = [Measured(t["flags"], t["value"], tuple(t["values"]), t["error"], t["seconds"])
+                    for t in record["trials"]]
+        return cls(record["method"], launches, record["seconds"])
 
     def record(self) -> dict:
         return {"method": self.method, "launches": len(self.launches), "seconds": round(self.seconds, 1),
@@ -299,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the server tuned: toolkit serve, or vLLM-CPU from the peers recipe")
     parser.add_argument("--peers-root", type=Path, default=Path(os.environ.get("PEERS_ROOT", "/tmp")),
                         help="with --engine vllm: where ../shared/peers/cpu_peers.sh installed vLLM and the model")
+    parser.add_argument("--against", type=Path, help="a saved result: run tune again from its starts and re-measure "
+                        "its bests with the saved searches' (after a change to tune; the searches do not depend on it)")
     parser.add_argument("--save", action="store_true")
     return parser
 
@@ -318,12 +328,30 @@ def compare_start(target: Target, name: str, start: Flags, workload: BenchOption
                 random_search(start, start_measured, draws, 4 * launches, "random 4x")]
     for search in searches[1:]:
         console.print(f"  {search.method}: {len(search.launches)} launches, best {search.best}")
+    return judged(target, name, start, searches, workload, opts, root, console)
+
+
+def compare_against(target: Target, saved: dict, workload: BenchOptions, opts: argparse.Namespace, root: Path,
+                    console: Console) -> dict:
+    """One start of a saved comparison after a change to tune: tune runs again; the other searches (their launches
+    do not depend on tune) are the saved ones; every best is re-measured together again."""
+    start = Flags.parse(saved["start"])
+    tuned = run_tuner(target, start, workload, root / "tune", opts.repeats, opts.max_steps)
+    console.print(f"[bold]{saved['name']}[/]: tune {len(tuned.launches)} launches, best {tuned.best} "
+                  f"({tuned.seconds:.0f} s; {tuned.reason}); the other searches as saved")
+    searches = [tuned, *(Search.from_record(r) for r in saved["searches"] if r["method"] != "tune")]
+    return judged(target, saved["name"], start, searches, workload, opts, root, console)
+
+
+def judged(target: Target, name: str, start: Flags, searches: list[Search], workload: BenchOptions,
+           opts: argparse.Namespace, root: Path, console: Console) -> dict:
+    """The control and every search's best, re-measured together (interleaved rounds), as ratios to the best."""
     chosen = {"control": start.text()} | {s.method: s.best for s in searches}
     configs = list(dict.fromkeys(c for c in chosen.values() if c is not None))
     values = interleaved(configs, Launches(target, workload, opts.repeats, root / "check"), opts.rounds,
                          console.print)
     ratios = paired_ratios(values)
-    return {"name": name, "start": start.text(), "tune_launches": launches,
+    return {"name": name, "start": start.text(), "tune_launches": len(searches[0].launches),
             "searches": [s.record() for s in searches], "chosen": chosen, "check": ratios,
             "result": {method: {"flags": flags, "launches": launches_of(method, searches),
                                 "seconds": seconds_of(method, searches),
@@ -391,16 +419,25 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"  random draw {len(draws)}: {measured.flags or '(defaults)'} -> {show(measured.value)}")
 
     results = []
-    for i, (name, start) in enumerate(starts.items()):
+    if opts.against:
+        saved = json.loads(opts.against.read_text())
+        draws.extend(Measured(d["flags"], d["value"], tuple(d["values"]), d["error"], d["seconds"])
+                     for d in saved["random_draws"])
+        for i, start_record in enumerate(saved["starts"]):
+            if start_record["name"] in starts:
+                results.append(compare_against(target, start_record, workload, opts, root / f"start-{i}", console))
+    for i, (name, start) in enumerate(() if opts.against else starts.items()):
         results.append(compare_start(target, name, Flags.parse(start), workload, opts, root / f"start-{i}", draws,
                                      draw_more, console))
     table(console, results)
     if opts.save and not opts.quick:
-        record = {"engine": opts.engine, "launch": target.launch, "workload": shape.record(), "space": target.space,
+        record = {"engine": opts.engine, "launch": target.launch,
+                  "against": str(opts.against) if opts.against else None, "workload": shape.record(), "space": target.space,
                   "repeats": opts.repeats, "max_steps": opts.max_steps, "rounds": opts.rounds, "seed": opts.seed,
                   "random_draws": [d.record() for d in draws], "starts": results,
                   "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}
-        name = "tune_vs_search" if opts.engine == "toolkit" else "tune_vs_search_vllm"
+        name = ("tune_vs_search" if opts.engine == "toolkit" else "tune_vs_search_vllm") + (
+            "_after" if opts.against else "")
         console.print(f"saved {write_result(name, record)}")
     return 0
 

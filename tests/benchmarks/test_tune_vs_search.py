@@ -123,3 +123,33 @@ def test_the_vllm_target_launches_vllm_serve_with_the_flags_and_sends_openai_req
     assert (workload.backend, workload.model) == ("openai", SERVED_NAME)
     assert all(d[flag] in choices for d in tvs.random_draws(10, 0, target.space)
                for flag, choices in target.space.items())
+
+
+def test_a_rerun_against_a_saved_comparison_runs_tune_again_and_keeps_the_saved_searches(monkeypatch, tmp_path):
+    calls: list[str] = []
+    measure = fake_measure(calls)
+    tuner_steps = {"before": ["--max-running-requests", "8"], "after": ["--max-running-requests", "16"]}
+    version = ["before"]
+
+    def run_tuner(target, start, workload, folder, repeats, max_steps):
+        steps = [start, start.set(*tuner_steps[version[0]])]
+        return tvs.Search("tune", [measure(f) for f in steps], 2.0, steps[-1].text(), "nothing actionable left")
+
+    monkeypatch.setattr(tvs, "run_tuner", run_tuner)
+    monkeypatch.setattr(tvs, "Launches", lambda target, workload, repeats, root: measure)
+    opts = tvs.build_parser().parse_args(["--rounds", "2"])
+    draws: list[tvs.Measured] = []
+
+    def draw_more(count: int) -> None:
+        for point in tvs.random_draws(count, 0)[len(draws):]:
+            draws.append(measure(tvs.with_values(Flags(), point)))
+
+    saved = json.loads(json.dumps(tvs.compare_start(tvs.TOOLKIT, "cap and pool low", START, tvs.WORKLOAD.options(),
+                                                    opts, tmp_path, draws, draw_more, tvs.Console(quiet=True))))
+    version[0], before = "after", len(calls)
+    again = tvs.compare_against(tvs.TOOLKIT, saved, tvs.WORKLOAD.options(), opts, tmp_path, tvs.Console(quiet=True))
+    assert again["chosen"]["tune"] == START.set("--max-running-requests", "16").text()
+    assert [s for s in again["searches"] if s["method"] != "tune"] == [
+        s for s in saved["searches"] if s["method"] != "tune"]
+    configs = len(set(again["chosen"].values()))
+    assert len(calls) - before == 2 + 2 * configs  # tune's two launches, then every best twice: nothing else
