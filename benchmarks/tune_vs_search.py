@@ -134,6 +134,10 @@ class Measured:
     error: str | None = None
     seconds: float = 0.0
 
+    @classmethod
+    def from_record(cls, record: dict) -> Measured:
+        return cls(record["flags"], record["value"], tuple(record["values"]), record["error"], record["seconds"])
+
     def record(self) -> dict:
         return {"flags": self.flags, "value": self.value, "values": list(self.values), "error": self.error,
                 "seconds": round(self.seconds, 1)}
@@ -159,9 +163,7 @@ class Search:
     @classmethod
     def from_record(cls, record: dict) -> Search:
         """A search as `record` saved it (its best: the highest of its launches, as it picked)."""
-        launches = [Measured(t["flags"], t["value"], tuple(t["values"]), t["error"], t["seconds"])
-                    for t in record["trials"]]
-        return cls(record["method"], launches, record["seconds"])
+        return cls(record["method"], [Measured.from_record(t) for t in record["trials"]], record["seconds"])
 
     def record(self) -> dict:
         return {"method": self.method, "launches": len(self.launches), "seconds": round(self.seconds, 1),
@@ -421,8 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     if opts.against:
         saved = json.loads(opts.against.read_text())
-        draws.extend(Measured(d["flags"], d["value"], tuple(d["values"]), d["error"], d["seconds"])
-                     for d in saved["random_draws"])
+        draws.extend(Measured.from_record(d) for d in saved["random_draws"])
         for i, start_record in enumerate(saved["starts"]):
             if start_record["name"] in starts:
                 results.append(compare_against(target, start_record, workload, opts, root / f"start-{i}", console))

@@ -63,12 +63,12 @@ def check(ctx: Context) -> list[Finding]:
     usage = pinned.median("usage")
     # NOTE: usage below FREE_USAGE (a larger cap is then worth its step) and room for the next request
     pool = ctx.config.max_total_num_tokens
-    if not usage < FREE_USAGE or pinned.fraction(has_room(pinned, pool, request_size(steady, pool))) < 0.5:
+    size = request_size(steady, pool)
+    if not usage < FREE_USAGE or pinned.fraction(has_room(pinned, pool, size)) < 0.5:
         return []
     wanting = pinned["running_req"] + pinned["queue_req"]
     demand = int(np.nanmax(wanting)) if np.isfinite(wanting).any() else None
-    change = Change("running_cap", str(supported_cap(cap, usage, demand)))
-    change, pool_note = _with_a_larger_pool(ctx.config, change, cap, demand, request_size(steady, pool))
+    change, pool_note = _with_a_larger_pool(ctx.config, supported_cap(cap, usage, demand), cap, demand, size)
     name = ctx.config.flag("running_cap")
     seconds = _seconds(steady)
     short = "" if confidence == "high" else f" Only {seconds:.0f} s of load: confirm on a longer log."
@@ -84,15 +84,14 @@ def check(ctx: Context) -> list[Finding]:
         "retractions).", ranks=pinned.ranks, confidence=confidence)]
 
 
-def _with_a_larger_pool(cfg: ServerConfig, change: Change, cap: int, demand: int | None,
+def _with_a_larger_pool(cfg: ServerConfig, supported: int, cap: int, demand: int | None,
                         size: float | None) -> tuple[Change, str]:
-    """`change` (the cap the pool supports), or, where a hand-set pool keeps it below the demand, the cap the demand
+    """The `supported` cap (what the pool supports), or, where a hand-set pool keeps it below the demand, the cap the demand
     wants (at most MAX_STEP x cap) with the pool cap raised, in its own unit (tokens, or vLLM's blocks), to hold
     that many requests of `size` at TARGET_USAGE; and the sentence that says so."""
     pool, pool_cap = cfg.max_total_num_tokens, cfg.value("kv_cap")
-    supported = int(str(change.value))
     if not (isinstance(pool_cap, int) and pool_cap > 0 and pool and size and demand and demand > supported):
-        return change, ""
+        return Change("running_cap", str(supported)), ""
     wanted = min(demand, cap * MAX_STEP)
     larger = math.ceil(pool_cap * wanted * size / TARGET_USAGE / pool)
     note = (f" The pool is capped by hand ({cfg.flag('kv_cap')} {pool_cap}: {pool:,} tokens, "

@@ -77,6 +77,19 @@ def test_paired_ratios_are_per_round_against_the_best_median():
     assert ratios["c"]["ratios"] == [1.01, 1.056, 0.9] and ratios["c"]["spread"] == [0.9, 1.056]
 
 
+def _faked_launches(monkeypatch, measure, run_tuner):
+    """tune and every launch faked by `measure`: the options, the shared random stream and its `draw_more`."""
+    monkeypatch.setattr(tvs, "run_tuner", run_tuner)
+    monkeypatch.setattr(tvs, "Launches", lambda target, workload, repeats, root: measure)
+    draws: list[tvs.Measured] = []
+
+    def draw_more(count: int) -> None:
+        for point in tvs.random_draws(count, 0)[len(draws):]:
+            draws.append(measure(tvs.with_values(Flags(), point)))
+
+    return tvs.build_parser().parse_args(["--rounds", "2"]), draws, draw_more
+
+
 def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypatch, tmp_path):
     calls: list[str] = []
     measure = fake_measure(calls)
@@ -86,15 +99,7 @@ def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypat
                  .set("--max-total-tokens", "4096")]
         return tvs.Search("tune", [measure(f) for f in steps], 3.0, steps[-1].text(), "nothing actionable left")
 
-    monkeypatch.setattr(tvs, "run_tuner", run_tuner)
-    monkeypatch.setattr(tvs, "Launches", lambda target, workload, repeats, root: measure)
-    opts = tvs.build_parser().parse_args(["--rounds", "2"])
-    draws: list[tvs.Measured] = []
-
-    def draw_more(count: int) -> None:
-        for point in tvs.random_draws(count, 0)[len(draws):]:
-            draws.append(measure(tvs.with_values(Flags(), point)))
-
+    opts, draws, draw_more = _faked_launches(monkeypatch, measure, run_tuner)
     result = tvs.compare_start(tvs.TOOLKIT, "cap and pool low", START, tvs.WORKLOAD.options(), opts, tmp_path, draws,
                                draw_more, tvs.Console(quiet=True))
     assert result["tune_launches"] == 3 and len(draws) == 4 * 3 - 1
@@ -135,15 +140,7 @@ def test_a_rerun_against_a_saved_comparison_runs_tune_again_and_keeps_the_saved_
         steps = [start, start.set(*tuner_steps[version[0]])]
         return tvs.Search("tune", [measure(f) for f in steps], 2.0, steps[-1].text(), "nothing actionable left")
 
-    monkeypatch.setattr(tvs, "run_tuner", run_tuner)
-    monkeypatch.setattr(tvs, "Launches", lambda target, workload, repeats, root: measure)
-    opts = tvs.build_parser().parse_args(["--rounds", "2"])
-    draws: list[tvs.Measured] = []
-
-    def draw_more(count: int) -> None:
-        for point in tvs.random_draws(count, 0)[len(draws):]:
-            draws.append(measure(tvs.with_values(Flags(), point)))
-
+    opts, draws, draw_more = _faked_launches(monkeypatch, measure, run_tuner)
     saved = json.loads(json.dumps(tvs.compare_start(tvs.TOOLKIT, "cap and pool low", START, tvs.WORKLOAD.options(),
                                                     opts, tmp_path, draws, draw_more, tvs.Console(quiet=True))))
     version[0], before = "after", len(calls)
