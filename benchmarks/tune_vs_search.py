@@ -82,8 +82,31 @@ VLLM_SPACE: dict[str, tuple[str, ...]] = {
 }
 VLLM_STARTS = {
     "vllm: cap, budget and pool low": "--max-num-seqs 2 --max-num-batched-tokens 128 --num-gpu-blocks-override 12",
+    "vllm: tiny pool": "--num-gpu-blocks-override 9",
+    "vllm: small step budget": "--max-num-batched-tokens 128",
+    "vllm: cap and budget low": "--max-num-seqs 4 --max-num-batched-tokens 256",
 }
 VLLM_WORKLOAD = RandomWorkload(16, 192, 32)
+
+
+@dataclass(frozen=True, slots=True)
+class MaxRate:
+    """`--objective max-rate`: the highest Poisson rate whose run keeps 90 % of its requests within the SLO, found by
+    `toolkit bench`'s search (a first guess, doubled or halved until bracketed, then bisected) in `runs` runs of
+    `duration` seconds each (a longer run at a higher rate sends more requests). One search is one repeat."""
+
+    slo: tuple[str, ...] = ("ttft:3000", "tpot:300")
+    duration: float = 12.0
+    runs: int = 4
+    first_rate: str = "1"
+
+    def options(self, throughput: BenchOptions) -> BenchOptions:
+        return dataclasses.replace(throughput, num_prompts=None, duration=self.duration, rate=self.first_rate,
+                                   slo=self.slo, search_runs=self.runs)
+
+    def record(self) -> dict:
+        return {"objective": "max-rate", "slo": list(self.slo), "duration": self.duration, "runs": self.runs,
+                "first_rate": self.first_rate}
 VLLM_HEALTH_TIMEOUT = 600.0  # a vLLM-CPU start-up takes minutes on 2 cores
 
 
@@ -271,12 +294,14 @@ def show(value: float | None) -> str:
 class Launches:
     """Cold launches of the target's server, each in its own folder, R repeats each."""
 
-    def __init__(self, target: Target, workload: BenchOptions, repeats: int, root: Path):
+    def __init__(self, target: Target, workload: BenchOptions, repeats: int, root: Path,
+                 objective: str = "throughput"):
         self.target, self.workload, self.repeats, self.root = target, workload, repeats, root
+        self.objective = objective
         self.count = 0
 
     def __call__(self, flags: Flags) -> Measured:
-        experiment = Experiment(self.target.launcher(), BenchWorkload(self.workload, "throughput"), NoDoctor(),
+        experiment = Experiment(self.target.launcher(), BenchWorkload(self.workload, self.objective), NoDoctor(),
                                 self.repeats, self.root)
         trial = experiment(flags, self.count)
         self.count += 1
@@ -285,8 +310,8 @@ class Launches:
 
 
 def run_tuner(target: Target, start: Flags, workload: BenchOptions, folder: Path, repeats: int,
-              max_steps: int) -> Search:
-    options = TuneOptions(workload, "throughput", start, launch=target.launch, engine=target.engine,
+              max_steps: int, objective: str = "throughput") -> Search:
+    options = TuneOptions(workload, objective, start, launch=target.launch, engine=target.engine,
                           repeats=repeats, max_steps=max_steps, health_timeout=target.health_timeout,
                           out_dir=folder, knobs=tuple(target.space))
     result = run_tune(options, Console(quiet=True)).result
@@ -311,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --engine vllm: where ../shared/peers/cpu_peers.sh installed vLLM and the model")
     parser.add_argument("--against", type=Path, help="a saved result: run tune again from its starts and re-measure "
                         "its bests with the saved searches' (after a change to tune; the searches do not depend on it)")
+    parser.add_argument("--objective", choices=("throughput", "max-rate"), default="throughput",
+                        help="what every method maximizes: output tok/s at full rate, or the highest request rate "
+                             "meeting a TTFT/TPOT SLO (MaxRate)")
     parser.add_argument("--save", action="store_true")
     return parser
 
@@ -318,15 +346,16 @@ def build_parser() -> argparse.ArgumentParser:
 def compare_start(target: Target, name: str, start: Flags, workload: BenchOptions, opts: argparse.Namespace,
                   root: Path, draws: list[Measured], draw_more: Callable[[int], None], console: Console) -> dict:
     """One start: tune, random and Optuna at tune's launches, random 4x; the bests re-measured interleaved."""
-    tuned = run_tuner(target, start, workload, root / "tune", opts.repeats, opts.max_steps)
+    tuned = run_tuner(target, start, workload, root / "tune", opts.repeats, opts.max_steps, opts.objective)
     launches = len(tuned.launches)
     console.print(f"[bold]{name}[/]: tune {launches} launches, best {tuned.best} ({tuned.seconds:.0f} s; "
                   f"{tuned.reason})")
     start_measured = tuned.launches[0]
     draw_more(4 * launches - 1)
     searches = [tuned, random_search(start, start_measured, draws, launches),
-                optuna_search(start, start_measured, Launches(target, workload, opts.repeats, root / "optuna"),
-                              launches, opts.seed, target.space),
+                optuna_search(start, start_measured,
+                              Launches(target, workload, opts.repeats, root / "optuna", opts.objective), launches,
+                              opts.seed, target.space),
                 random_search(start, start_measured, draws, 4 * launches, "random 4x")]
     for search in searches[1:]:
         console.print(f"  {search.method}: {len(search.launches)} launches, best {search.best}")
@@ -338,7 +367,7 @@ def compare_against(target: Target, saved: dict, workload: BenchOptions, opts: a
     """One start of a saved comparison after a change to tune: tune runs again; the other searches (their launches
     do not depend on tune) are the saved ones; every best is re-measured together again."""
     start = Flags.parse(saved["start"])
-    tuned = run_tuner(target, start, workload, root / "tune", opts.repeats, opts.max_steps)
+    tuned = run_tuner(target, start, workload, root / "tune", opts.repeats, opts.max_steps, opts.objective)
     console.print(f"[bold]{saved['name']}[/]: tune {len(tuned.launches)} launches, best {tuned.best} "
                   f"({tuned.seconds:.0f} s; {tuned.reason}); the other searches as saved")
     searches = [tuned, *(Search.from_record(r) for r in saved["searches"] if r["method"] != "tune")]
@@ -350,8 +379,8 @@ def judged(target: Target, name: str, start: Flags, searches: list[Search], work
     """The control and every search's best, re-measured together (interleaved rounds), as ratios to the best."""
     chosen = {"control": start.text()} | {s.method: s.best for s in searches}
     configs = list(dict.fromkeys(c for c in chosen.values() if c is not None))
-    values = interleaved(configs, Launches(target, workload, opts.repeats, root / "check"), opts.rounds,
-                         console.print)
+    check = Launches(target, workload, opts.repeats, root / "check", opts.objective)
+    values = interleaved(configs, check, opts.rounds, console.print)
     ratios = paired_ratios(values)
     return {"name": name, "start": start.text(), "tune_launches": len(searches[0].launches),
             "searches": [s.record() for s in searches], "chosen": chosen, "check": ratios,
@@ -405,13 +434,16 @@ def main(argv: list[str] | None = None) -> int:
         shape = QUICK_WORKLOAD
         opts.max_steps, opts.rounds = min(opts.max_steps, 2), min(opts.rounds, 2)
     workload = target.workload(shape)
+    max_rate = MaxRate() if opts.objective == "max-rate" else None
+    if max_rate is not None:
+        workload = max_rate.options(workload)
     starts = dict(list(target.starts.items())[:1]) if opts.quick else target.starts
     if opts.starts:
         starts = {name: target.starts[name] for name in opts.starts}
     root = OUT / time.strftime("%Y%m%d-%H%M%S")
     console.print(f"server logs go to {root}")
     draws: list[Measured] = []
-    draw_launch = Launches(target, workload, opts.repeats, root / "random")
+    draw_launch = Launches(target, workload, opts.repeats, root / "random", opts.objective)
 
     def draw_more(count: int) -> None:
         """Measures the shared random stream up to `count` draws (the start is not a draw)."""
@@ -433,12 +465,13 @@ def main(argv: list[str] | None = None) -> int:
     table(console, results)
     if opts.save and not opts.quick:
         record = {"engine": opts.engine, "launch": target.launch,
-                  "against": str(opts.against) if opts.against else None, "workload": shape.record(), "space": target.space,
+                  "against": str(opts.against) if opts.against else None, "workload": shape.record() | (max_rate.record() if max_rate else {}),
+                  "space": target.space,
                   "repeats": opts.repeats, "max_steps": opts.max_steps, "rounds": opts.rounds, "seed": opts.seed,
                   "random_draws": [d.record() for d in draws], "starts": results,
                   "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}
         name = ("tune_vs_search" if opts.engine == "toolkit" else "tune_vs_search_vllm") + (
-            "_after" if opts.against else "")
+            "_maxrate" if max_rate else "") + ("_after" if opts.against else "")
         console.print(f"saved {write_result(name, record)}")
     return 0
 

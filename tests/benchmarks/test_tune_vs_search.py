@@ -80,7 +80,7 @@ def test_paired_ratios_are_per_round_against_the_best_median():
 def _faked_launches(monkeypatch, measure, run_tuner):
     """tune and every launch faked by `measure`: the options, the shared random stream and its `draw_more`."""
     monkeypatch.setattr(tvs, "run_tuner", run_tuner)
-    monkeypatch.setattr(tvs, "Launches", lambda target, workload, repeats, root: measure)
+    monkeypatch.setattr(tvs, "Launches", lambda target, workload, repeats, root, objective: measure)
     draws: list[tvs.Measured] = []
 
     def draw_more(count: int) -> None:
@@ -94,7 +94,7 @@ def test_a_start_compares_every_method_on_the_same_reused_measurements(monkeypat
     calls: list[str] = []
     measure = fake_measure(calls)
 
-    def run_tuner(target, start, workload, folder, repeats, max_steps):
+    def run_tuner(target, start, workload, folder, repeats, max_steps, objective):
         steps = [start, start.set("--max-running-requests", "8"), start.set("--max-running-requests", "8")
                  .set("--max-total-tokens", "4096")]
         return tvs.Search("tune", [measure(f) for f in steps], 3.0, steps[-1].text(), "nothing actionable left")
@@ -118,7 +118,7 @@ def test_the_vllm_target_launches_vllm_serve_with_the_flags_and_sends_openai_req
 
     target = tvs.vllm_target(Peers(tmp_path))
     start = Flags.parse(next(iter(target.starts.values())))
-    assert tvs.space_values(start, target.space)  # every start lies in its engine's space
+    assert all(tvs.space_values(Flags.parse(flags), target.space) for flags in target.starts.values())
     command = target.launcher().command(start.set("--max-num-seqs", "8"), 8123, tmp_path)
     assert command[0] == "env" and "VLLM_SERVER_DEV_MODE=1" in command  # /reset_prefix_cache between repeats
     serve = command.index(str(tmp_path / "peer_vllm" / "bin" / "vllm"))
@@ -136,7 +136,7 @@ def test_a_rerun_against_a_saved_comparison_runs_tune_again_and_keeps_the_saved_
     tuner_steps = {"before": ["--max-running-requests", "8"], "after": ["--max-running-requests", "16"]}
     version = ["before"]
 
-    def run_tuner(target, start, workload, folder, repeats, max_steps):
+    def run_tuner(target, start, workload, folder, repeats, max_steps, objective):
         steps = [start, start.set(*tuner_steps[version[0]])]
         return tvs.Search("tune", [measure(f) for f in steps], 2.0, steps[-1].text(), "nothing actionable left")
 
@@ -150,3 +150,23 @@ def test_a_rerun_against_a_saved_comparison_runs_tune_again_and_keeps_the_saved_
         s for s in saved["searches"] if s["method"] != "tune"]
     configs = len(set(again["chosen"].values()))
     assert len(calls) - before == 2 + 2 * configs  # tune's two launches, then every best twice: nothing else
+
+
+def test_the_max_rate_objective_reaches_every_method_with_a_bench_that_searches_rates(monkeypatch, tmp_path):
+    from toolkit.tune.session import TuneOptions, check_tune_options
+
+    objectives: list[str] = []
+    monkeypatch.setattr(tvs, "run_tuner", lambda target, start, workload, folder, repeats, max_steps, objective: (
+        objectives.append(f"tune {objective}"), tvs.Search("tune", [tvs.Measured(start.text(), 1.0, (1.0,))]))[1])
+
+    def launches(target, workload, repeats, root, objective):
+        objectives.append(f"{root.name} {objective}")
+        return lambda flags: tvs.Measured(flags.text(), 1.0, (1.0,))
+
+    monkeypatch.setattr(tvs, "Launches", launches)
+    monkeypatch.setattr(tvs, "OUT", tmp_path)
+    assert tvs.main(["--objective", "max-rate", "--starts", "cap and pool low", "--rounds", "1"]) == 0
+    assert sorted(set(objectives)) == ["check max-rate", "optuna max-rate", "random max-rate", "tune max-rate"]
+    workload = tvs.MaxRate().options(tvs.TOOLKIT.workload(tvs.WORKLOAD))
+    assert workload.num_prompts is None and workload.duration and workload.slo and workload.rate == "1"
+    check_tune_options(TuneOptions(workload, "max-rate"))  # what tune itself accepts
