@@ -27,7 +27,10 @@ MEMORY_WORDS = r"(?i)memory|\bOOM\b"  # an error line that names memory
 # Error records name their engine by wording (vLLM's KV cache start-up errors) or by the traceback's source paths
 # (SGLang first: its older tracebacks pass through vLLM's layers).
 ENGINE_WORDS = {"sglang": r"[Nn]ot enought? (?:GPU )?memory|[/\\]sglang[/\\]",
-                "vllm": r"cache blocks|max seq len|[/\\]vllm[/\\]|" + VLLM_FREE_MEMORY}
+                # vLLM's errors name its engine arguments as Python does (`lowering `max_num_seqs` or
+                # `gpu_memory_utilization``, llm-d#787); SGLang has no argument of these names
+                "vllm": r"cache blocks|max seq len|[/\\]vllm[/\\]|\b(?:gpu_memory_utilization|max_num_seqs|"
+                        r"max_num_batched_tokens)\b|" + VLLM_FREE_MEMORY}
 # What a record's text shows of where it ran or what it hit, by name: each pattern's first group that matched (the
 # whole match where it has none), the distinct ones in order.
 SIGNS: dict[str, str] = {

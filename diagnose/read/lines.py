@@ -22,7 +22,7 @@ from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.read.launch import IN_CONTAINER, LAUNCH_COMMAND, LAUNCH_IN_CODE, PROGRAM_WORDS
 from toolkit.diagnose.read.messages import (BATCH_KINDS, CONTINUATION, ERROR_KINDS, LINE_CONTINUES, OPENERS,
                                             PROGRESS_END, REFUSAL_WRAPPED, SELF_CONTINUING, TRACEBACK_FRAME,
-                                            TRACEBACK_HEAD, kind_of, line_kind, lone_exception)
+                                            TRACEBACK_HEAD, error_in_text, kind_of, line_kind, lone_exception)
 from toolkit.diagnose.read.errors import error_kinds, error_line
 from toolkit.diagnose.read.prefix import (PASTE_FENCE, PASTE_QUOTE, Prefix, colocated_actor,
                                           glued_records, read_prefix, stamped_message_start)
@@ -219,6 +219,8 @@ class LineParser:
             message = line[prefix.start:].lstrip()
             return _REFUSAL_WRAPPED.match(message) is not None and record.add(message)
         message = line[prefix.start:]
+        if record.kind in ERROR_KINDS and _wrapped_sentence(record.parts[-1], line, prefix):
+            return record.add(message.strip())
         if record.lone and (message.startswith(TRACEBACK_HEAD) or line_kind(line, prefix.start) is not None):
             return False  # NOTE: an exception's last line on its own ends before another record begins
         if prefix.time is not None:
@@ -344,6 +346,14 @@ _IN_CONTAINER = re.compile(IN_CONTAINER)
 _REFUSAL_WRAPPED = re.compile(REFUSAL_WRAPPED)
 
 
+def _wrapped_sentence(last: str, line: str, prefix: Prefix) -> bool:
+    """Whether `line` goes on with an error message that a paste wrapped mid-sentence (llm-d#787: `... with 1024 `
+    then `dummy requests. Please try lowering ...`): the part before it ends in a space, and the line has no time
+    and starts no message of its own."""
+    return (last.endswith(" ") and prefix.time is None and line.strip() != ""
+            and message_kind(line, prefix)[0] is None)
+
+
 def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     """The kind of the message after `prefix` (`line_kind`) and where the message starts. A line without any
     prefix may be indented or quoted by the paste (` Sequence group 221 is preempted ...`, limo#29; `> torch.cuda.
@@ -380,6 +390,9 @@ def message_kind(line: str, prefix: Prefix) -> tuple[str | None, int]:
     head = line.find(TRACEBACK_HEAD, start)
     if head > 0:  # NOTE: after other text: `router_init_state: Traceback ...` (sglang#485), a backtick (vllm#2785)
         return "exception", head
+    error = error_in_text(line, start)
+    if error is not None:
+        return line_kind(line, error), error
     return None, prefix.start
 
 

@@ -341,6 +341,24 @@ def line_kind(line: str, start: int = 0) -> str | None:
     return "exception" if m is not None and _EXCEPTION_LINE.match(line, start) is not None else None
 
 
+# An error's class name glued to the user's words before it (`...报错ValueError: The model's max seq len ...`,
+# LlamaFactory#2798): a capitalized name (`\w` takes in the letters of the label), right after a character that is
+# no space, quote, backtick or bracket (prose that names an error sets it apart so: `ending in "ValueError: ..."`)
+_ERROR_GLUED = re.compile(r"(?<=[^\s\"'`(\[“‘])[A-Z][\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])")
+
+
+def error_in_text(line: str, start: int = 0) -> int | None:
+    """Where an error line that names its cause (`ERROR_KINDS`: an OOM, a leak, no memory for the KV cache, a
+    failed graph capture) starts glued after other text on the line (the user's label before the paste), or None.
+    Only those kinds: their words say what happened, where any other `...Error: ` may be a word of the label."""
+    if "Error" not in line and "Exception" not in line:
+        return None
+    for m in _ERROR_GLUED.finditer(line, start + 1):
+        if line_kind(line, m.start()) in ERROR_KINDS:
+            return m.start()
+    return None
+
+
 def lone_exception(line: str, start: int = 0) -> bool:
     """Whether the message at `start` is an exception's last line on its own (`line_kind` reads it as `exception`
     by `EXCEPTION_LINE`), not a message that opens an exception record."""

@@ -106,6 +106,16 @@ def first_load_after(ctx: Context, line: int, source: int) -> int | None:
     return first
 
 
+def no_cache_rows(ctx: Context) -> list[Event]:
+    """vLLM start-up lines that show no room for any KV cache: 0 GPU blocks, a KV cache memory <= 0 GiB."""
+    tl = ctx.timeline
+    blocks = [e for e in tl.kind("gpu_blocks")
+              if e.fields.get("device") != "cpu" and e.fields.get("device_blocks") == 0]
+    memory = [e for kind in ("kv_memory", "memory_profile") for e in tl.kind(kind)
+              if isinstance(gb := e.fields.get("kv_cache_gb"), float) and gb <= 0]
+    return sorted(blocks + memory, key=lambda e: e.line)
+
+
 def capturing_at(ctx: Context, e: Event) -> bool:
     """Whether CUDA graphs were being captured when `e` was printed: the last capture line of its source before it
     is a `Capture cuda graph begin` or a capture's progress bar (its end not printed), and the server ran no batch

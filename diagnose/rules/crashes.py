@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Current, Finding, evidence_events
 from toolkit.diagnose.read.events import Event
-from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context
+from toolkit.diagnose.rules.context import SAME_FAILURE_LINES, Context, no_cache_rows
 from toolkit.diagnose.rules.workarounds import workaround
 from toolkit.diagnose.vocabulary import Change
 
@@ -106,7 +106,7 @@ def _explained(exception: Event, ctx: Context) -> bool:
     (the same record); the cause's record starts where the exception's ends (an error line such as
     `torch.OutOfMemoryError: ...` opens a record of its own); or, for a traceback whose error line the log does
     not show (cut off), an OOM message printed just before it is what it raises (SGLang logs `Decode out of
-    memory` and then the traceback that ends in it)."""
+    memory` and then the traceback that ends in it), and so is a start-up line that left no memory for the KV cache."""
     after = exception.last_line + 1
     cut = exception.error.cut
     for kind in CAUSES:
@@ -120,4 +120,7 @@ def _explained(exception: Event, ctx: Context) -> bool:
             if cause.line == after or (cut and kind in ("oom", "not_enough_memory")
                                        and 0 < exception.line - cause.line <= SAME_FAILURE_LINES):
                 return True
-    return False
+    # NOTE: vLLM's start-up that found no memory for any KV cache (`Available KV cache memory: -0.53 GiB`) and then
+    # `EngineCore failed to start` with no error line: the refusal its start-up rule reads is the cause
+    return cut and any(row.source == exception.source and 0 < exception.line - row.line <= SAME_FAILURE_LINES
+                       for row in no_cache_rows(ctx))

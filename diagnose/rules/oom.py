@@ -45,7 +45,7 @@ import numpy as np
 from toolkit.diagnose.findings import Current, Finding, evidence_events
 from toolkit.diagnose.read.events import Event
 from toolkit.diagnose.rules.context import (SAME_FAILURE_LINES, STEP, Context, capturing_at, first_load_after,
-                                            memory_fraction)
+                                            memory_fraction, no_cache_rows)
 from toolkit.diagnose.rules.kv_fit import KvFit, kv_fit, rounded_down
 from toolkit.diagnose.vocabulary import Change
 
@@ -89,7 +89,7 @@ def check(ctx: Context) -> list[Finding]:
     other = [e for e in other if e not in early]
     if other:
         out.append(_other(ctx, other))
-    start = sorted(ctx.timeline.kind("not_enough_memory") + _no_cache(ctx), key=lambda e: e.line)
+    start = sorted(ctx.timeline.kind("not_enough_memory") + no_cache_rows(ctx), key=lambda e: e.line)
     if start:
         out.append(_startup(ctx, start))
     elif (crash := _weights_fill(ctx)) is not None:
@@ -409,16 +409,6 @@ def _kv_memory(ctx: Context, direction: Literal[-1, 1], alternative: bool = Fals
     if now is None or not now.value or (alternative and ctx.config.mem_fraction_static is None):
         return Change("kv_memory", direction=direction)
     return Change("kv_memory", f"{min(OOM_MAX_FRACTION, now.value + STEP * direction):.2f}")  # type: ignore[operator]
-
-
-def _no_cache(ctx: Context) -> list[Event]:
-    """vLLM start-up lines that show no room for any KV cache: 0 GPU blocks, a KV cache memory <= 0 GiB."""
-    tl = ctx.timeline
-    blocks = [e for e in tl.kind("gpu_blocks")
-              if e.fields.get("device") != "cpu" and e.fields.get("device_blocks") == 0]
-    memory = [e for kind in ("kv_memory", "memory_profile") for e in tl.kind(kind)
-              if isinstance(gb := e.fields.get("kv_cache_gb"), float) and gb <= 0]
-    return sorted(blocks + memory, key=lambda e: e.line)
 
 
 def _said(rows: list[Event]) -> str:
