@@ -73,7 +73,7 @@ class Situation:
     flags: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     load: Load | None = None  # None: the engine refuses to start, there is nothing to load
-    ending: str = "sigterm"  # "sigterm" | "kill-worker" (halfway through the load) | "refusal"
+    ending: str = "sigterm"  # "sigterm" | "sigint" (Ctrl-C: to the whole group) | "kill-worker" (halfway) | "refusal"
     verdict: str = "problem"  # "healthy" | "problem" | "crash": what an expert calls the server in this log
     advice: tuple[str, ...] = ()  # flags an expert changes; "a|b": either (the same knob by two names)
     direction: dict[str, str] = field(default_factory=dict)  # flag -> "raise" | "lower"
@@ -214,6 +214,44 @@ SITUATIONS = (
               flags=("--max-num-seqs", "4"), load=Load(rate="3", input_len=128, timeout=90.0),
               advice=("--max-num-seqs",), direction={"--max-num-seqs": "raise"},
               notes="Running: 4 reqs on every stats line, Waiting grows, KV cache usage low."),
+    # -- recorded batch 3 (2026-12-03): long outputs, short requests, a Ctrl-C stop; answers fixed before recording --
+    Situation(name="vllm-healthy-low-load-ctrl-c", engine="vllm", kind="healthy",
+              what="defaults, 0.3 req/s of 256/128, then Ctrl-C (SIGINT to the server's process group)",
+              load=Load(rate="0.3"), ending="sigint", verdict="healthy", nothing_to_advise=True,
+              notes="Low load on a default server: one or two requests running, nothing waiting, KV usage low; "
+                    "stopped by Ctrl-C, which is no crash whatever the shutdown prints."),
+    Situation(name="toolkit-client-too-slow-ctrl-c", engine="toolkit", kind="client-bound",
+              what="defaults, the client keeps one request in flight (--max-concurrency 1) at 4 req/s of 256/128, "
+                   "then Ctrl-C",
+              load=Load(rate="4", concurrency=1, timeout=60.0), ending="sigint", verdict="healthy",
+              nothing_to_advise=True,
+              notes="#running-req: 1 and #queue-req: 0 on every decode line: the server waits for its client; "
+                    "stopped by Ctrl-C."),
+    Situation(name="vllm-kv-cache-2k-long", engine="vllm", kind="kv-small",
+              what="--num-gpu-blocks-override 16 (2,048 tokens of 128-token blocks; --max-model-len 1024) at 2 req/s "
+                   "of 512/384: the cache holds two requests of this size at their end",
+              flags=("--num-gpu-blocks-override", "16", "--max-model-len", "1024"),
+              load=Load(rate="2", input_len=512, output_len=384, timeout=90.0),
+              advice=(KV_SIZE,), direction=RAISE_KV,
+              notes="A 16-block cache against requests that grow to 7 blocks: two or three run, KV usage high, the "
+                    "rest wait or are preempted."),
+    Situation(name="vllm-max-num-seqs-8-long", engine="vllm", kind="running-cap",
+              what="--max-num-seqs 8 at 1 req/s of 64/512: eight decode for a long time, the rest wait, KV usage low",
+              flags=("--max-num-seqs", "8"), load=Load(rate="1", input_len=64, output_len=512, timeout=120.0),
+              advice=("--max-num-seqs",), direction={"--max-num-seqs": "raise"},
+              notes="Running: 8 reqs on every stats line, Waiting grows, KV cache usage a few percent."),
+    Situation(name="toolkit-kv-pool-768-short", engine="toolkit", kind="kv-small",
+              what="--max-total-tokens 768 at 8 req/s of 64/64: the pool holds six requests of 128 tokens",
+              flags=("--max-total-tokens", "768"), load=Load(rate="8", input_len=64, output_len=64, timeout=60.0),
+              advice=("--max-total-tokens|--mem-fraction-static",),
+              direction={"--max-total-tokens": "raise", "--mem-fraction-static": "raise"},
+              notes="A 768-token pool: about six short requests run, token usage high, the queue grows."),
+    Situation(name="toolkit-running-cap-4-long", engine="toolkit", kind="running-cap",
+              what="--max-running-requests 4 at 1 req/s of 64/512: four decode for a long time, the rest queue, the "
+                   "pool is nearly empty",
+              flags=("--max-running-requests", "4"), load=Load(rate="1", input_len=64, output_len=512, timeout=120.0),
+              advice=("--max-running-requests",), direction={"--max-running-requests": "raise"},
+              notes="Four requests run in every decode line while the queue grows and token usage stays low."),
 )
 
 
@@ -291,6 +329,9 @@ def record(situation: Situation, seconds: float, out: Path, peers: Peers, work: 
             server.wait_healthy(timeout)
             run_load(situation, server, seconds, peers, work)
             if situation.ending == "kill-worker":
+                server.proc.wait(timeout=60)
+            if situation.ending == "sigint":  # NOTE: a terminal's Ctrl-C reaches every process of the group
+                os.killpg(server.proc.pid, signal.SIGINT)
                 server.proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         pass
