@@ -1,7 +1,7 @@
 """The KV pool's capacity against what the server was asked to hold.
 
-- `capacity.pool_bound` (warning): in >= 50% of steady load lines requests wait and the KV pool has no room for
-  the next one (`rules.room`: usage >= 0.9, or what is left holds less than a running request's tokens: a pool of
+- `capacity.pool_bound` (warning): in >= 50% of the steady load lines where requests wait (5 such lines at least),
+  the KV pool has no room for the next one (`rules.room`: usage >= 0.9, or what is left holds less than a running request's tokens: a pool of
   1,024 tokens 86 % used by two requests): the pool, not the scheduler, limits the batch. A pool capped by hand
   (`--max-total-tokens`, vLLM's `--num-gpu-blocks-override`) is raised to hold the demand: the running and waiting
   requests of the median bound line at the size requests grow to (1.25x to 16x the cap), with a hand-set running
@@ -49,6 +49,7 @@ BOUND_FRACTION = 0.5
 SPARE_GB = 8.0
 TARGET_GB = 6.5
 SHORT_FRACTION = 0.75  # a short excerpt: this share of its load lines full with a queue
+MIN_FULL_LINES = MIN_LINES // 2  # a long log: at least this many lines full with a queue (a brief queue is no bound)
 MIN_GROWTH, MAX_GROWTH = 1.25, 16.0  # a hand-set pool cap raised to the demand: at least this much, at most that
 CONCURRENCY_PRINTED = 0.01  # vLLM prints its concurrency to 2 decimals: closer than this to pool / context, the same
 
@@ -158,13 +159,14 @@ def _pool_bound(ctx: Context) -> Finding | None:
     if len(steady) < MIN_LINES:
         return _pool_bound_short(ctx)
     cfg = ctx.config
-    full = steady.where((steady["queue_req"] > 0) & no_room(steady, cfg.max_total_num_tokens))
-    fraction = len(full) / len(steady)
-    if fraction < BOUND_FRACTION:
+    queued = steady.where(steady["queue_req"] > 0)
+    full = queued.where(no_room(queued, cfg.max_total_num_tokens, request_size(steady, cfg.max_total_num_tokens)))
+    fraction = len(full) / len(queued) if len(queued) else 0.0
+    if fraction < BOUND_FRACTION or len(full) < MIN_FULL_LINES:
         return None
     size = request_size(steady, cfg.max_total_num_tokens)
     change, current, tradeoff = _more_memory(ctx, _demand(full, size), size)
-    why = (f"In {fraction:.0%} of {len(steady)} steady {ctx.load_word} lines requests waited while the KV pool had "
+    why = (f"In {fraction:.0%} of {len(queued)} steady {ctx.load_word} lines with requests waiting the KV pool had "
            f"no room for the next one (median usage {full.median('usage'):.2f}, queue "
            f"{full.median('queue_req'):.0f}){_held(steady, cfg.max_total_num_tokens)}: memory, not the scheduler, "
            "limits the batch.")
@@ -172,7 +174,7 @@ def _pool_bound(ctx: Context) -> Finding | None:
         id="capacity.pool_bound", severity="warning", title="KV pool full with requests waiting",
         message=f"{why} More KV memory, an fp8 KV cache ({cfg.flag('kv_dtype')} {cfg.fp8_kv}), or shorter outputs "
         "(the client's max_tokens) let more requests run.",
-        evidence=evidence(full, len(steady), full_fraction=round(fraction, 3)), change=change, current=current,
+        evidence=evidence(full, len(queued), full_fraction=round(fraction, 3)), change=change, current=current,
         tradeoff=tradeoff, ranks=full.ranks,
         action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)")
 

@@ -3,7 +3,9 @@
 Trigger: among steady load lines with a queue and the running batch below 95% of its cap (so the cap is not the
 reason; when fewer than half the lines with a queue are below it, the cap is: no finding), >= 50% show a KV pool
 with room for the next request (`rules.room`: what is left holds one more request of the running ones' size; a
-pool of 1,024 tokens that holds two requests of this log's size has none while two run), and retractions are not frequent.
+pool of 1,024 tokens that holds two requests of this log's size has none while two run), retractions are not frequent,
+and the pool is full on fewer than a third of those lines (where it fills that often it binds the batch, and its room
+is the trough between waves of requests that finish together: `capacity.pool_bound`'s).
 - SGLang: `token usage` excludes the evictable radix cache, which admission counts as free, so low usage with a
   queue means the admission estimate (`new_token_ratio`, scaled by `--schedule-conservativeness`) held requests
   back. Suggest 0.3 (half the current value when it is <= 0.5, at least 0.1); at 0.1 or below there is nothing
@@ -26,10 +28,15 @@ from toolkit.diagnose.findings import Current, Finding, confidence_of, evidence
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context
 from toolkit.diagnose.rules.retraction import FREQUENT_PER_MIN
-from toolkit.diagnose.rules.room import has_room, request_size
+from toolkit.diagnose.rules.room import has_room, no_room, request_size
 from toolkit.diagnose.vocabulary import Change
 
 LOW_FRACTION = 0.5
+# NOTE: requests of one length finish in the same step and free their room one step before the queue's next ones are
+# admitted: a pool that binds the batch shows room with a queue on the lines between its waves (vLLM-CPU, 9 blocks:
+# 4 running at 100 % on half the queued lines, 2 at 50 % on the other half). Full on this share of the queued lines,
+# the pool is the limit, not admission or the step budget.
+POOL_FILLS = 1 / 3
 SUGGESTED = 0.3
 MIN_SUGGESTED = 0.1
 MIN_BATCHED_TOKENS = 8192
@@ -54,11 +61,14 @@ def check(ctx: Context) -> list[Finding]:
                              f"(needs {MIN_LINES})")
         return [short] if short is not None else []
     pool = ctx.config.max_total_num_tokens
-    low = queued.where(has_room(queued, pool, request_size(steady, pool)))
+    size = request_size(steady, pool)
+    low = queued.where(has_room(queued, pool, size))
     fraction = len(low) / len(queued)
     _, rate, _ = ctx.retraction_rate()
     if fraction < LOW_FRACTION or (rate is not None and rate > FREQUENT_PER_MIN):
         return []
+    if queued.fraction(no_room(queued, pool, size)) >= POOL_FILLS:
+        return []  # NOTE: the pool binds the batch (capacity.pool_bound's); its room is the trough between waves
     usage = low.median("usage")
     where = (f"In {fraction:.0%} of {len(queued)} steady {ctx.load_word} lines with a queue, the KV pool had room "
              f"for the next request (usage median {usage:.2f}, queue median {low.median('queue_req'):.0f}).")

@@ -28,6 +28,23 @@ def test_a_large_cache_with_room_and_a_queue_is_still_the_step_budget() -> None:
     assert "capacity.pool_bound" not in found and "usage.low_while_queued" in found, sorted(found)
 
 
+def test_a_pool_that_fills_in_waves_is_the_pool_not_the_step_budget() -> None:
+    """benchmarks/tune_vs_search on vLLM-CPU with 9 blocks (1,152 tokens): requests of one length finish in the same
+    step, so the stats lines alternate between 4 running at 100 % (the pool holds 4 of ~288 tokens) and 2 running at
+    50 % with the queue still waiting for the next step's admissions. The room on half the queued lines is the trough
+    between waves: tune had asked for --max-num-batched-tokens 16384 and measured no gain."""
+    log = VllmLog().start(kv_tokens=1152, max_model_len=1024, num_gpu_blocks_override=9).stats_series(
+        16, every=1.0, running=[4, 2], waiting=[12, 10], usage=[1.0, 0.5], gen=60.0)
+    found = _ids(log.lines)
+    assert "usage.low_while_queued" not in found and "capacity.pool_bound" in found, sorted(found)
+    bound = found["capacity.pool_bound"]
+    assert bound.flag == "--num-gpu-blocks-override" and int(bound.change.value) > 9  # type: ignore[attr-defined]
+    # full on fewer than a third of the queued lines: the room is real, the step budget limits
+    rare = VllmLog().start(kv_tokens=1152, max_model_len=1024, num_gpu_blocks_override=9).stats_series(
+        16, every=1.0, running=[4, 2, 2, 2], waiting=12, usage=[1.0, 0.5, 0.5, 0.5], gen=60.0)
+    assert "usage.low_while_queued" in _ids(rare.lines)
+
+
 def test_forty_seconds_of_a_pinned_running_cap_is_evidence_at_low_confidence() -> None:
     log = VllmLog().start(max_num_seqs=2).stats_series(4, running=2, waiting=30, usage=0.004, gen=40.0)
     found = _ids(log.lines)
