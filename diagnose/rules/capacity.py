@@ -41,6 +41,7 @@ from toolkit.diagnose.config import ServerConfig
 from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of, evidence, evidence_events
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, memory_fraction, more_kv_memory
+from toolkit.diagnose.rules.gpu_memory import LOW_GB
 from toolkit.diagnose.rules.room import no_room, request_size, requests_held
 from toolkit.diagnose.vocabulary import Change
 
@@ -165,7 +166,7 @@ def _pool_bound(ctx: Context) -> Finding | None:
     if fraction < BOUND_FRACTION or len(full) < MIN_FULL_LINES:
         return None
     size = request_size(steady, cfg.max_total_num_tokens)
-    change, current, tradeoff = _more_memory(ctx, _demand(full, size), size)
+    change, current, tradeoff, alternatives = _memory_first(ctx, *_more_memory(ctx, _demand(full, size), size))
     why = (f"In {fraction:.0%} of {len(queued)} steady {ctx.load_word} lines with requests waiting the KV pool had "
            f"no room for the next one (median usage {full.median('usage'):.2f}, queue "
            f"{full.median('queue_req'):.0f}){_held(steady, cfg.max_total_num_tokens)}: memory, not the scheduler, "
@@ -175,7 +176,7 @@ def _pool_bound(ctx: Context) -> Finding | None:
         message=f"{why} More KV memory, an fp8 KV cache ({cfg.flag('kv_dtype')} {cfg.fp8_kv}), or shorter outputs "
         "(the client's max_tokens) let more requests run.",
         evidence=evidence(full, len(queued), full_fraction=round(fraction, 3)), change=change, current=current,
-        tradeoff=tradeoff, ranks=full.ranks,
+        tradeoff=tradeoff, ranks=full.ranks, alternatives=alternatives,
         action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)")
 
 
@@ -189,11 +190,7 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
         ctx.steady_enough()  # notes why the load could not be judged
         return None
     size = request_size(load, tokens_in_pool)
-    change, current, tradeoff = _more_memory(ctx, _demand(full, size), size)
-    alternatives: tuple[Change, ...] = ()
-    if change is not None and change.idea == "kv_dtype" and ctx.config.mem_fraction_static is None:
-        change, alternatives, current = Change("kv_memory", direction=1), (change,), None
-        tradeoff = "Less headroom for activations (too high a value risks CUDA OOM); fp8 KV costs slight accuracy."
+    change, current, tradeoff, alternatives = _memory_first(ctx, *_more_memory(ctx, _demand(full, size), size))
     confidence = confidence_of(len(load), MIN_LINES)
     tokens = full.median("token") if "token" in full else float("nan")
     pool = f"; a pool of about {tokens / full.median('usage'):.0f} tokens" if tokens == tokens else ""
@@ -207,6 +204,20 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
         evidence=evidence(full, len(load), lines_read=len(load)), change=change, current=current, tradeoff=tradeoff,
         ranks=full.ranks, alternatives=alternatives,
         action=None if change else "client: lower max_tokens, or add GPUs (tensor parallelism)", confidence=confidence)
+
+
+def _memory_first(ctx: Context, change: Change | None, current: Current | None,
+                  tradeoff: str) -> tuple[Change | None, Current | None, str, tuple[Change, ...]]:
+    """With the memory fraction not in the log, more KV memory (higher) comes first and an fp8 KV cache is the
+    alternative: the log cannot say the fraction is already at its ceiling, where fp8 would be the next step. Not
+    where the log shows little memory left after start-up (`gpu_memory.too_little`'s): there fp8 is the step."""
+    cfg = ctx.config
+    left = cfg.available_mem_gb
+    if (change is None or change.idea != "kv_dtype" or cfg.mem_fraction_static is not None
+            or (left is not None and left < LOW_GB)):
+        return change, current, tradeoff, ()
+    return (Change("kv_memory", direction=1), None,
+            "Less headroom for activations (too high a value risks CUDA OOM); fp8 KV costs slight accuracy.", (change,))
 
 
 def _held(rows: Rows, pool: int | None) -> str:

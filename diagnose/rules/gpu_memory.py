@@ -4,7 +4,9 @@
   `--mem-fraction-static`.
 - 5-8 GB: good, no finding.
 - 8-10 GB: `gpu_memory.spare` (info); 10 GB and more: `gpu_memory.too_much` (warning): memory that could
-  hold KV cache is idle; raise `--mem-fraction-static`. Not where the engine runs in an RL trainer's processes on
+  hold KV cache is idle; raise `--mem-fraction-static`. Where the log's load shows the pool never held a request
+  back (10 steady load lines or more, none with requests waiting at a full pool, no retraction), `too_much` is
+  info without a flag: the memory is idle, and this load did not need it. Not where the engine runs in an RL trainer's processes on
   the same GPUs (`ServerConfig.colocated_with`, verl's `WorkerDict` actors): the memory it leaves is the trainer's.
 The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_mem`. Not judged on CPU.
 
@@ -25,7 +27,8 @@ from __future__ import annotations
 
 from toolkit.diagnose.findings import Current, Evidence, Finding, evidence_events
 from toolkit.diagnose.read.messages import CAPTURE_BEGAN
-from toolkit.diagnose.rules.context import Context, capturing_at
+from toolkit.diagnose.rules.context import MIN_LINES, Context, capturing_at
+from toolkit.diagnose.rules.room import no_room
 from toolkit.diagnose.vocabulary import Change
 
 LOW_GB = 5.0
@@ -81,6 +84,14 @@ def check(ctx: Context) -> list[Finding]:
         ctx.cannot_judge(f"the engine runs in {cfg.colocated_with}'s trainer processes, on the same GPUs: the memory "
                          "it leaves free is the trainer's")
         return []
+    unpressed = _pool_never_limited(ctx)
+    if unpressed is not None:
+        return [Finding(
+            id="gpu_memory.too_much", severity="info", title=f"{avail:.2f} GB GPU memory left unused, not needed here",
+            message=f"{avail:.2f} GB stay free after the KV pool and graphs{bound} (good: {LOW_GB:g}-{GOOD_GB:g} GB), "
+            f"but this log's load never waited for the pool ({unpressed}): a larger pool serves more concurrent "
+            f"requests only under more load than this ({cfg.flag('kv_memory')} then).",
+            evidence=ev, change=None, current=current, tradeoff="")]
     severity = "warning" if avail >= HIGH_GB else "info"
     return [Finding(
         id="gpu_memory.too_much", severity=severity,
@@ -88,6 +99,19 @@ def check(ctx: Context) -> list[Finding]:
         message=f"{avail:.2f} GB stay free after the KV pool and graphs{bound} (good: {LOW_GB:g}-{GOOD_GB:g} GB); the "
         "KV pool could be larger and hold more concurrent requests.", evidence=ev, change=change, current=current,
         tradeoff="Less headroom for activations: too high a value risks CUDA OOM on the largest prefill.")]
+
+
+def _pool_never_limited(ctx: Context) -> str | None:
+    """How the load shows the pool never held a request back (MIN_LINES steady load lines or more, none with requests
+    waiting at a pool with no room for the next, no retraction), or None where it did or the log cannot tell."""
+    steady = ctx.steady()
+    if len(steady) < MIN_LINES or "queue_req" not in steady or "usage" not in steady:
+        return None
+    pool = ctx.config.max_total_num_tokens
+    held = steady.where((steady["queue_req"] > 0) & no_room(steady, pool))
+    if len(held) or ctx.timeline.kind("retract"):
+        return None
+    return f"{len(steady)} steady {ctx.load_word} lines, none with requests waiting at a full pool, no retraction"
 
 
 def _vllm_graph_room(ctx: Context) -> list[Finding]:

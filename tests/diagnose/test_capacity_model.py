@@ -169,3 +169,16 @@ def test_a_pool_capped_by_hand_is_raised_to_hold_the_requests_that_wanted_to_run
         "capacity.pool_bound"].change
     (along,) = change.companions
     assert along.idea == "running_cap" and 11 <= int(along.value) <= 12, along  # the 12 that wanted to run
+
+
+def test_a_full_pool_with_the_memory_fraction_unknown_asks_for_memory_first_unless_little_is_left() -> None:
+    """Held-out batch 23 (an SGLang log whose excerpt prints no --mem-fraction-static): a long log full with a queue
+    asks for more KV memory (fp8 the alternative) as a short one does; where the start-up shows little memory left
+    (`gpu_memory.too_little`), an fp8 KV cache is the step, not more memory."""
+    from tests.diagnose.logfactory import Log, Startup
+
+    bare = _ids(Log("0.4.9").decode_series(12, queue=20, usage=0.97).lines)["capacity.pool_bound"]
+    assert bare.flag == "--mem-fraction-static" and [a.idea for a in bare.alternatives] == ["kv_dtype"]  # type: ignore[attr-defined]
+    tight = Log("0.4.9").start(Startup(available=3.0)).decode_series(12, queue=20, usage=0.97)
+    found = _ids(tight.lines)
+    assert "gpu_memory.too_little" in found and found["capacity.pool_bound"].flag == "--kv-cache-dtype"  # type: ignore[attr-defined]

@@ -70,8 +70,16 @@ def test_capacity_bound_pool_at_ninety_percent_with_a_queue(usage: float, fires:
         assert (got[0].flag, got[0].suggested) == ("--mem-fraction-static", f"{0.85 + (12.0 - 6.5) / 78.5:.3f}")
 
 
-@pytest.mark.parametrize("queued,fires", [(15, True), (14, False)])
-def test_capacity_bound_pool_in_half_the_steady_lines(queued: int, fires: bool) -> None:
+@pytest.mark.parametrize("full,fires", [(15, True), (14, False)])
+def test_capacity_bound_pool_in_half_the_lines_with_a_queue(full: int, fires: bool) -> None:
+    mask = [((i * full) // N) != (((i + 1) * full) // N) for i in range(N)]
+    log = base().decode_series(N, running=200, queue=8, usage=[0.95 if m else 0.5 for m in mask])
+    assert bool(found(log, "capacity.pool_bound")) is fires
+
+
+@pytest.mark.parametrize("queued,fires", [(5, True), (4, False)])
+def test_capacity_bound_pool_needs_more_than_a_brief_queue(queued: int, fires: bool) -> None:
+    """Full whenever requests wait, judged on the lines with a queue: five such lines at least."""
     mask = [((i * queued) // N) != (((i + 1) * queued) // N) for i in range(N)]
     log = base().decode_series(N, running=200, queue=[8 if m else 0 for m in mask], usage=0.95)
     assert bool(found(log, "capacity.pool_bound")) is fires
