@@ -339,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--objective", choices=("throughput", "max-rate"), default="throughput",
                         help="what every method maximizes: output tok/s at full rate, or the highest request rate "
                              "meeting a TTFT/TPOT SLO (MaxRate)")
+    parser.add_argument("--max-rate-runs", type=int, default=MaxRate().runs, help="with --objective max-rate: runs "
+                        "of one search (each a launch's repeat)")
+    parser.add_argument("--max-rate-duration", type=float, default=MaxRate().duration,
+                        help="with --objective max-rate: seconds of Poisson arrivals per run")
     parser.add_argument("--save", action="store_true")
     return parser
 
@@ -434,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         shape = QUICK_WORKLOAD
         opts.max_steps, opts.rounds = min(opts.max_steps, 2), min(opts.rounds, 2)
     workload = target.workload(shape)
-    max_rate = MaxRate() if opts.objective == "max-rate" else None
+    max_rate = (MaxRate(duration=opts.max_rate_duration, runs=opts.max_rate_runs) if opts.objective == "max-rate"
+                else None)
     if max_rate is not None:
         workload = max_rate.options(workload)
     starts = dict(list(target.starts.items())[:1]) if opts.quick else target.starts

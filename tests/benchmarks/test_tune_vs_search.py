@@ -169,4 +169,6 @@ def test_the_max_rate_objective_reaches_every_method_with_a_bench_that_searches_
     assert sorted(set(objectives)) == ["check max-rate", "optuna max-rate", "random max-rate", "tune max-rate"]
     workload = tvs.MaxRate().options(tvs.TOOLKIT.workload(tvs.WORKLOAD))
     assert workload.num_prompts is None and workload.duration and workload.slo and workload.rate == "1"
+    opts = tvs.build_parser().parse_args(["--max-rate-runs", "3"])
+    assert (opts.max_rate_runs, opts.max_rate_duration) == (3, tvs.MaxRate().duration)
     check_tune_options(TuneOptions(workload, "max-rate"))  # what tune itself accepts
