@@ -87,6 +87,7 @@ VLLM_STARTS = {
     "vllm: cap and budget low": "--max-num-seqs 4 --max-num-batched-tokens 256",
 }
 VLLM_WORKLOAD = RandomWorkload(16, 192, 32)
+VLLM_HEALTH_TIMEOUT = 600.0  # a vLLM-CPU start-up takes minutes on 2 cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,6 @@ class MaxRate:
     def record(self) -> dict:
         return {"objective": "max-rate", "slo": list(self.slo), "duration": self.duration, "runs": self.runs,
                 "first_rate": self.first_rate}
-VLLM_HEALTH_TIMEOUT = 600.0  # a vLLM-CPU start-up takes minutes on 2 cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     table(console, results)
     if opts.save and not opts.quick:
         record = {"engine": opts.engine, "launch": target.launch,
-                  "against": str(opts.against) if opts.against else None, "workload": shape.record() | (max_rate.record() if max_rate else {}),
-                  "space": target.space,
+                  "against": str(opts.against) if opts.against else None,
+                  "workload": shape.record() | (max_rate.record() if max_rate else {}), "space": target.space,
                   "repeats": opts.repeats, "max_steps": opts.max_steps, "rounds": opts.rounds, "seed": opts.seed,
                   "random_draws": [d.record() for d in draws], "starts": results,
                   "provenance": provenance(MODULE, sys.argv[1:] if argv is None else argv)}

@@ -1,15 +1,16 @@
 """The KV pool's capacity against what the server was asked to hold.
 
 - `capacity.pool_bound` (warning): in >= 50% of the steady load lines where requests wait (5 such lines at least),
-  the KV pool has no room for the next one (`rules.room`: usage >= 0.9, or what is left holds less than a running request's tokens: a pool of
-  1,024 tokens 86 % used by two requests): the pool, not the scheduler, limits the batch. A pool capped by hand
-  (`--max-total-tokens`, vLLM's `--num-gpu-blocks-override`) is raised to hold the demand: the running and waiting
-  requests of the median bound line at the size requests grow to (1.25x to 16x the cap), with a hand-set running
-  cap below what that pool holds raised alongside. Else more KV memory (SGLang: raise `--mem-fraction-static` toward
-  6.5 GB left when more than 8 GB are left; vLLM: `--gpu-memory-utilization` up to 0.95), else an fp8 KV
-  cache, else smaller outputs (the client's `max_tokens`). A short excerpt (fewer than 10 steady lines) gets the
-  finding when >= 75% of its load lines are full with a queue, at `low` confidence (1-3 lines, `info`) or
-  `medium` (4-9); with the memory fraction unknown it asks for more KV memory (higher), fp8 KV the alternative.
+  the KV pool has no room for the next one (`rules.room`: usage >= 0.9, or what is left holds less than a running
+  request's tokens: a pool of 1,024 tokens 86 % used by two requests): the pool, not the scheduler, limits the
+  batch. A pool capped by hand (`--max-total-tokens`, vLLM's `--num-gpu-blocks-override`) is raised to hold the
+  demand: the running and waiting requests of the median bound line at the size requests grow to (1.25x to 16x the
+  cap), with a hand-set running cap below what that pool holds raised alongside. Else more KV memory (SGLang: raise
+  `--mem-fraction-static` toward 6.5 GB left when more than 8 GB are left; vLLM: `--gpu-memory-utilization` up to
+  0.95), else an fp8 KV cache, else smaller outputs (the client's `max_tokens`). With the memory fraction not in the
+  log it asks for more KV memory (higher), fp8 KV the alternative, unless start-up shows little memory left. A short
+  excerpt (fewer than 10 steady lines) gets the finding when >= 75% of its load lines are full with a queue, at `low`
+  confidence (1-3 lines, `info`) or `medium` (4-9).
 - `capacity.context_exceeds_pool` (warning): `max_total_num_tokens` (vLLM: its KV cache size in tokens) is
   below the context length: one request at full context cannot fit. Suggest a context length the pool holds.
 - `capacity.input_too_long` (warning): SGLang rejected inputs longer than it allows (`Input length (N tokens)
@@ -42,7 +43,7 @@ from toolkit.diagnose.findings import Current, Evidence, Finding, confidence_of,
 from toolkit.diagnose.read.series import Rows
 from toolkit.diagnose.rules.context import MIN_LINES, Context, memory_fraction, more_kv_memory
 from toolkit.diagnose.rules.gpu_memory import LOW_GB
-from toolkit.diagnose.rules.room import no_room, request_size, requests_held
+from toolkit.diagnose.rules.room import no_room, request_size, requests_held, waiting_at_full
 from toolkit.diagnose.vocabulary import Change
 
 FULL_USAGE = 0.9
@@ -160,12 +161,12 @@ def _pool_bound(ctx: Context) -> Finding | None:
     if len(steady) < MIN_LINES:
         return _pool_bound_short(ctx)
     cfg = ctx.config
+    size = request_size(steady, cfg.max_total_num_tokens)
     queued = steady.where(steady["queue_req"] > 0)
-    full = queued.where(no_room(queued, cfg.max_total_num_tokens, request_size(steady, cfg.max_total_num_tokens)))
+    full = queued.where(no_room(queued, cfg.max_total_num_tokens, size))
     fraction = len(full) / len(queued) if len(queued) else 0.0
     if fraction < BOUND_FRACTION or len(full) < MIN_FULL_LINES:
         return None
-    size = request_size(steady, cfg.max_total_num_tokens)
     change, current, tradeoff, alternatives = _memory_first(ctx, *_more_memory(ctx, _demand(full, size), size))
     why = (f"In {fraction:.0%} of {len(queued)} steady {ctx.load_word} lines with requests waiting the KV pool had "
            f"no room for the next one (median usage {full.median('usage'):.2f}, queue "
@@ -185,7 +186,7 @@ def _pool_bound_short(ctx: Context) -> Finding | None:
     pool and a queue: the same conclusion at `low` / `medium` confidence (low ones are `info`)."""
     load = ctx.load_or_none()
     tokens_in_pool = ctx.config.max_total_num_tokens
-    full = load.where((load["queue_req"] > 0) & no_room(load, tokens_in_pool)) if load is not None else None
+    full = load.where(waiting_at_full(load, tokens_in_pool)) if load is not None else None
     if load is None or full is None or len(full) < SHORT_FRACTION * len(load):
         ctx.steady_enough()  # notes why the load could not be judged
         return None

@@ -6,8 +6,9 @@
 - 8-10 GB: `gpu_memory.spare` (info); 10 GB and more: `gpu_memory.too_much` (warning): memory that could
   hold KV cache is idle; raise `--mem-fraction-static`. Where the log's load shows the pool never held a request
   back (10 steady load lines or more, none with requests waiting at a full pool, no retraction), `too_much` is
-  info without a flag: the memory is idle, and this load did not need it. Not where the engine runs in an RL trainer's processes on
-  the same GPUs (`ServerConfig.colocated_with`, verl's `WorkerDict` actors): the memory it leaves is the trainer's.
+  info without a flag: the memory is idle, and this load did not need it. Not where the engine runs in an RL
+  trainer's processes on the same GPUs (`ServerConfig.colocated_with`, verl's `WorkerDict` actors): the memory it
+  leaves is the trainer's.
 The suggested value moves the leftover to ~6.5 GB: `mfs + (avail - 6.5) / gpu_mem`. Not judged on CPU.
 
 Where graph capture began and its end is not in the log (an excerpt cut there, or a capture that failed), what is
@@ -28,7 +29,7 @@ from __future__ import annotations
 from toolkit.diagnose.findings import Current, Evidence, Finding, evidence_events
 from toolkit.diagnose.read.messages import CAPTURE_BEGAN
 from toolkit.diagnose.rules.context import MIN_LINES, Context, capturing_at
-from toolkit.diagnose.rules.room import no_room
+from toolkit.diagnose.rules.room import waiting_at_full
 from toolkit.diagnose.vocabulary import Change
 
 LOW_GB = 5.0
@@ -107,9 +108,7 @@ def _pool_never_limited(ctx: Context) -> str | None:
     steady = ctx.steady()
     if len(steady) < MIN_LINES or "queue_req" not in steady or "usage" not in steady:
         return None
-    pool = ctx.config.max_total_num_tokens
-    held = steady.where((steady["queue_req"] > 0) & no_room(steady, pool))
-    if len(held) or ctx.timeline.kind("retract"):
+    if waiting_at_full(steady, ctx.config.max_total_num_tokens).any() or ctx.timeline.kind("retract"):
         return None
     return f"{len(steady)} steady {ctx.load_word} lines, none with requests waiting at a full pool, no retraction"
 

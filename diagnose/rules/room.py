@@ -60,3 +60,9 @@ def no_room(rows: Rows, pool: int | None, size: float | None = None) -> np.ndarr
 def has_room(rows: Rows, pool: int | None, size: float | None = None) -> np.ndarray:
     """Per line: the next request of the log's size fits (the usage is known and the pool not bound)."""
     return ~no_room(rows, pool, size) & ~np.isnan(rows["usage"])
+
+
+def waiting_at_full(rows: Rows, pool: int | None, size: float | None = None) -> np.ndarray:
+    """Per line: requests wait and the pool has no room for the next one (`no_room`): the pool held them back."""
+    return (rows["queue_req"] > 0) & no_room(rows, pool, size)
+
