@@ -51,6 +51,7 @@ class ServerConfig:
     rank_tp: int | None = None
     rank_dp: int | None = None
     max_concurrency: float | None = None
+    scheduled_tokens: int | None = None  # vLLM: the tokens a step schedules where speculative decoding cut them
     captured_max_bs: int | None = None  # the largest decode graph the log's capture lists (`bs=[...]`)
     colocated_with: str | None = None  # the RL framework whose trainer shares the engine's GPUs (its Ray actors)
 
@@ -374,6 +375,9 @@ def _vllm_config(events: Mapping[str, list[Event]], generation: str | None, laun
     for fields in _all(events, "memory_profile"):
         profile.update(fields)
     blocks = _first(events, "gpu_blocks")
+    scheduler: dict[str, Value] = {}
+    for fields in _all(events, "scheduler_config"):  # the budget's line, and speculative decoding's cut of it
+        scheduler.update(fields)
     kv_memory = _first(events, "kv_memory")
     loaded = _first(events, "weights_loaded")
     graphs = _all(events, "graph_captured")
@@ -384,7 +388,7 @@ def _vllm_config(events: Mapping[str, list[Event]], generation: str | None, laun
         args=args,
         max_total_num_tokens=_int(capacity.get("kv_tokens")),
         chunked_prefill_size=_int(own.get("max_num_batched_tokens"),
-                                  _first(events, "scheduler_config").get("max_num_batched_tokens"),
+                                  scheduler.get("max_num_batched_tokens"),
                                   launch.get("max_num_batched_tokens")),
         max_running_requests=_int(own.get("max_num_seqs"), launch.get("max_num_seqs")),
         context_len=_int(own.get("max_model_len"), config.get("max_seq_len"), capacity.get("max_model_len"),
@@ -398,5 +402,6 @@ def _vllm_config(events: Mapping[str, list[Event]], generation: str | None, laun
         engine="vllm",
         engine_version=_vllm_version(config, generation),
         max_concurrency=_num(capacity.get("max_concurrency")),
+        scheduled_tokens=_int(scheduler.get("max_num_scheduled_tokens")),
         **extra,
     )

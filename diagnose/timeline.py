@@ -187,11 +187,12 @@ def _median_gap(gaps: np.ndarray) -> float:
 def _segment_phases(running: np.ndarray, queue: np.ndarray) -> np.ndarray:
     n = len(running)
     phases = np.full(n, RAMP, np.int8)
-    if n < MIN_SEGMENT_LINES:
-        return phases
-    if queue[0] > 0 and queue[-1] > 0:
-        # NOTE: a queue at both ends makes the whole segment steady, whatever the plateau.
+    if n and queue[0] > 0 and queue[-1] > 0:
+        # NOTE: a queue at both ends makes the whole segment steady, whatever the plateau and however short: a
+        # request waiting is demand above what runs (a rank of a DP excerpt may print one or two lines).
         phases[:] = STEADY
+        return phases
+    if n < MIN_SEGMENT_LINES:
         return phases
     plateau = np.nanquantile(running, PLATEAU_QUANTILE) if np.isfinite(running).any() else 0
     loaded = (np.nan_to_num(running) >= STEADY_FRACTION * plateau) | (np.nan_to_num(queue) > 0)

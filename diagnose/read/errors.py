@@ -69,6 +69,9 @@ REFUSAL = {
     "estimated": r"estimated maximum model length is (\d{1,12})",
 }
 REFUSAL_SIZES = r"estimated maximum model length is \d|stored in KV cache \(\d|GiB KV cache is needed"
+# vLLM refusing to start a hybrid (Mamba / linear-attention) model at more running requests than its state cache has
+# blocks, one per request: `max_num_seqs (1024) exceeds available Mamba cache blocks (524)`
+STATE_SLOTS = r"max_num_seqs \((\d{1,9})\) exceeds available Mamba cache blocks \((\d{1,9})\)"
 
 
 class Refusal(NamedTuple):
@@ -89,7 +92,8 @@ class ErrorText(NamedTuple):
     check, `about_memory` (cut, or its last error line names memory), the `engine` its words or paths name, its
     `signs` by name (`SIGNS`: what of each its text shows), the mamba state pool out of slots (in an error line),
     the TP sizes a PD transfer rejected (`pd_tp`: prefill's, decode's; None where it is no such error), vLLM's
-    max seq len `refusal`, and whether refusal sizes are printed (read or not)."""
+    max seq len `refusal`, whether refusal sizes are printed (read or not), and the running requests asked for
+    and the state blocks a hybrid model's cache has (`state_slots`; None where it is no such refusal)."""
 
     errors: tuple[str, ...]
     in_kv_check: bool
@@ -100,6 +104,7 @@ class ErrorText(NamedTuple):
     pd_tp: tuple[int | None, int | None] | None
     refusal: Refusal | None
     sizes_printed: bool
+    state_slots: tuple[int, int] | None = None
 
     @property
     def cut(self) -> bool:
@@ -121,6 +126,7 @@ _PD_TP = re.compile(PD_TP)
 _PD_TP_SIZES = tuple(re.compile(pattern) for pattern in PD_TP_SIZES)
 _REFUSAL = {name: re.compile(pattern) for name, pattern in REFUSAL.items()}
 _REFUSAL_SIZES = re.compile(REFUSAL_SIZES)
+_STATE_SLOTS = re.compile(STATE_SLOTS)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -138,7 +144,13 @@ def read_error(text: str) -> ErrorText:
         pd_tp=_pd_tp(text),
         refusal=_refusal(text),
         sizes_printed=_REFUSAL_SIZES.search(text) is not None,
+        state_slots=_state_slots(text),
     )
+
+
+def _state_slots(text: str) -> tuple[int, int] | None:
+    m = _STATE_SLOTS.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _pd_tp(text: str) -> tuple[int | None, int | None] | None:

@@ -325,14 +325,23 @@ _GLUED_FENCES = re.compile(f"^{PASTE_FENCE}(?=[^`])|(?<=[^`]){PASTE_FENCE}\\s*$"
 
 def unwrapped(line: str) -> str:
     """A line with a markdown code fence glued to its start or end is the text beside it; a whole line pasted as
-    inline code (a backtick at each end, sglang#10088) is the line inside them; any other line as it is (a
-    backtick inside a line opens a quote)."""
+    inline code (a backtick at each end, sglang#10088; inner pairs too, vllm#3435) is the line inside them; any other
+    line as it is (a backtick inside a line opens a quote)."""
     if not line.startswith("`") and "`" not in line[-16:]:  # NOTE: a fence ends a line but for a few blanks
         return line
     if "```" in line:
         line = _GLUED_FENCES.sub("", line)
-    m = _CODE_SPAN.fullmatch(line) if line.startswith("`") else None
-    return m.group(1) if m is not None else line
+    if not line.startswith("`"):
+        return line
+    m = _CODE_SPAN.fullmatch(line)
+    if m is not None:
+        return m.group(1)
+    # NOTE: a whole line in backticks that names code in backticks of its own (`` ` vllm-1  | ValueError: ...
+    # increasing `gpu_memory_utilization` ...` ``, vllm#3435): the outer pair, the inner ones paired
+    body = line.rstrip()
+    if len(body) > 2 and body.endswith("`") and not body.startswith("``") and body.count("`") % 2 == 0:
+        return body[1:-1].lstrip()
+    return line
 
 
 MAX_PASTE_INDENT = 3  # blanks a paste puts before a line (limo#29, vllm#5079: one)

@@ -67,7 +67,8 @@ Kind = Literal[
     "graph_captured",    # Graph capturing finished in S secs, took X GiB
     "engine_config",     # Initializing a V1 LLM engine (vX) with config: model=..., ...
     "engine_args",       # non-default args: {...}
-    "scheduler_config",  # Chunked prefill is enabled with max_num_batched_tokens=N.
+    "scheduler_config",  # Chunked prefill is enabled with max_num_batched_tokens=N. / max_num_scheduled_tokens is set
+                         # to N based on the speculative decoding settings. (the step budget draft slots leave)
     # either engine: what the user ran (docs/log-formats.md §5); read on lines without time only, not in `STARTS`
     "launch_command",    # python -m sglang.launch_server ... / vllm serve MODEL ... (pasted beside the log)
 ]
@@ -158,6 +159,8 @@ STARTS: dict[str, str] = {
                          r"with the models?'s max seq len|The model's max seq len \(\d+\) is larger than the maximum "
                          r"number of tokens|Failed to load model - not enough GPU memory|"
                          r"Loaded weights leave no GPU memory for the KV cache|"  # SGLang 0.5+ (InferenceX#2128)
+                         # vLLM, a hybrid model: a state block per running request (retail-shopping-assistant#95)
+                         r"max_num_seqs \(\d+\) exceeds available Mamba cache blocks|"
                          + VLLM_FREE_MEMORY_REFUSED,
     # NOTE: a pool or allocator names the leak (`token_to_kv_pool_allocator`, `req_to_token_pool`, 0.5's `pool`):
     # another program's `Potential memory leak detected!` is not the KV pool's
@@ -205,7 +208,7 @@ STARTS: dict[str, str] = {
     "graph_captured": r"Graph capturing finished in ",
     "engine_config": r"Initializing an? (?:V1 )?LLM engine (?:\(v[^)]{1,40}\) )?with config: ",
     "engine_args": r"non-default args: ",
-    "scheduler_config": r"Chunked prefill is enabled with max_num_batched_tokens=",
+    "scheduler_config": r"Chunked prefill is enabled with max_num_batched_tokens=|max_num_scheduled_tokens is set to ",
 }
 # NOTE: the user's own lines pasted beside the log are read where they sit in a line (`lines.message_kind`)
 NOT_ENGINE_MESSAGES = frozenset({"launch_command"})
@@ -343,17 +346,23 @@ def line_kind(line: str, start: int = 0) -> str | None:
 
 # An error's class name glued to the user's words before it (`...报错ValueError: The model's max seq len ...`,
 # LlamaFactory#2798): a capitalized name (`\w` takes in the letters of the label), right after a character that is
-# no space, quote, backtick or bracket (prose that names an error sets it apart so: `ending in "ValueError: ..."`)
-_ERROR_GLUED = re.compile(r"(?<=[^\s\"'`(\[“‘])[A-Z][\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])")
+# no space, quote, backtick or bracket (prose that names an error sets it apart so: `ending in "ValueError: ..."`),
+# nor a dot (`its torch.OutOfMemoryError: ...`: the name is the end of a dotted path, whose start decides)
+_ERROR_GLUED = re.compile(r"(?<=[^\s\"'`(\[“‘.])[A-Z][\w.]{0,80}(?:Error|Exception)(?:: |\(['\"])")
+# A message right after a bracketed field that ends a logger's own prefix, in a format no `FORMS` entry reads
+# (Xinference's `2025-04-12 21:57:39,467 xinference.api.restful_api 1 ERROR    [address=..., pid=167] The model's
+# max seq len ...`, xinference#3237)
+_AFTER_BRACKET = re.compile(r"(?<=\] )(?=[A-Z])")
 
 
 def error_in_text(line: str, start: int = 0) -> int | None:
     """Where an error line that names its cause (`ERROR_KINDS`: an OOM, a leak, no memory for the KV cache, a
-    failed graph capture) starts glued after other text on the line (the user's label before the paste), or None.
-    Only those kinds: their words say what happened, where any other `...Error: ` may be a word of the label."""
-    if "Error" not in line and "Exception" not in line:
-        return None
-    for m in _ERROR_GLUED.finditer(line, start + 1):
+    failed graph capture) starts after other text on the line: glued to it (the user's label before the paste), or
+    after a logger's bracketed field; or None. Only those kinds: their words say what happened, where any other
+    `...Error: ` may be a word of the label."""
+    glued = _ERROR_GLUED.finditer(line, start + 1) if "Error" in line or "Exception" in line else ()
+    bracketed = _AFTER_BRACKET.finditer(line, start + 1) if "] " in line else ()
+    for m in (*glued, *bracketed):
         if line_kind(line, m.start()) in ERROR_KINDS:
             return m.start()
     return None

@@ -70,6 +70,16 @@ def _concurrency(text: str) -> dict[str, Value]:
     return {"max_model_len": _count(m.group(1)), "max_concurrency": float(m.group(2))} if m else {}
 
 
+# vLLM with speculative decoding: `max_num_scheduled_tokens is set to 2048 based on the speculative decoding settings.`
+# (the tokens a step schedules, what `max_num_batched_tokens` leaves after the draft tokens' slots)
+_SCHEDULED = re.compile(r"max_num_scheduled_tokens is set to (\d{1,9})")
+
+
+def _scheduler(text: str) -> dict[str, Value]:
+    m = _SCHEDULED.search(text)
+    return {"max_num_scheduled_tokens": int(m.group(1))} if m else assignments(text)
+
+
 _BLOCKS = re.compile(r"# (\w{1,10}) blocks: (\d{1,20})(?:, # CPU blocks: (\d{1,20}))?")
 
 
@@ -127,6 +137,7 @@ FIELDS: dict[str, Fields] = {
                                          "max_concurrency": float}),
     "max_concurrency": Fields(_concurrency, {"max_model_len": int, "max_concurrency": float}),
     "gpu_blocks": Fields(_gpu_blocks, {"device": str, "device_blocks": int, "cpu_blocks": int}),
-    "scheduler_config": Fields(assignments, {"max_num_batched_tokens": Number}, open=True),
+    "scheduler_config": Fields(_scheduler, {"max_num_batched_tokens": Number, "max_num_scheduled_tokens": int},
+                               open=True),
 } | {kind: Fields(functools.partial(_numbers, kind), dict.fromkeys(numbers, float))
      for kind, numbers in _MEMORY.items()}

@@ -104,13 +104,17 @@ def check(ctx: Context) -> list[Finding]:
 
 def _pool_never_limited(ctx: Context) -> str | None:
     """How the load shows the pool never held a request back (MIN_LINES steady load lines or more, none with requests
-    waiting at a pool with no room for the next, no retraction), or None where it did or the log cannot tell."""
-    steady = ctx.steady()
-    if len(steady) < MIN_LINES or "queue_req" not in steady or "usage" not in steady:
+    waiting at a pool with no room for the next, no retraction), or None where it did or the log cannot tell. A log
+    with no load line at all and MIN_LINES prefill lines or more (a PD prefill server prints no decode line) is read
+    on its prefill lines."""
+    rows, word = ctx.steady(), f"steady {ctx.load_word}"
+    if not len(ctx.timeline.load()):
+        rows, word = ctx.timeline.series("prefill"), "prefill"
+    if len(rows) < MIN_LINES or "queue_req" not in rows or "usage" not in rows:
         return None
-    if waiting_at_full(steady, ctx.config.max_total_num_tokens).any() or ctx.timeline.kind("retract"):
+    if waiting_at_full(rows, ctx.config.max_total_num_tokens).any() or ctx.timeline.kind("retract"):
         return None
-    return f"{len(steady)} steady {ctx.load_word} lines, none with requests waiting at a full pool, no retraction"
+    return f"{len(rows)} {word} lines, none with requests waiting at a full pool, no retraction"
 
 
 def _vllm_graph_room(ctx: Context) -> list[Finding]:

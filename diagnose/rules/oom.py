@@ -299,6 +299,9 @@ def _loading(ctx: Context, rows: list[Event]) -> Finding:
 
 
 def _startup(ctx: Context, rows: list[Event]) -> Finding:
+    slots = next((e.error.state_slots for e in rows if e.error.state_slots is not None), None)
+    if slots is not None:
+        return _state_slots(ctx, rows, *slots)
     short = next((e for e in rows if all(_is_number(e.fields.get(k)) for k in _FREE_FACTS)), None)
     if short is not None:
         return _less_free_than_asked(ctx, rows, short.fields)
@@ -383,6 +386,18 @@ def _context_fit(ctx: Context, rows: list[Event], fit: KvFit) -> Finding:
         tradeoff=f"Requests longer than {fit.fits} tokens are rejected; more KV memory "
         f"({ctx.config.flag('kv_memory')}, or an fp8 KV cache) keeps more of the context instead.",
         alternatives=(_kv_memory(ctx, 1, alternative=True),))
+
+
+def _state_slots(ctx: Context, rows: list[Event], asked: int, blocks: int) -> Finding:
+    """A hybrid model's state cache (one block per running request) holds fewer requests than the running cap."""
+    return Finding(
+        id="oom.startup", severity="critical", title="More running requests than state cache blocks at start-up",
+        message=f"The model keeps one state block per running request and its cache has {blocks}, fewer than the "
+        f"{asked} requests {ctx.config.flag('running_cap')} lets run, so the engine refused to start.",
+        evidence=evidence_events(rows, max_num_seqs=asked, state_blocks=blocks),
+        change=Change("running_cap", str(blocks)), current=Current.of(asked),
+        tradeoff=f"Fewer requests run at once; more memory ({ctx.config.flag('kv_memory')}) gives the state cache "
+        "more blocks instead.", alternatives=(_kv_memory(ctx, 1, alternative=True),))
 
 
 def _context_refused(ctx: Context, rows: list[Event], asked: int) -> Finding:

@@ -138,7 +138,7 @@ def _prefill_bound_short(ctx: Context) -> Finding | None:
 
 
 def _vllm(ctx: Context, low, queued, where: str, usage: float) -> Finding:
-    current = ctx.config.chunked_prefill_size
+    current, said = _step_budget(ctx.config)
     suggested = max(MIN_BATCHED_TOKENS, 2 * current) if current else MIN_BATCHED_TOKENS * 2
     return Finding(
         id="usage.low_while_queued", severity="warning", title="Requests waited while the KV cache had room",
@@ -146,7 +146,19 @@ def _vllm(ctx: Context, low, queued, where: str, usage: float) -> Finding:
         f"most {ctx.config.flag('prefill_budget')} tokens of prefill and decode.",
         evidence=evidence(low, len(queued), median_usage=round(usage, 3)),
         change=Change("prefill_budget", str(suggested)),
-        current=Current.of(current) if current else None,
+        current=said,
         tradeoff="Larger steps prefill more per step: decode steps that share them take longer (higher ITL).",
         ranks=low.ranks,
     )
+
+
+def _step_budget(cfg) -> tuple[int | None, Current | None]:
+    """The tokens a step schedules now: `max_num_batched_tokens`, else what speculative decoding's draft slots leave
+    of it (vLLM's `max_num_scheduled_tokens is set to N` warning; the flag itself is then above N). Where only the
+    cut is known the suggestion starts from it, at least twice MIN_BATCHED_TOKENS (the flag's value is unknown)."""
+    if cfg.chunked_prefill_size:
+        return cfg.chunked_prefill_size, Current.of(cfg.chunked_prefill_size)
+    cut = cfg.scheduled_tokens
+    if not cut:
+        return None, None
+    return max(cut, MIN_BATCHED_TOKENS), Current.of(cut, "max_num_scheduled_tokens, after speculative decoding's slots")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.diagnose.config import ServerConfig
+from toolkit.diagnose.read.errors import SIGNS
 from toolkit.diagnose.read.fields import FIELDS
 from toolkit.diagnose.read.messages import KINDS
 from toolkit.diagnose.vocabulary import ENGINES, IDEAS, KNOBS
@@ -45,17 +46,26 @@ def rule_literals(module: Path) -> set[str]:
 
 @lru_cache(maxsize=1)
 def excerpts() -> tuple[str, ...]:
-    """The excerpts quoted from threads (not the whole logs recorded here: their engines' own words are in them)."""
-    return tuple(log.read_text(errors="replace") for log in sorted(CORPUS.glob("*/*.log")) if log.parent.name != "recorded")
+    """The excerpts quoted from threads (not the whole logs recorded here: their engines' own words are in them),
+    without their header block: the corpus's own words about the excerpt, not the log's."""
+    return tuple(_quoted(log.read_text(errors="replace")) for log in sorted(CORPUS.glob("*/*.log"))
+                 if log.parent.name != "recorded")
+
+
+def _quoted(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    header = next((i for i, line in enumerate(lines) if not line.startswith("# ")), len(lines))
+    return "".join(lines[header:])
 
 
 @lru_cache(maxsize=1)
 def vocabulary() -> frozenset[str]:
-    """diagnose's own names (ideas, event kinds, field and config names): keys of its tables, not a log's words."""
+    """diagnose's own names (ideas, event kinds, field and config names, the signs an error record is read for):
+    keys of its tables, not a log's words."""
     fields = {key for declared in FIELDS.values() for key in declared.keys}
     arguments = {knob.arg for engine in ENGINES for knob in KNOBS[engine]}
     return (frozenset(IDEAS) | frozenset(KINDS) | frozenset(fields) | frozenset(ServerConfig.__dataclass_fields__)
-            | frozenset(arguments) | frozenset(field[0].name for field in flag_fields()))
+            | frozenset(arguments) | frozenset(field[0].name for field in flag_fields()) | frozenset(SIGNS))
 
 
 def arguments_read(tree: ast.AST) -> set[str]:
