@@ -15,6 +15,7 @@ from toolkit.diagnose.vocabulary import Change, Engine, knob
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 Confidence = Literal["low", "medium", "high"]
+Serves = Literal["throughput", "latency"]  # what a finding's change improves
 MAX_LINES = 20
 FEW_LINES = 3  # a finding on this many load lines or fewer has low confidence
 
@@ -70,7 +71,9 @@ class Finding:
     alternatives hold under); `current` is what it is now, `tradeoff` what the change costs. `engine` names the
     flags the advice is written in. `rule` is the rule that found it (the part of `id` before the dot).
     `confidence` says how far the evidence carries: `high` for an error the engine printed or a rule's threshold
-    met on enough load lines, `medium` / `low` for a problem a short excerpt already shows (`confidence_of`)."""
+    met on enough load lines, `medium` / `low` for a problem a short excerpt already shows (`confidence_of`).
+    `serves` says what its change improves: `latency` for a change that trades throughput for smoother or earlier
+    tokens (a smaller chunk against decode stalls), which `toolkit tune` does not take for a throughput objective."""
 
     id: str
     severity: Severity
@@ -85,6 +88,7 @@ class Finding:
     action: str | None = None
     engine: Engine = "sglang"
     confidence: Confidence = "high"
+    serves: Serves = "throughput"
 
     @property
     def rule(self) -> str:

@@ -90,6 +90,7 @@ class Advice(Protocol):
     title: str
     change: Change | None
     current: Current | None
+    serves: str  # `latency`: a change that trades throughput for latency
 
 
 class FlagChange(NamedTuple):

@@ -78,9 +78,12 @@ class Settings:
     max_steps: int = 8
     max_time: float | None = None
     knobs: frozenset[str] | None = None  # the tuning ideas (diagnose/vocabulary.py) it may move; None: every one
+    objective: str = "throughput"
 
     def may_move(self, advice: Advice) -> bool:
         change = advice.change
+        if advice.serves == "latency" and self.objective == "throughput":
+            return False  # NOTE: it trades throughput away by design (a smaller chunk): measured -16 % in tune_vs_search
         if self.knobs is None or change is None:
             return True
         return change.idea in self.knobs and all(c.idea in self.knobs for c in change.companions)

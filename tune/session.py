@@ -133,7 +133,8 @@ def run_tune(opts: TuneOptions, console: Console | None = None, *, launcher: Lau
         append_step(steps_path, step_entry(step, opts.objective, command_of(step.flags)))
         view.step(step, best)
 
-    settings = Settings(opts.engine, opts.noise, opts.max_steps, opts.max_time, knob_ideas(opts.knobs, opts.engine))
+    settings = Settings(opts.engine, opts.noise, opts.max_steps, opts.max_time, knob_ideas(opts.knobs, opts.engine),
+                        opts.objective)
     with _sigterm_as_ctrl_c(), view:
         result = Tuner(experiment, settings, on_step).run(opts.start)
     best_command = command_of(result.best.flags) if result.best is not None else None

@@ -52,6 +52,7 @@ SPARE_GB = 8.0
 TARGET_GB = 6.5
 SHORT_FRACTION = 0.75  # a short excerpt: this share of its load lines full with a queue
 MIN_FULL_LINES = MIN_LINES // 2  # a long log: at least this many lines full with a queue (a brief queue is no bound)
+DEMAND_QUANTILE = 0.9  # the demand a hand-set pool is sized for: nearly the most requests that wanted to run at once
 MIN_GROWTH, MAX_GROWTH = 1.25, 16.0  # a hand-set pool cap raised to the demand: at least this much, at most that
 CONCURRENCY_PRINTED = 0.01  # vLLM prints its concurrency to 2 decimals: closer than this to pool / context, the same
 
@@ -230,11 +231,14 @@ def _held(rows: Rows, pool: int | None) -> str:
 
 
 def _demand(bound: Rows, size: float | None) -> float | None:
-    """The tokens the requests that wanted to run would hold: on the median bound line, the running and the waiting
-    requests, each at the size this log's requests grow to (`rules.room`); None where the size is unknown."""
+    """The tokens the requests that wanted to run would hold: the running and the waiting requests at the
+    DEMAND_QUANTILE of the bound lines, each at the size this log's requests grow to (`rules.room`); None where the
+    size is unknown. NOTE: not the median: a burst that arrives together drains while the pool binds, so the median
+    line counts the requests left, not the ones that came (tune_vs_search's tiny pool: 10 of 16, and a pool sized
+    for 10 was bound again)."""
     if size is None or not len(bound):
         return None
-    wanted = float(np.nanmedian(bound["running_req"] + bound["queue_req"]))
+    wanted = float(np.nanquantile(bound["running_req"] + bound["queue_req"], DEMAND_QUANTILE))
     return wanted * size if wanted > 0 else None
 
 

@@ -52,4 +52,4 @@ def check(ctx: Context) -> list[Finding]:
         evidence=evidence(dips, len(steady), median_throughput=round(median, 1), prefill_share=round(share, 3)),
         change=Change("prefill_budget", suggested), current=Current.of(chunk) if chunk else None,
         tradeoff="Smaller chunks prefill long prompts in more steps: higher TTFT for them.", ranks=dips.ranks,
-        alternatives=(Change("mixed_chunk", True),))]
+        alternatives=(Change("mixed_chunk", True),), serves="latency")]

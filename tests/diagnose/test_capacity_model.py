@@ -182,3 +182,15 @@ def test_a_full_pool_with_the_memory_fraction_unknown_asks_for_memory_first_unle
     tight = Log("0.4.9").start(Startup(available=3.0)).decode_series(12, queue=20, usage=0.97)
     found = _ids(tight.lines)
     assert "gpu_memory.too_little" in found and found["capacity.pool_bound"].flag == "--kv-cache-dtype"  # type: ignore[attr-defined]
+
+
+def test_a_burst_that_drains_while_the_pool_binds_sizes_the_pool_for_the_burst() -> None:
+    """16 requests arrive together at a 1,024-token pool that holds 4: the queue drains 12 -> 2 while the pool binds.
+    The median line counts the 8-10 left, not the 16 that came: the cap grows for nearly all of them
+    (tune_vs_search's tiny pool sized 2,240 for 10, was bound again, and spent a launch on it)."""
+    from tests.diagnose.test_rules import Startup, base
+
+    log = base(Startup(max_running=4, max_total=1024), max_total_tokens=1024).decode_series(
+        12, running=4, usage=[0.81, 0.88], queue=[12, 12, 10, 8, 8, 6, 6, 4, 4, 2, 2, 2], max_total=1024)
+    change = _ids(log.lines)["capacity.pool_bound"].change
+    assert change.idea == "kv_cap" and int(change.value) >= 14 * 220, change.value

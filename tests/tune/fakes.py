@@ -20,6 +20,7 @@ class Advice:
     change: Change | None
     current: Current | None = None
     title: str = "a finding"
+    serves: str = "throughput"
 
 
 LOW_USAGE = Advice("usage.low_while_queued", "warning", Change("admission", "0.3"), Current.of(2))

@@ -60,6 +60,19 @@ def test_the_most_severe_actionable_finding_drives_the_first_step():
     assert result.steps[1].finding.severity == "critical"
 
 
+def test_a_latency_finding_is_not_taken_for_throughput_and_is_for_an_slo_objective():
+    """A smaller chunk against decode stalls trades throughput away (tune_vs_search's tiny pool: -16 %): a throughput
+    objective passes it by; goodput and max-rate, whose SLOs it may serve, take it."""
+    stalls = Advice("prefill_stall.throughput_dips", "warning", Change("prefill_budget", "1024"), Current.of(2048),
+                    serves="latency")
+    world = World(lambda flags: (10.0, 10.0), lambda flags: (stalls,))
+    result = Tuner(world, Settings(max_steps=2), clock=world.clock).run(START)
+    assert len(result.steps) == 1 and result.reason.startswith("nothing actionable")
+    world = World(lambda flags: (10.0, 10.0), lambda flags: (stalls,))
+    result = Tuner(world, Settings(max_steps=2, objective="goodput"), clock=world.clock).run(START)
+    assert result.steps[1].change.flag == "--chunked-prefill-size"
+
+
 @pytest.mark.parametrize("best, candidate, better", [
     ((90.0, 92.0), (120.0, 122.0), True),  # far beyond the spread
     ((90.0, 92.0), (91.0, 93.5), False),  # within the spread
